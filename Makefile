@@ -1,0 +1,35 @@
+# Two commands on a fresh machine with Python 3.11+ and make: `make run` and `make test`.
+# Both bootstrap uv (pinned, from PyPI, into .tools/) and the project's locked .venv first.
+
+UV_VERSION := 0.13.9
+PYTHON ?= python3
+UV := .tools/bin/uv
+export UV_PYTHON_DOWNLOADS := never
+
+.PHONY: run demo test lint bench clean
+
+$(UV):
+	$(PYTHON) -m venv .tools
+	.tools/bin/pip install --quiet "uv==$(UV_VERSION)"
+
+.venv/.synced: $(UV) pyproject.toml uv.lock
+	$(UV) sync --locked --python $(PYTHON)
+	touch $@
+
+run: .venv/.synced  ## the main job: embedded Temporal, supervised Worker, platforms (local by default)
+	$(UV) run --locked refund-bot run
+
+demo: .venv/.synced  ## the unattended story, start to finish
+	$(UV) run --locked refund-bot demo
+
+test: .venv/.synced  ## the whole test suite, on a real Temporal dev server
+	$(UV) run --locked pytest
+
+lint: .venv/.synced
+	$(UV) run --locked ruff check .
+
+bench: .venv/.synced
+	$(UV) run --locked python -m bench.crash_drill
+
+clean:
+	rm -rf .venv .tools .data

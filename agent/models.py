@@ -1,0 +1,286 @@
+"""The values that cross the Event History boundary.
+
+Everything a Workflow passes to an Activity, receives from one, or takes in a Signal is one of these
+pydantic models. Temporal records each of them in Event History, so they are kept small, typed and
+free of secrets (keys live in settings, read inside Activities).
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+Platform = Literal["local", "slack", "discord"]
+
+# A customer's message is cut to this many characters before it becomes working memory. The chat
+# adapters cut earlier (bot.conversations.MAX_SIGNAL_TEXT); the Workflow cuts again because a Signal
+# can come from anywhere that can reach Temporal.
+MAX_TEXT_CHARS = 2000
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+
+class ThreadRef(_Frozen):
+    """Where a conversation lives: one chat thread is one conversation."""
+
+    platform: Platform
+    workspace: str  # Slack team id, Discord guild id, "local"
+    channel: str  # Slack channel id, Discord parent channel id, local channel name
+    thread: str  # Slack thread_ts of the root message, Discord thread id, local thread id
+
+
+class Actor(_Frozen):
+    """A person (or the agent's service principal) as one platform knows them."""
+
+    platform: Platform | Literal["agent"]
+    user_id: str
+    display_name: str = ""
+
+    @property
+    def label(self) -> str:
+        return self.display_name or self.user_id
+
+
+# The agent's own service principal: auto-approved refunds are authorized against its grant.
+AGENT_PRINCIPAL = Actor(platform="agent", user_id="refund-bot", display_name="refund-bot")
+
+
+class ConversationStart(BaseModel):
+    """The Workflow's input: the thread, its customer and the message that opened it."""
+
+    thread: ThreadRef
+    customer: Actor
+    opening_message_id: str
+    opening_text: str = Field(max_length=MAX_TEXT_CHARS)
+    # DEMO HOOK: wait for a `release` Signal right before the refund, so a presenter's crash lands
+    # at the same point every time. A real deployment leaves it off and recovers the same way.
+    hold_before_refund: bool = False
+
+
+class CustomerMessage(BaseModel):
+    """Signal: a message posted in the conversation's thread."""
+
+    message_id: str
+    author: Actor
+    text: str
+
+
+class Approval(BaseModel):
+    """Signal: a support agent's Approve or Deny click on an escalation."""
+
+    decision: Literal["approve", "deny"]
+    actor: Actor
+    click_id: str
+
+
+# ---------------------------------------------------------------------------------------------
+# Working memory: what the decide step sees on every turn. Observations only, never the model's
+# own prose, so it stays small and bounded by MAX_TURNS.
+# ---------------------------------------------------------------------------------------------
+
+QuestionId = Literal["order_number", "item_opened", "damage"]
+ToolName = Literal["lookup_order", "lookup_customer_history", "check_refund_policy"]
+
+
+class OrderDetails(_Frozen):
+    order_number: str
+    item: str
+    amount_cents: int
+    currency: str
+    status: str  # delivered | shipped | refunded
+    purchased_at: str
+    final_sale: bool
+    payment_ref: str  # Stripe PaymentIntent id (or the offline ledger's stand-in)
+
+
+class CustomerHistory(_Frozen):
+    customer_id: str
+    display_name: str
+    tenure_days: int
+    orders: int
+    prior_refunds: list[str]
+
+
+class PolicyCheck(_Frozen):
+    order_number: str
+    eligible: bool
+    return_required: bool
+    reason: str
+
+
+class Answer(_Frozen):
+    kind: Literal["answer"] = "answer"
+    question_id: QuestionId
+    text: str
+    message_id: str
+
+
+class OrderLookup(_Frozen):
+    kind: Literal["lookup_order"] = "lookup_order"
+    order_number: str
+    # None when the order does not exist *or* belongs to another customer: both look the same.
+    order: OrderDetails | None
+
+
+class HistoryLookup(_Frozen):
+    kind: Literal["lookup_customer_history"] = "lookup_customer_history"
+    history: CustomerHistory | None
+
+
+class PolicyLookup(_Frozen):
+    kind: Literal["check_refund_policy"] = "check_refund_policy"
+    policy: PolicyCheck | None
+
+
+Observation = Annotated[
+    Answer | OrderLookup | HistoryLookup | PolicyLookup, Field(discriminator="kind")
+]
+
+
+class DecideInput(BaseModel):
+    opening_text: str
+    memory: list[Observation]
+    turn: int
+
+
+class AgentStep(_Frozen):
+    """One turn's choice: ask the customer, run one lookup, or decide."""
+
+    action: Literal["ask", "lookup", "decide"]
+    question_id: str | None = None  # validated by the Workflow, not trusted
+    question: str | None = None
+    tool: str | None = None  # validated by the Workflow, not trusted
+    outcome: Literal["approve", "escalate", "deny"] | None = None
+    rationale: str = ""
+    source: str = "policy"
+
+
+class LookupOrderInput(BaseModel):
+    order_number: str
+    customer: Actor
+
+
+class LookupCustomerInput(BaseModel):
+    customer: Actor
+
+
+class PolicyInput(BaseModel):
+    order_number: str
+    customer: Actor
+
+
+# ---------------------------------------------------------------------------------------------
+# Authorization and the effect.
+# ---------------------------------------------------------------------------------------------
+
+Role = Literal["refund_approver", "refund_agent", "presenter", "admin"]
+
+
+class AuthorizeInput(BaseModel):
+    principal: Actor
+    role: Role
+    amount_cents: int
+    workflow_id: str
+
+
+class AuthorizationDecision(BaseModel):
+    allowed: bool
+    principal: Actor
+    role: Role
+    reason: str
+    grant_id: int | None = None
+    limit_cents: int | None = None
+
+
+class RefundRequest(BaseModel):
+    """The one external effect's input. The idempotency key is derived by the Workflow."""
+
+    idempotency_key: str
+    workflow_id: str
+    order_number: str
+    payment_ref: str
+    amount_cents: int
+    currency: str
+
+
+class RefundResult(BaseModel):
+    refund_id: str
+    status: str  # the owner's word: succeeded | pending | failed
+    amount_cents: int
+    idempotency_key: str
+    mode: Literal["ledger", "stripe"]
+    attempt: int
+
+
+# ---------------------------------------------------------------------------------------------
+# Outbound: what the agent says in the thread.
+# ---------------------------------------------------------------------------------------------
+
+MessageKind = Literal["question", "info", "escalation", "outcome"]
+
+
+class MessageKey(_Frozen):
+    """A post's stable identity, so a retried post_to_thread finds its earlier post."""
+
+    workflow_id: str
+    run_id: str
+    seq: int
+
+    def __str__(self) -> str:
+        return f"{self.workflow_id}/{self.run_id}/{self.seq}"
+
+
+class OutboundMessage(BaseModel):
+    thread: ThreadRef
+    key: MessageKey
+    kind: MessageKind
+    text: str
+    # Escalations carry Approve / Deny; the platform renders them as buttons (or numbered choices)
+    # whose ids name the conversation, so a click routes back without any lookup table.
+    actions: list[Literal["approve", "deny"]] = Field(default_factory=list)
+
+
+class PostedMessage(BaseModel):
+    platform_message_id: str
+    duplicate: bool  # True when the key had already been posted (a retried Activity)
+
+
+# ---------------------------------------------------------------------------------------------
+# What the outside world reads back.
+# ---------------------------------------------------------------------------------------------
+
+Phase = Literal[
+    "deciding",
+    "waiting_for_customer",
+    "looking_up",
+    "waiting_for_approval",
+    "held_before_refund",
+    "authorizing",
+    "refunding",
+    "closed",
+]
+
+
+class ConversationView(BaseModel):
+    """The live view (a Query): needs a Worker, unlike history.what_survives."""
+
+    workflow_id: str
+    phase: Phase
+    customer: Actor
+    answers: dict[str, str]
+    lookups: list[str]
+    pending_question: str | None
+    next_action: str
+    decision: str | None
+    refund: RefundResult | None
+    held: bool
+    queued_messages: int
+
+
+class ConversationOutcome(BaseModel):
+    status: Literal["refunded", "denied", "declined", "failed"]
+    message: str
+    refund: RefundResult | None = None

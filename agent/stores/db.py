@@ -1,0 +1,26 @@
+"""Opening the SQLite stores: one file per owner of facts, each through aiosqlite."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+import aiosqlite
+
+
+@asynccontextmanager
+async def open_db(path: Path, schema: str) -> AsyncIterator[aiosqlite.Connection]:
+    """Open (creating if needed) a store, with the settings every store wants.
+
+    WAL lets the bot, the terminal and the Worker read while another process writes; the busy
+    timeout makes a writer wait for a lock instead of failing at once.
+    """
+    path.parent.mkdir(parents=True, exist_ok=True)
+    async with aiosqlite.connect(path, timeout=10) as db:
+        db.row_factory = aiosqlite.Row
+        await db.execute("PRAGMA journal_mode=WAL")
+        await db.execute("PRAGMA busy_timeout=10000")
+        await db.executescript(schema)
+        await db.commit()
+        yield db

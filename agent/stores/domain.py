@@ -1,0 +1,207 @@
+"""The application's domain store: customers, their platform accounts, orders, refund history.
+
+This is domain state: the application database owns it. Lookup Activities copy rows out of it into
+the agent's working memory, and the copy never outranks the row.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import date, timedelta
+from pathlib import Path
+
+from agent.models import Actor, CustomerHistory, OrderDetails
+from agent.stores.db import open_db
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS customers (
+    customer_id TEXT PRIMARY KEY,
+    display_name TEXT NOT NULL,
+    customer_since TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS accounts (
+    platform TEXT NOT NULL,
+    user_id TEXT NOT NULL,
+    customer_id TEXT NOT NULL REFERENCES customers(customer_id),
+    PRIMARY KEY (platform, user_id)
+);
+CREATE TABLE IF NOT EXISTS orders (
+    order_number TEXT PRIMARY KEY,
+    customer_id TEXT NOT NULL REFERENCES customers(customer_id),
+    item TEXT NOT NULL,
+    amount_cents INTEGER NOT NULL,
+    currency TEXT NOT NULL,
+    status TEXT NOT NULL,
+    purchased_at TEXT NOT NULL,
+    final_sale INTEGER NOT NULL DEFAULT 0,
+    payment_ref TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS past_refunds (
+    customer_id TEXT NOT NULL REFERENCES customers(customer_id),
+    refunded_on TEXT NOT NULL,
+    item TEXT NOT NULL,
+    amount_cents INTEGER NOT NULL
+);
+"""
+
+DEMO_CUSTOMER = "cus_nyghtowl"
+
+
+@dataclass(frozen=True)
+class SeedOrder:
+    order_number: str
+    customer_id: str
+    item: str
+    amount_cents: int
+    status: str
+    days_ago: int
+    final_sale: bool = False
+
+    @property
+    def payment_ref(self) -> str:
+        return f"pi_demo_{self.order_number}"
+
+
+# The docs page's order and customer, plus one order that must escalate, one that must be denied,
+# and one that belongs to somebody else.
+SEED_ORDERS = (
+    SeedOrder("1234", DEMO_CUSTOMER, "plush python", 8000, "delivered", 12),
+    SeedOrder("4500", DEMO_CUSTOMER, "espresso machine", 45000, "delivered", 9),
+    SeedOrder("3003", DEMO_CUSTOMER, "mystery box (final sale)", 3500, "delivered", 20, True),
+    SeedOrder("7777", "cus_marlow", "desk lamp", 6000, "delivered", 5),
+)
+
+# Local platform identities: the terminal support channel's demo users.
+SEED_ACCOUNTS = (("local", "customer", DEMO_CUSTOMER), ("local", "marlow", "cus_marlow"))
+
+
+class DomainStore:
+    def __init__(self, path: Path, link_new_users_to: str | None = None) -> None:
+        self._path = path
+        # DEMO: an unknown chat user is linked to the demo customer on first contact, so anyone in
+        # a workspace can play the customer. A real deployment links accounts through its own
+        # sign-in and leaves this unset.
+        self._link_new_users_to = link_new_users_to
+
+    async def seed(self, today: date | None = None) -> None:
+        """Create the demo data once (idempotent)."""
+        today = today or date.today()
+        async with open_db(self._path, SCHEMA) as db:
+            await db.executemany(
+                "INSERT OR IGNORE INTO customers VALUES (?, ?, ?)",
+                [
+                    (DEMO_CUSTOMER, "Nyghtowl", (today - timedelta(days=824)).isoformat()),
+                    ("cus_marlow", "Marlow", (today - timedelta(days=90)).isoformat()),
+                ],
+            )
+            await db.executemany("INSERT OR IGNORE INTO accounts VALUES (?, ?, ?)", SEED_ACCOUNTS)
+            await db.executemany(
+                "INSERT OR IGNORE INTO orders VALUES (?, ?, ?, ?, 'usd', ?, ?, ?, ?)",
+                [
+                    (
+                        o.order_number,
+                        o.customer_id,
+                        o.item,
+                        o.amount_cents,
+                        o.status,
+                        (today - timedelta(days=o.days_ago)).isoformat(),
+                        int(o.final_sale),
+                        o.payment_ref,
+                    )
+                    for o in SEED_ORDERS
+                ],
+            )
+            cursor = await db.execute("SELECT COUNT(*) FROM past_refunds")
+            (count,) = await cursor.fetchone()  # type: ignore[misc]
+            if count == 0:
+                await db.execute(
+                    "INSERT INTO past_refunds VALUES (?, ?, 'laptop stickers', 1800)",
+                    (DEMO_CUSTOMER, (today - timedelta(days=480)).isoformat()),
+                )
+            await db.commit()
+
+    async def customer_id_for(self, actor: Actor) -> str | None:
+        async with open_db(self._path, SCHEMA) as db:
+            cursor = await db.execute(
+                "SELECT customer_id FROM accounts WHERE platform = ? AND user_id = ?",
+                (actor.platform, actor.user_id),
+            )
+            row = await cursor.fetchone()
+            if row is not None:
+                return str(row["customer_id"])
+            if self._link_new_users_to is None:
+                return None
+            await db.execute(
+                "INSERT OR IGNORE INTO accounts VALUES (?, ?, ?)",
+                (actor.platform, actor.user_id, self._link_new_users_to),
+            )
+            await db.commit()
+            return self._link_new_users_to
+
+    async def order_for(self, order_number: str, actor: Actor) -> OrderDetails | None:
+        """The order, only if it is on this actor's account.
+
+        Another customer's order returns None, exactly as an unknown one does, so the answer never
+        reveals that an order number exists.
+        """
+        customer_id = await self.customer_id_for(actor)
+        if customer_id is None:
+            return None
+        async with open_db(self._path, SCHEMA) as db:
+            cursor = await db.execute(
+                "SELECT * FROM orders WHERE order_number = ? AND customer_id = ?",
+                (order_number, customer_id),
+            )
+            row = await cursor.fetchone()
+        if row is None:
+            return None
+        return OrderDetails(
+            order_number=row["order_number"],
+            item=row["item"],
+            amount_cents=row["amount_cents"],
+            currency=row["currency"],
+            status=row["status"],
+            purchased_at=row["purchased_at"],
+            final_sale=bool(row["final_sale"]),
+            payment_ref=row["payment_ref"],
+        )
+
+    async def history_for(self, actor: Actor, today: date | None = None) -> CustomerHistory | None:
+        customer_id = await self.customer_id_for(actor)
+        if customer_id is None:
+            return None
+        today = today or date.today()
+        async with open_db(self._path, SCHEMA) as db:
+            cursor = await db.execute(
+                "SELECT * FROM customers WHERE customer_id = ?", (customer_id,)
+            )
+            customer = await cursor.fetchone()
+            if customer is None:
+                return None
+            cursor = await db.execute(
+                "SELECT COUNT(*) AS n FROM orders WHERE customer_id = ?", (customer_id,)
+            )
+            orders = (await cursor.fetchone())["n"]  # type: ignore[index]
+            cursor = await db.execute(
+                "SELECT refunded_on, item, amount_cents FROM past_refunds WHERE customer_id = ? "
+                "ORDER BY refunded_on",
+                (customer_id,),
+            )
+            refunds = [
+                f"{r['refunded_on']}, {r['item']}, {r['amount_cents']} cents"
+                for r in await cursor.fetchall()
+            ]
+        since = date.fromisoformat(customer["customer_since"])
+        return CustomerHistory(
+            customer_id=customer_id,
+            display_name=customer["display_name"],
+            tenure_days=(today - since).days,
+            orders=orders,
+            prior_refunds=refunds,
+        )
+
+    async def payments(self) -> list[tuple[str, int, str]]:
+        """(payment_ref, amount_cents, currency) of every order: the ledger seeds its charges."""
+        async with open_db(self._path, SCHEMA) as db:
+            cursor = await db.execute("SELECT payment_ref, amount_cents, currency FROM orders")
+            return [(r[0], r[1], r[2]) for r in await cursor.fetchall()]

@@ -1,0 +1,475 @@
+"""RefundConversation: one chat thread's refund conversation, as a durable agent loop.
+
+The loop is the agent: each turn `decide_next_step` looks at the working memory and asks the
+customer, runs one lookup, or decides. Everything non-deterministic (the model, the stores, the chat
+platforms, the refund) is an Activity, so after a crash a new Worker replays this code against
+Event History: finished steps return their recorded results and the loop resumes where it stood.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from datetime import timedelta
+
+from temporalio import workflow
+from temporalio.common import RetryPolicy
+from temporalio.exceptions import ActivityError, ApplicationError
+
+with workflow.unsafe.imports_passed_through():
+    from agent.models import (
+        AGENT_PRINCIPAL,
+        MAX_TEXT_CHARS,
+        Actor,
+        AgentStep,
+        Answer,
+        Approval,
+        AuthorizationDecision,
+        AuthorizeInput,
+        ConversationOutcome,
+        ConversationStart,
+        ConversationView,
+        CustomerMessage,
+        DecideInput,
+        HistoryLookup,
+        LookupCustomerInput,
+        LookupOrderInput,
+        MessageKey,
+        MessageKind,
+        Observation,
+        OrderDetails,
+        OrderLookup,
+        OutboundMessage,
+        Phase,
+        PolicyInput,
+        PolicyLookup,
+        RefundRequest,
+        RefundResult,
+        Role,
+    )
+    from agent.policy import order_number_from
+
+WORKFLOW_TYPE = "RefundConversation"
+
+# The loop is bounded so a decide step that never decides fails loudly instead of looping forever,
+# and so Event History stays small (working memory is re-sent to decide on every turn).
+MAX_TURNS = 10
+KNOWN_QUESTIONS = frozenset({"order_number", "item_opened", "damage"})
+KNOWN_TOOLS = frozenset({"lookup_order", "lookup_customer_history", "check_refund_policy"})
+# Bounds on what Signals may add to workflow state: a flood of messages cannot grow it without end.
+MAX_QUEUED_MESSAGES = 20
+MAX_SEEN_IDS = 200
+# A conversation nobody answers closes itself instead of staying open for ever.
+CUSTOMER_IDLE_TIMEOUT = timedelta(days=3)
+APPROVAL_TIMEOUT = timedelta(days=7)
+
+DECIDE_RETRY = RetryPolicy(
+    initial_interval=timedelta(seconds=1),
+    maximum_interval=timedelta(seconds=20),
+    maximum_attempts=5,
+)
+LOOKUP_RETRY = RetryPolicy(
+    initial_interval=timedelta(seconds=1),
+    maximum_interval=timedelta(seconds=10),
+    maximum_attempts=5,
+)
+# A chat platform that is down keeps the message: Temporal retries the post for up to a day.
+POST_RETRY = RetryPolicy(
+    initial_interval=timedelta(seconds=1), maximum_interval=timedelta(minutes=1)
+)
+REFUND_RETRY = RetryPolicy(
+    initial_interval=timedelta(seconds=1),
+    maximum_interval=timedelta(seconds=5),
+    maximum_attempts=10,
+)
+# The Worker-loss detection window for the refund: above a real Stripe call's latency (the Activity
+# heartbeats every second while it waits), short enough that a dead Worker is noticed in seconds.
+REFUND_HEARTBEAT_TIMEOUT = timedelta(seconds=4)
+
+
+def idempotency_key_for(workflow_id: str, first_run_id: str) -> str:
+    """One key per conversation: stable across retries and Worker crashes within it.
+
+    It follows the first run id, so it survives Continue-As-New but changes if the Workflow ID is
+    reused for a new conversation.
+    """
+    digest = hashlib.sha256(f"{workflow_id}:{first_run_id}".encode()).hexdigest()
+    return f"refund-bot-{digest[:40]}"
+
+
+def _money(cents: int) -> str:
+    return f"${cents / 100:,.2f}"
+
+
+class _Declined(Exception):
+    """A support agent pressed Deny."""
+
+
+class _Idle(Exception):
+    """Nobody answered within the idle timeout."""
+
+
+@workflow.defn(name=WORKFLOW_TYPE)
+class RefundConversation:
+    @workflow.init
+    def __init__(self, start: ConversationStart) -> None:
+        # EXECUTION STATE: everything below is rebuilt by replay after a crash. The input is taken
+        # here, not in run(), because signal-with-start delivers its Signal before run() begins.
+        self._start = start
+        self._memory: list[Observation] = []
+        self._phase: Phase = "deciding"
+        self._last_step: AgentStep | None = None
+        self._pending_question: str | None = None
+        self._decision: str | None = None
+        self._refund: RefundResult | None = None
+        self._seq = 0
+        # Signals land here in arrival order; the loop takes them when it is ready for them.
+        self._inbox: list[CustomerMessage] = []
+        self._approvals: list[Approval] = []
+        self._seen_ids: list[str] = [start.opening_message_id]
+        self._released = False
+
+    # ------------------------------------------------------------------------------------------
+    # The loop
+    # ------------------------------------------------------------------------------------------
+
+    @workflow.run
+    async def run(self, start: ConversationStart) -> ConversationOutcome:
+        try:
+            step = await self._agent_loop(start)
+            order = self._order()
+            if step.outcome == "deny" or order is None:
+                return await self._close("denied", f"I can't refund this order. {step.rationale}")
+            if step.outcome == "approve":
+                approver, role = AGENT_PRINCIPAL, "refund_agent"
+            else:
+                approver, role = await self._escalate(order, step.rationale)
+            await self._hold_before_refund(order)
+            approver, role = await self._authorized(order, approver, role)
+            return await self._refund_order(order)
+        except _Declined:
+            return await self._close("declined", "A support agent declined this refund.")
+        except _Idle:
+            return await self._close(
+                "declined",
+                "I haven't heard back, so I've closed this request. Write again any time.",
+            )
+
+    async def _agent_loop(self, start: ConversationStart) -> AgentStep:
+        for turn in range(1, MAX_TURNS + 1):
+            self._phase = "deciding"
+            # MODEL CALL: recorded once in Event History; replay returns it without calling again.
+            step = await workflow.execute_activity(
+                "decide_next_step",
+                DecideInput(opening_text=start.opening_text, memory=self._memory, turn=turn),
+                result_type=AgentStep,
+                start_to_close_timeout=timedelta(seconds=60),
+                retry_policy=DECIDE_RETRY,
+            )
+            self._last_step = step
+            workflow.logger.info(
+                "EXECUTION STATE | turn=%d step=%s %s",
+                turn,
+                step.action,
+                step.question_id or step.tool or step.outcome,
+            )
+            if step.action == "decide":
+                self._decision = step.outcome
+                return step
+            if step.action == "ask":
+                self._memory.append(await self._ask(step))
+            elif step.action == "lookup":
+                self._memory.append(await self._lookup(step.tool or ""))
+            else:
+                await self._fail(
+                    f"the agent chose an unknown action: {step.action}", "UnknownAction"
+                )
+        await self._fail("the agent did not decide within the turn budget", "AgentLoopExhausted")
+        raise AssertionError("unreachable")
+
+    async def _ask(self, step: AgentStep) -> Answer:
+        if step.question_id not in KNOWN_QUESTIONS:
+            await self._fail(
+                f"the agent asked an unknown question: {step.question_id}", "UnknownQuestion"
+            )
+        question = step.question or ""
+        await self._post("question", question)
+        self._phase, self._pending_question = "waiting_for_customer", question
+        message = await self._next_customer_message()
+        self._pending_question = None
+        return Answer(
+            question_id=step.question_id, text=message.text, message_id=message.message_id
+        )  # type: ignore[arg-type]
+
+    async def _next_customer_message(self) -> CustomerMessage:
+        try:
+            # DURABLE WAIT: no Worker needs to stay alive while the customer types.
+            await workflow.wait_condition(lambda: bool(self._inbox), timeout=CUSTOMER_IDLE_TIMEOUT)
+        except TimeoutError as err:
+            raise _Idle from err
+        return self._inbox.pop(0)
+
+    async def _lookup(self, tool: str) -> Observation:
+        if tool not in KNOWN_TOOLS:
+            await self._fail(f"the agent asked for an unknown tool: {tool}", "UnknownTool")
+        self._phase = "looking_up"
+        # Tool arguments come from the conversation, never from the model.
+        customer = self._start.customer
+        order_number = order_number_from(self._start.opening_text, self._memory) or ""
+        arg: LookupOrderInput | LookupCustomerInput | PolicyInput
+        result_type: type[Observation]
+        if tool == "lookup_order":
+            arg, result_type = (
+                LookupOrderInput(order_number=order_number, customer=customer),
+                OrderLookup,
+            )
+        elif tool == "lookup_customer_history":
+            arg, result_type = LookupCustomerInput(customer=customer), HistoryLookup
+        else:
+            arg, result_type = (
+                PolicyInput(order_number=order_number, customer=customer),
+                PolicyLookup,
+            )
+        return await workflow.execute_activity(
+            tool,
+            arg,
+            result_type=result_type,
+            start_to_close_timeout=timedelta(seconds=10),
+            retry_policy=LOOKUP_RETRY,
+        )
+
+    # ------------------------------------------------------------------------------------------
+    # Escalation, hold, authorization, the effect
+    # ------------------------------------------------------------------------------------------
+
+    async def _escalate(self, order: OrderDetails, why: str) -> tuple[Actor, Role]:
+        await self._post(
+            "escalation",
+            f"This refund needs a support agent: order {order.order_number} ({order.item}, "
+            f"{_money(order.amount_cents)}). {why}",
+            actions=["approve", "deny"],
+        )
+        return await self._next_approval()
+
+    async def _next_approval(self) -> tuple[Actor, Role]:
+        while True:
+            self._phase = "waiting_for_approval"
+            try:
+                # DURABLE WAIT: the escalation may sit for days; no process holds it.
+                await workflow.wait_condition(
+                    lambda: bool(self._approvals), timeout=APPROVAL_TIMEOUT
+                )
+            except TimeoutError as err:
+                raise _Idle from err
+            approval = self._approvals.pop(0)
+            if approval.decision == "approve":
+                return approval.actor, "refund_approver"
+            # A Deny counts only from someone who may decide refunds, read live like an approval.
+            check = await self._authorize(approval.actor, "refund_approver", 0)
+            if check.allowed:
+                raise _Declined
+            await self._post(
+                "info", f"{approval.actor.label} can't decline this refund: {check.reason}."
+            )
+
+    async def _hold_before_refund(self, order: OrderDetails) -> None:
+        if not self._start.hold_before_refund:
+            return
+        # DEMO HOOK + DURABLE WAIT: the crash drill lands here every time. A real deployment has
+        # no hold and recovers the same way from wherever the Worker died.
+        self._phase = "held_before_refund"
+        await self._post(
+            "info",
+            f"Refund of {_money(order.amount_cents)} approved. Holding before the refund for the "
+            "demo: a presenter releases it with /refund-release.",
+        )
+        await workflow.wait_condition(lambda: self._released)
+
+    async def _authorized(
+        self, order: OrderDetails, approver: Actor, role: Role
+    ) -> tuple[Actor, Role]:
+        """Loop until a live grant covers the refund; each miss is told in the thread."""
+        while True:
+            check = await self._authorize(approver, role, order.amount_cents)
+            if check.allowed:
+                return approver, role
+            if approver == AGENT_PRINCIPAL:
+                await self._post("info", f"I can't refund this on my own: {check.reason}.")
+                approver, role = await self._escalate(
+                    order, "The agent's own grant does not cover it."
+                )
+            else:
+                await self._post(
+                    "info",
+                    f"No refund yet: {check.reason}. Waiting for approval from a support agent "
+                    "with a live refund grant.",
+                )
+                approver, role = await self._next_approval()
+
+    async def _authorize(
+        self, principal: Actor, role: Role, amount_cents: int
+    ) -> AuthorizationDecision:
+        self._phase = "authorizing"
+        # AUTHORIZATION STATE: read live from its owner right now; never cached in this Workflow.
+        return await workflow.execute_activity(
+            "authorize_refund",
+            AuthorizeInput(
+                principal=principal,
+                role=role,
+                amount_cents=amount_cents,
+                workflow_id=workflow.info().workflow_id,
+            ),
+            result_type=AuthorizationDecision,
+            start_to_close_timeout=timedelta(seconds=10),
+            retry_policy=LOOKUP_RETRY,
+        )
+
+    async def _refund_order(self, order: OrderDetails) -> ConversationOutcome:
+        info = workflow.info()
+        self._phase = "refunding"
+        try:
+            # EXTERNAL EFFECT: every attempt sends the same idempotency key.
+            result = await workflow.execute_activity(
+                "issue_refund",
+                RefundRequest(
+                    idempotency_key=idempotency_key_for(
+                        info.workflow_id, info.first_execution_run_id
+                    ),
+                    workflow_id=info.workflow_id,
+                    order_number=order.order_number,
+                    payment_ref=order.payment_ref,
+                    amount_cents=order.amount_cents,
+                    currency=order.currency,
+                ),
+                result_type=RefundResult,
+                start_to_close_timeout=timedelta(minutes=1),
+                heartbeat_timeout=REFUND_HEARTBEAT_TIMEOUT,
+                schedule_to_close_timeout=timedelta(minutes=10),
+                retry_policy=REFUND_RETRY,
+            )
+        except ActivityError as err:
+            cause = getattr(err.cause, "message", None) or str(err.cause or err)
+            workflow.logger.error("EXTERNAL EFFECT | refund failed: %s", cause)
+            return await self._close(
+                "failed",
+                f"The refund could not be issued ({cause}). A support agent will follow up.",
+            )
+        self._refund = result
+        if result.status == "succeeded":
+            text = (
+                f"Your refund is complete: {_money(result.amount_cents)} for order "
+                f"{order.order_number} ({order.item}) is on its way back to your original payment "
+                f"method. Reference {result.refund_id}."
+            )
+        else:
+            # Say "complete" only when the owner says succeeded.
+            text = (
+                f"Your refund of {_money(result.amount_cents)} was accepted and is "
+                f"{result.status}. Reference {result.refund_id}."
+            )
+        return await self._close("refunded", text, result)
+
+    # ------------------------------------------------------------------------------------------
+    # Helpers
+    # ------------------------------------------------------------------------------------------
+
+    async def _post(self, kind: MessageKind, text: str, actions: list | None = None) -> None:
+        info = workflow.info()
+        self._seq += 1
+        # EXTERNAL EFFECT: a chat message, posted at most once per stable key.
+        await workflow.execute_activity(
+            "post_to_thread",
+            OutboundMessage(
+                thread=self._start.thread,
+                key=MessageKey(workflow_id=info.workflow_id, run_id=info.run_id, seq=self._seq),
+                kind=kind,
+                text=text,
+                actions=actions or [],
+            ),
+            start_to_close_timeout=timedelta(seconds=30),
+            schedule_to_close_timeout=timedelta(days=1),
+            retry_policy=POST_RETRY,
+        )
+
+    async def _close(
+        self, status: str, text: str, refund: RefundResult | None = None
+    ) -> ConversationOutcome:
+        self._phase = "closed"
+        await self._post("outcome", text)
+        return ConversationOutcome(status=status, message=text, refund=refund)  # type: ignore[arg-type]
+
+    async def _fail(self, reason: str, error_type: str) -> None:
+        # The customer hears something went wrong; the run fails loudly for an operator to see.
+        await self._post(
+            "info", "Something went wrong on our side. A support agent will pick this up."
+        )
+        raise ApplicationError(reason, type=error_type, non_retryable=True)
+
+    def _order(self) -> OrderDetails | None:
+        lookup = next((o for o in self._memory if isinstance(o, OrderLookup)), None)
+        return lookup.order if lookup else None
+
+    def _remember_id(self, message_id: str) -> bool:
+        """Record an id; False if it was seen already (a redelivered event)."""
+        if message_id in self._seen_ids:
+            return False
+        self._seen_ids.append(message_id)
+        del self._seen_ids[:-MAX_SEEN_IDS]
+        return True
+
+    # ------------------------------------------------------------------------------------------
+    # Signals and the query
+    # ------------------------------------------------------------------------------------------
+
+    @workflow.signal
+    def customer_message(self, message: CustomerMessage) -> None:
+        # EXECUTION STATE: the Signal is in Event History before this runs, so it survives a crash.
+        if not self._remember_id(message.message_id):
+            return  # a platform retry or a reconnect replay: applied once
+        customer = self._start.customer
+        if (message.author.platform, message.author.user_id) != (
+            customer.platform,
+            customer.user_id,
+        ):
+            # Recorded in history (the Signal itself) but never taken as an answer.
+            workflow.logger.info("message %s is not from the thread's customer", message.message_id)
+            return
+        text = message.text.strip()[:MAX_TEXT_CHARS]
+        if not text or len(self._inbox) >= MAX_QUEUED_MESSAGES:
+            return
+        self._inbox.append(message.model_copy(update={"text": text}))
+
+    @workflow.signal
+    def approval(self, approval: Approval) -> None:
+        if self._remember_id(f"click:{approval.click_id}"):
+            self._approvals.append(approval)
+
+    @workflow.signal
+    def release(self) -> None:
+        self._released = True
+
+    @workflow.query
+    def view(self) -> ConversationView:
+        return ConversationView(
+            workflow_id=workflow.info().workflow_id,
+            phase=self._phase,
+            customer=self._start.customer,
+            answers={o.question_id: o.text for o in self._memory if isinstance(o, Answer)},
+            lookups=[o.kind for o in self._memory if not isinstance(o, Answer)],
+            pending_question=self._pending_question,
+            next_action=self._next_action(),
+            decision=self._decision,
+            refund=self._refund,
+            held=self._phase == "held_before_refund",
+            queued_messages=len(self._inbox),
+        )
+
+    def _next_action(self) -> str:
+        if self._phase == "closed":
+            return "none: closed"
+        if self._phase == "waiting_for_customer":
+            return f"wait for the customer's answer to: {self._pending_question}"
+        if self._phase in ("held_before_refund", "authorizing", "refunding"):
+            return "issue refund"
+        if self._phase == "waiting_for_approval":
+            return "wait for a support agent's approval"
+        return "decide next step"

@@ -1,0 +1,140 @@
+"""The local platform: a support channel whose threads and messages live in SQLite.
+
+It is the embedded default platform (no Slack or Discord account needed) and the local platform's
+outbound half: the Worker posts the agent's messages here, and the terminal reads them back. A post
+carries its stable key in a UNIQUE column, so a retried post_to_thread finds the earlier row
+instead of writing a second one.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from pathlib import Path
+
+import aiosqlite
+from pydantic import BaseModel
+
+from agent.models import OutboundMessage, PostedMessage
+from agent.stores.db import open_db
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS threads (
+    thread_id TEXT PRIMARY KEY,
+    channel TEXT NOT NULL,
+    opened_by TEXT NOT NULL,
+    opened_at TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS messages (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    thread_id TEXT NOT NULL,
+    message_key TEXT UNIQUE,
+    author TEXT NOT NULL,
+    author_is_bot INTEGER NOT NULL,
+    kind TEXT NOT NULL,
+    text TEXT NOT NULL,
+    actions TEXT NOT NULL DEFAULT '[]',
+    created_at TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS messages_by_thread ON messages (thread_id, seq);
+"""
+
+LOCAL_WORKSPACE = "local"
+BOT_AUTHOR = "refund-bot"
+
+
+class LocalMessage(BaseModel):
+    seq: int
+    thread_id: str
+    message_key: str | None
+    author: str
+    author_is_bot: bool
+    kind: str
+    text: str
+    actions: list[str]
+    created_at: str
+
+    @property
+    def message_id(self) -> str:
+        return f"local-{self.seq}"
+
+
+def _now() -> str:
+    return datetime.now(UTC).isoformat(timespec="milliseconds")
+
+
+def _row(row: aiosqlite.Row) -> LocalMessage:
+    return LocalMessage(**{**dict(row), "actions": json.loads(row["actions"])})
+
+
+class LocalThreadStore:
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    async def open_thread(self, channel: str, author: str, text: str) -> LocalMessage:
+        """A customer's first message in the channel: it becomes the root of a new thread."""
+        async with open_db(self.path, SCHEMA) as db:
+            cursor = await db.execute(
+                "INSERT INTO messages (thread_id, author, author_is_bot, kind, text, created_at) "
+                "VALUES ('', ?, 0, 'customer', ?, ?)",
+                (author, text, _now()),
+            )
+            seq = cursor.lastrowid
+            thread_id = f"t{seq}"
+            await db.execute("UPDATE messages SET thread_id = ? WHERE seq = ?", (thread_id, seq))
+            await db.execute(
+                "INSERT INTO threads VALUES (?, ?, ?, ?)", (thread_id, channel, author, _now())
+            )
+            await db.commit()
+            cursor = await db.execute("SELECT * FROM messages WHERE seq = ?", (seq,))
+            return _row(await cursor.fetchone())
+
+    async def add_reply(self, thread_id: str, author: str, text: str) -> LocalMessage:
+        async with open_db(self.path, SCHEMA) as db:
+            cursor = await db.execute(
+                "INSERT INTO messages (thread_id, author, author_is_bot, kind, text, created_at) "
+                "VALUES (?, ?, 0, 'reply', ?, ?)",
+                (thread_id, author, text, _now()),
+            )
+            await db.commit()
+            cursor = await db.execute("SELECT * FROM messages WHERE seq = ?", (cursor.lastrowid,))
+            return _row(await cursor.fetchone())
+
+    async def post(self, message: OutboundMessage) -> PostedMessage:
+        """ThreadPoster.post for the local platform: at most one row per message key."""
+        async with open_db(self.path, SCHEMA) as db:
+            cursor = await db.execute(
+                "INSERT OR IGNORE INTO messages (thread_id, message_key, author, author_is_bot, "
+                "kind, text, actions, created_at) VALUES (?, ?, ?, 1, ?, ?, ?, ?)",
+                (
+                    message.thread.thread,
+                    str(message.key),
+                    BOT_AUTHOR,
+                    message.kind,
+                    message.text,
+                    json.dumps(message.actions),
+                    _now(),
+                ),
+            )
+            inserted = cursor.rowcount == 1
+            await db.commit()
+            cursor = await db.execute(
+                "SELECT seq FROM messages WHERE message_key = ?", (str(message.key),)
+            )
+            (seq,) = await cursor.fetchone()  # type: ignore[misc]
+        return PostedMessage(platform_message_id=f"local-{seq}", duplicate=not inserted)
+
+    async def messages(
+        self, thread_id: str | None = None, after_seq: int = 0
+    ) -> list[LocalMessage]:
+        async with open_db(self.path, SCHEMA) as db:
+            if thread_id is None:
+                cursor = await db.execute(
+                    "SELECT * FROM messages WHERE seq > ? ORDER BY seq", (after_seq,)
+                )
+            else:
+                cursor = await db.execute(
+                    "SELECT * FROM messages WHERE thread_id = ? AND seq > ? ORDER BY seq",
+                    (thread_id, after_seq),
+                )
+            return [_row(r) for r in await cursor.fetchall()]

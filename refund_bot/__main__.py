@@ -1,0 +1,3 @@
+from refund_bot.cli import main
+
+main()

@@ -1,0 +1,37 @@
+"""Shared fixtures: one real Temporal dev server per test session, real SQLite files per test."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import pytest
+from temporalio.client import Client
+from temporalio.testing import WorkflowEnvironment
+
+from agent.settings import AgentSettings
+from agent.temporal_client import DATA_CONVERTER
+from worker.server import temporal_cli_path
+
+
+@pytest.fixture(scope="session")
+async def temporal_env() -> AsyncIterator[WorkflowEnvironment]:
+    env = await WorkflowEnvironment.start_local(
+        dev_server_existing_path=str(temporal_cli_path()),
+        data_converter=DATA_CONVERTER,
+        dev_server_log_level="error",
+    )
+    try:
+        yield env
+    finally:
+        await env.shutdown()
+
+
+@pytest.fixture
+def client(temporal_env: WorkflowEnvironment) -> Client:
+    return temporal_env.client
+
+
+@pytest.fixture
+def agent_settings(tmp_path) -> AgentSettings:  # noqa: ANN001
+    # _env_file=None: a developer's own .env must not leak into a test.
+    return AgentSettings(_env_file=None, data_dir=tmp_path)  # type: ignore[call-arg]

@@ -1,0 +1,91 @@
+"""Drive one local-platform conversation against a real Temporal server, as the router would."""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass, field
+
+from temporalio.client import Client, WorkflowHandle
+
+from agent.models import Actor, Approval, ConversationStart, ConversationView, CustomerMessage, ThreadRef
+from agent.workflow import RefundConversation
+from bot.local.thread_store import LocalMessage, LocalThreadStore
+from tests.support.conditions import wait_for
+
+CUSTOMER = Actor(platform="local", user_id="customer", display_name="Nyghtowl")
+SUPPORT = Actor(platform="local", user_id="support", display_name="Sam (support)")
+
+
+@dataclass
+class LocalConversation:
+    client: Client
+    threads: LocalThreadStore
+    task_queue: str
+    customer: Actor = CUSTOMER
+    handle: WorkflowHandle | None = None
+    thread_id: str = ""
+    _seen_bot: int = field(default=0)
+
+    async def open(self, text: str, *, hold: bool = False) -> WorkflowHandle:
+        root = await self.threads.open_thread("support", self.customer.user_id, text)
+        self.thread_id = root.thread_id
+        start = ConversationStart(
+            thread=ThreadRef(platform="local", workspace="local", channel="support", thread=root.thread_id),
+            customer=self.customer,
+            opening_message_id=root.message_id,
+            opening_text=text,
+            hold_before_refund=hold,
+        )
+        self.handle = await self.client.start_workflow(
+            RefundConversation.run,
+            start,
+            id=f"local-test-{uuid.uuid4().hex[:12]}-{root.thread_id}",
+            task_queue=self.task_queue,
+            start_signal="customer_message",
+            start_signal_args=[
+                CustomerMessage(message_id=root.message_id, author=self.customer, text=text)
+            ],
+        )
+        return self.handle
+
+    async def bot_messages(self) -> list[LocalMessage]:
+        return [m for m in await self.threads.messages(self.thread_id) if m.author_is_bot]
+
+    async def next_bot_message(self, timeout: float = 20.0) -> LocalMessage:
+        """The next message the agent posts in the thread (each returned once)."""
+
+        async def probe() -> LocalMessage | None:
+            messages = await self.bot_messages()
+            return messages[self._seen_bot] if len(messages) > self._seen_bot else None
+
+        message = await wait_for(probe, timeout=timeout, what="the agent's next message")
+        self._seen_bot += 1
+        return message
+
+    async def reply(self, text: str, author: Actor | None = None, message_id: str | None = None) -> str:
+        author = author or self.customer
+        row = await self.threads.add_reply(self.thread_id, author.user_id, text)
+        mid = message_id or row.message_id
+        assert self.handle is not None
+        await self.handle.signal(
+            RefundConversation.customer_message, CustomerMessage(message_id=mid, author=author, text=text)
+        )
+        return mid
+
+    async def click(self, decision: str, actor: Actor = SUPPORT) -> None:
+        assert self.handle is not None
+        await self.handle.signal(
+            RefundConversation.approval,
+            Approval(decision=decision, actor=actor, click_id=uuid.uuid4().hex),  # type: ignore[arg-type]
+        )
+
+    async def view(self) -> ConversationView:
+        assert self.handle is not None
+        return await self.handle.query(RefundConversation.view)
+
+    async def wait_phase(self, phase: str, timeout: float = 20.0) -> ConversationView:
+        async def probe() -> ConversationView | None:
+            view = await self.view()
+            return view if view.phase == phase else None
+
+        return await wait_for(probe, timeout=timeout, what=f"phase {phase}")

@@ -1,0 +1,93 @@
+"""`refund-bot worker`: one Temporal Worker for the refund conversations.
+
+It runs in its own process so that it can really die (the supervisor restarts it). The chat
+platforms' outbound halves and any platform grant sources arrive by injection: this module knows
+the agent's Activities, not Slack or Discord.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+from collections.abc import Mapping
+from datetime import timedelta
+
+from temporalio.client import Client
+from temporalio.worker import Worker
+
+from agent.activities.authorize import AuthorizeActivities, GrantSource
+from agent.activities.decide import decide_next_step
+from agent.activities.lookups import LookupActivities
+from agent.activities.notify import NotifyActivities, ThreadPoster
+from agent.activities.refund import RefundActivities
+from agent.settings import AgentSettings, TemporalSettings
+from agent.stores.domain import DomainStore
+from agent.stores.grants import GrantStore
+from agent.stores.ledger import Ledger
+from agent.workflow import RefundConversation
+from worker.control import worker_identity
+
+log = logging.getLogger(__name__)
+
+# If this Worker dies without the supervisor noticing (no reset of sticky queues), a conversation's
+# next task waits at most this long on the dead Worker's sticky queue before Temporal hands it to
+# another Worker. The SDK default is 10 s.
+STICKY_TIMEOUT = timedelta(seconds=2)
+
+
+async def prepare_stores(settings: AgentSettings) -> tuple[DomainStore, GrantStore, Ledger]:
+    """Open and seed the stores (idempotent), so a fresh data directory tells the whole story."""
+    domain = DomainStore(settings.domain_db, settings.demo_customer_for_new_users)
+    grants = GrantStore(settings.grants_db)
+    ledger = Ledger(settings.ledger_db)
+    await domain.seed()
+    await grants.seed()
+    await ledger.seed_payments(await domain.payments())
+    return domain, grants, ledger
+
+
+async def build_worker(
+    client: Client,
+    task_queue: str,
+    settings: AgentSettings,
+    posters: Mapping[str, ThreadPoster],
+    grant_sources: Mapping[str, GrantSource] | None = None,
+) -> Worker:
+    domain, grants, ledger = await prepare_stores(settings)
+    lookups = LookupActivities(domain)
+    return Worker(
+        client,
+        task_queue=task_queue,
+        identity=worker_identity(),
+        workflows=[RefundConversation],
+        activities=[
+            decide_next_step,
+            lookups.lookup_order,
+            lookups.lookup_customer_history,
+            lookups.check_refund_policy,
+            AuthorizeActivities(grants, grant_sources).authorize_refund,
+            RefundActivities(settings, ledger).issue_refund,
+            NotifyActivities(posters).post_to_thread,
+        ],
+        sticky_queue_schedule_to_start_timeout=STICKY_TIMEOUT,
+        graceful_shutdown_timeout=timedelta(seconds=5),
+    )
+
+
+async def run_worker(
+    client: Client,
+    temporal: TemporalSettings,
+    settings: AgentSettings,
+    posters: Mapping[str, ThreadPoster],
+    grant_sources: Mapping[str, GrantSource] | None = None,
+) -> None:
+    """Run until SIGTERM/SIGINT (graceful) or SIGKILL (not graceful: that is the drill)."""
+    worker = await build_worker(client, temporal.task_queue, settings, posters, grant_sources)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    async with worker:
+        log.info("worker %s polling %s", worker_identity(), temporal.task_queue)
+        await stop.wait()
