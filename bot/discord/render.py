@@ -1,0 +1,129 @@
+"""What one OutboundMessage looks like on Discord: pure functions, no I/O.
+
+Custom ids are the contract with the inbound adapter: `refund:<action>:<workflow_id>`, where
+action is `approve` or `deny`. A click carries the Workflow ID back, so it routes without a lookup
+table and survives bot restarts (persistent components). Discord caps a custom_id at 100
+characters, so the Workflow ID may be at most 85 characters (100 - len("refund:approve:"));
+custom_id_for refuses longer ones rather than let Discord reject the whole message.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import re
+from typing import Any, Literal, get_args
+
+import discord
+
+from agent.models import MessageKey, OutboundMessage
+
+Action = Literal["approve", "deny"]
+ACTIONS: tuple[Action, ...] = get_args(Action)
+
+CUSTOM_ID_PREFIX = "refund"
+MAX_CUSTOM_ID = 100  # Discord's limit on a component's custom_id
+MAX_CONTENT = 2000  # Discord's limit on message content
+MAX_NONCE = 25  # Discord's limit on a message nonce
+ELLIPSIS = "…"
+
+# For a discord.py DynamicItem(template=CUSTOM_ID_TEMPLATE): discord.py matches it with fullmatch.
+CUSTOM_ID_TEMPLATE = rf"{CUSTOM_ID_PREFIX}:(?P<action>approve|deny):(?P<workflow_id>\S+)"
+CUSTOM_ID_RE = re.compile(CUSTOM_ID_TEMPLATE)
+
+_BUTTONS: dict[Action, tuple[str, discord.ButtonStyle]] = {
+    "approve": ("Approve", discord.ButtonStyle.success),
+    "deny": ("Deny", discord.ButtonStyle.danger),
+}
+
+
+def custom_id_for(action: Action, workflow_id: str) -> str:
+    """The custom_id of an escalation button. Raises ValueError if it cannot fit Discord's limit."""
+    if action not in ACTIONS:
+        raise ValueError(f"unknown action {action!r}")
+    custom_id = f"{CUSTOM_ID_PREFIX}:{action}:{workflow_id}"
+    if not CUSTOM_ID_RE.fullmatch(custom_id):
+        raise ValueError(f"workflow id {workflow_id!r} cannot be carried in a custom_id")
+    if len(custom_id) > MAX_CUSTOM_ID:
+        raise ValueError(
+            f"custom_id would be {len(custom_id)} characters, Discord allows {MAX_CUSTOM_ID}: "
+            f"workflow id {workflow_id!r} is too long"
+        )
+    return custom_id
+
+
+def parse_custom_id(custom_id: str) -> tuple[Action, str] | None:
+    """(action, workflow_id) from a button's custom_id, or None if it is not one of ours."""
+    if len(custom_id) > MAX_CUSTOM_ID:
+        return None
+    match = CUSTOM_ID_RE.fullmatch(custom_id)
+    if match is None:
+        return None
+    action: Action = "approve" if match["action"] == "approve" else "deny"
+    return action, match["workflow_id"]
+
+
+def nonce_for(key: MessageKey) -> str:
+    """A deterministic nonce for a message key: every retry of one post sends the same nonce.
+
+    Base32 of SHA-256, cut to Discord's 25 characters (125 bits), so distinct keys do not collide
+    in practice and nothing about the conversation is readable from the nonce.
+    """
+    digest = hashlib.sha256(str(key).encode()).digest()
+    return base64.b32encode(digest).decode().lower()[:MAX_NONCE]
+
+
+def fit_content(text: str, limit: int = MAX_CONTENT) -> str:
+    """Cut text to `limit` characters, ending in an ellipsis when cut.
+
+    Counted in UTF-16 code units, which is never fewer than code points: whichever way Discord
+    counts, a cut message is accepted instead of failing the post with a 400.
+    """
+    if _utf16_len(text) <= limit:
+        return text
+    budget = limit - _utf16_len(ELLIPSIS)
+    out: list[str] = []
+    used = 0
+    for char in text:
+        width = _utf16_len(char)
+        if used + width > budget:
+            break
+        out.append(char)
+        used += width
+    return "".join(out) + ELLIPSIS
+
+
+def components_for(workflow_id: str, actions: list[Action]) -> list[dict[str, Any]]:
+    """One action row with a button per action, in the order given (duplicates dropped)."""
+    buttons = []
+    for action in dict.fromkeys(actions):
+        label, style = _BUTTONS[action]
+        buttons.append(
+            {
+                "type": discord.ComponentType.button.value,
+                "style": style.value,
+                "label": label,
+                "custom_id": custom_id_for(action, workflow_id),
+            }
+        )
+    return [{"type": discord.ComponentType.action_row.value, "components": buttons}]
+
+
+def payload_for(message: OutboundMessage) -> dict[str, Any]:
+    """The JSON body of POST /channels/{thread_id}/messages for one outbound message."""
+    payload: dict[str, Any] = {
+        "content": fit_content(message.text),
+        # The text may quote a customer ("@everyone", "<@123>"): the bot never pings anyone.
+        "allowed_mentions": {"parse": []},
+        # With enforce_nonce, Discord returns the earlier message for a repeated nonce (same author,
+        # within a few minutes) instead of posting again: that is what makes a retry safe.
+        "nonce": nonce_for(message.key),
+        "enforce_nonce": True,
+    }
+    if message.actions:
+        payload["components"] = components_for(message.key.workflow_id, message.actions)
+    return payload
+
+
+def _utf16_len(text: str) -> int:
+    return len(text.encode("utf-16-le")) // 2

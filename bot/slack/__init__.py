@@ -1,0 +1,1 @@
+"""Slack: the slack-bolt adapter (inbound) and the Web API outbound half the Worker uses."""

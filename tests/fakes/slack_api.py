@@ -1,0 +1,464 @@
+"""A local stand-in for the Slack Web API, served over real HTTP so slack_sdk runs unmodified.
+
+It models only what refund-bot calls: auth.test, chat.postMessage, chat.update, chat.postEphemeral
+and conversations.replies, with Slack's payload shapes, its HTTP-200-with-`ok: false` errors, bearer
+token checks, cursor pagination and 429 + Retry-After. Use it as an async context manager:
+
+    async with FakeSlackApi() as slack:
+        root = slack.add_message("C0SUPPORT", "my order arrived broken")
+        client = AsyncWebClient(token=slack.token, base_url=slack.url)
+        ...
+        assert len(slack.calls_to("chat.postMessage")) == 1
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import json
+import time
+import uuid
+from collections import deque
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from aiohttp import web
+
+JsonDict = dict[str, Any]
+
+# Web API arguments that hold JSON: in a JSON body they are objects, in a form body JSON strings.
+_JSON_ARGS = ("blocks", "attachments", "metadata")
+
+
+@dataclass(frozen=True)
+class RecordedCall:
+    method: str  # Web API method, e.g. "chat.postMessage"
+    params: JsonDict  # query string and body merged, JSON-valued arguments decoded, token removed
+    http_method: str
+    content_type: str
+    status: int  # the HTTP status the fake answered with
+    error: str | None  # Slack's `error` code when ok was false
+    at: float  # time.monotonic() when the request arrived
+
+
+@dataclass
+class _Fault:
+    status: int
+    error: str
+    retry_after: int | None = None
+
+
+@dataclass
+class _Message:
+    channel: str
+    ts: str
+    user: str
+    text: str
+    thread_ts: str | None = None
+    bot: bool = False
+    blocks: list[JsonDict] | None = None
+    metadata: JsonDict | None = None
+    extra: JsonDict = field(default_factory=dict)
+
+
+class SlackApiError(Exception):
+    """An `ok: false` answer raised inside a handler; becomes HTTP 200 like Slack's own."""
+
+    def __init__(self, error: str, **extra: Any) -> None:
+        super().__init__(error)
+        self.error = error
+        self.extra = extra
+
+
+class FakeSlackApi:
+    """Slack Web API fake on 127.0.0.1, an ephemeral port; base URL in `url` once started."""
+
+    def __init__(
+        self,
+        *,
+        token: str = "xoxb-fake-0000-token",
+        team_id: str = "T0FAKE",
+        team: str = "Fake Workspace",
+        bot_user_id: str = "U0REFUNDBOT",
+        bot_id: str = "B0REFUNDBOT",
+        app_id: str = "A0REFUNDBOT",
+        unknown_channels: Iterable[str] = (),
+        channels_without_bot: Iterable[str] = (),
+    ) -> None:
+        self.token = token
+        self.team_id = team_id
+        self.team = team
+        self.bot_user_id = bot_user_id
+        self.bot_id = bot_id
+        self.app_id = app_id
+        # Channel ids starting with C or G exist unless listed here (keep it simple: no directory).
+        self.unknown_channels = set(unknown_channels)
+        self.channels_without_bot = set(channels_without_bot)
+
+        self.calls: list[RecordedCall] = []
+        self.ephemerals: list[JsonDict] = []  # never part of channel history, as in Slack
+        self._messages: dict[str, list[_Message]] = {}
+        self._faults: dict[str, deque[_Fault]] = {}
+        self._clock_us = int(time.time() * 1_000_000)
+        self._runner: web.AppRunner | None = None
+        self._port: int | None = None
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    @property
+    def url(self) -> str:
+        """Base URL for `AsyncWebClient(base_url=...)` / `SLACK_API_URL`."""
+        if self._port is None:
+            raise RuntimeError("FakeSlackApi is not started")
+        return f"http://127.0.0.1:{self._port}/api/"
+
+    async def start(self) -> None:
+        app = web.Application()
+        app.router.add_route("*", "/api/{method}", self._handle)
+        self._runner = web.AppRunner(app, access_log=None)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, "127.0.0.1", 0)
+        await site.start()
+        self._port = self._runner.addresses[0][1]
+
+    async def stop(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+
+    async def __aenter__(self) -> FakeSlackApi:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.stop()
+
+    # -- arranging and asserting -------------------------------------------------------------
+
+    def add_message(
+        self, channel: str, text: str, *, user: str = "U0CUSTOMER", thread_ts: str | None = None
+    ) -> str:
+        """Seed a human's message (a thread root when thread_ts is None); returns its ts."""
+        message = _Message(
+            channel=channel,
+            ts=self._next_ts(),
+            user=user,
+            text=text,
+            thread_ts=thread_ts,
+            extra={"client_msg_id": str(uuid.uuid4())},
+        )
+        self._messages.setdefault(channel, []).append(message)
+        return message.ts
+
+    def rate_limit(self, method: str, *, times: int = 1, retry_after: int = 1) -> None:
+        """Answer the next `times` calls of `method` with HTTP 429 and `Retry-After`."""
+        queue = self._faults.setdefault(method, deque())
+        queue.extend(_Fault(429, "ratelimited", retry_after) for _ in range(times))
+
+    def fail(self, method: str, error: str, *, times: int = 1, status: int = 200) -> None:
+        """Answer the next `times` calls of `method` with `ok: false` and `error`."""
+        queue = self._faults.setdefault(method, deque())
+        queue.extend(_Fault(status, error) for _ in range(times))
+
+    def calls_to(self, method: str) -> list[RecordedCall]:
+        return [call for call in self.calls if call.method == method]
+
+    def thread(self, channel: str, thread_ts: str) -> list[JsonDict]:
+        """Root first, then replies, as conversations.replies would show them with metadata."""
+        return [self._public(m, include_metadata=True) for m in self._thread(channel, thread_ts)]
+
+    def history(self, channel: str) -> list[JsonDict]:
+        """Every stored message in the channel, oldest first, replies included."""
+        return [self._public(m, include_metadata=True) for m in self._messages.get(channel, [])]
+
+    # -- HTTP --------------------------------------------------------------------------------
+
+    async def _handle(self, request: web.Request) -> web.Response:
+        arrived = time.monotonic()
+        method = request.match_info["method"]
+        params, body_token = await _read_params(request)
+        status, payload, headers = self._dispatch(method, params, request, body_token)
+        self.calls.append(
+            RecordedCall(
+                method=method,
+                params=params,
+                http_method=request.method,
+                content_type=request.content_type,
+                status=status,
+                error=None if payload.get("ok") else payload.get("error"),
+                at=arrived,
+            )
+        )
+        return web.json_response(payload, status=status, headers=headers)
+
+    def _dispatch(
+        self, method: str, params: JsonDict, request: web.Request, body_token: str | None
+    ) -> tuple[int, JsonDict, dict[str, str]]:
+        handler = _METHODS.get(method)
+        if handler is None:
+            return 404, {"ok": False, "error": "unknown_method"}, {}
+
+        # Slack takes the token from the Authorization header or a POST body field, not the URL.
+        auth = request.headers.get("Authorization", "")
+        token = auth.removeprefix("Bearer ").strip() if auth.startswith("Bearer ") else body_token
+        if not token:
+            return 200, {"ok": False, "error": "not_authed"}, {}
+        if token != self.token:
+            return 200, {"ok": False, "error": "invalid_auth"}, {}
+
+        queue = self._faults.get(method)
+        if queue:
+            fault = queue.popleft()
+            headers = {} if fault.retry_after is None else {"Retry-After": str(fault.retry_after)}
+            return fault.status, {"ok": False, "error": fault.error}, headers
+
+        try:
+            return 200, {"ok": True, **handler(self, params)}, {}
+        except SlackApiError as exc:
+            return 200, {"ok": False, "error": exc.error, **exc.extra}, {}
+
+    # -- methods -----------------------------------------------------------------------------
+
+    def _auth_test(self, params: JsonDict) -> JsonDict:
+        return {
+            "url": "https://fake-workspace.slack.com/",
+            "team": self.team,
+            "user": "refund-bot",
+            "team_id": self.team_id,
+            "user_id": self.bot_user_id,
+            "bot_id": self.bot_id,
+            "is_enterprise_install": False,
+        }
+
+    def _chat_post_message(self, params: JsonDict) -> JsonDict:
+        channel = self._require_member_channel(params)
+        text, blocks = _text_and_blocks(params)
+        thread_ts = params.get("thread_ts") or None
+        if thread_ts is not None:
+            parent = self._find(channel, str(thread_ts))
+            # A reply to a reply joins the parent's thread.
+            thread_ts = (parent.thread_ts or parent.ts) if parent else str(thread_ts)
+        message = _Message(
+            channel=channel,
+            ts=self._next_ts(),
+            user=self.bot_user_id,
+            text=text,
+            thread_ts=thread_ts,
+            bot=True,
+            blocks=blocks,
+            metadata=_metadata(params),
+        )
+        self._messages.setdefault(channel, []).append(message)
+        return {
+            "channel": channel,
+            "ts": message.ts,
+            "message": self._public(message, include_metadata=True),
+        }
+
+    def _chat_update(self, params: JsonDict) -> JsonDict:
+        channel = self._require_member_channel(params)
+        message = self._find(channel, str(params.get("ts") or ""))
+        if message is None:
+            raise SlackApiError("message_not_found")
+        if not message.bot:
+            raise SlackApiError("cant_update_message")
+        text, blocks = _text_and_blocks(params)
+        message.text, message.blocks = text, blocks
+        if "metadata" in params:
+            message.metadata = _metadata(params)
+        message.extra["edited"] = {"user": self.bot_user_id, "ts": self._next_ts()}
+        return {
+            "channel": channel,
+            "ts": message.ts,
+            "text": message.text,
+            "message": self._public(message, include_metadata=True),
+        }
+
+    def _chat_post_ephemeral(self, params: JsonDict) -> JsonDict:
+        channel = self._require_member_channel(params)
+        if not params.get("user"):
+            raise SlackApiError("user_not_in_channel")
+        text, blocks = _text_and_blocks(params)
+        ts = self._next_ts()
+        self.ephemerals.append(
+            {
+                "channel": channel,
+                "user": params["user"],
+                "text": text,
+                "blocks": blocks,
+                "thread_ts": params.get("thread_ts"),
+                "message_ts": ts,
+            }
+        )
+        return {"message_ts": ts}
+
+    def _conversations_replies(self, params: JsonDict) -> JsonDict:
+        channel = self._require_member_channel(params)
+        anchor = self._find(channel, str(params.get("ts") or ""))
+        if anchor is None:
+            raise SlackApiError("thread_not_found")
+        messages = self._thread(channel, anchor.thread_ts or anchor.ts)
+
+        limit = _int(params.get("limit"), default=1000)
+        if not 1 <= limit <= 1000:
+            limit = 1000
+        start = 0
+        if params.get("cursor"):
+            next_ts = _decode_cursor(str(params["cursor"]))
+            start = next((i for i, m in enumerate(messages) if m.ts >= next_ts), len(messages))
+        page = messages[start : start + limit]
+        has_more = start + limit < len(messages)
+
+        include_metadata = _truthy(params.get("include_all_metadata"))
+        response: JsonDict = {
+            "messages": [self._public(m, include_metadata=include_metadata) for m in page],
+            "has_more": has_more,
+        }
+        if has_more:
+            response["response_metadata"] = {
+                "next_cursor": _encode_cursor(messages[start + limit].ts)
+            }
+        return response
+
+    # -- helpers -----------------------------------------------------------------------------
+
+    def _require_member_channel(self, params: JsonDict) -> str:
+        channel = str(params.get("channel") or "")
+        if channel[:1] not in ("C", "G") or channel in self.unknown_channels:
+            raise SlackApiError("channel_not_found")
+        if channel in self.channels_without_bot:
+            raise SlackApiError("not_in_channel")
+        return channel
+
+    def _next_ts(self) -> str:
+        # Slack's ts is "seconds.microseconds", unique and increasing within a channel.
+        self._clock_us = max(self._clock_us + 100, int(time.time() * 1_000_000))
+        return f"{self._clock_us // 1_000_000}.{self._clock_us % 1_000_000:06d}"
+
+    def _find(self, channel: str, ts: str) -> _Message | None:
+        return next((m for m in self._messages.get(channel, []) if m.ts == ts), None)
+
+    def _thread(self, channel: str, root_ts: str) -> list[_Message]:
+        in_channel = self._messages.get(channel, [])
+        root = [m for m in in_channel if m.ts == root_ts]
+        replies = [m for m in in_channel if m.thread_ts == root_ts and m.ts != root_ts]
+        return root + sorted(replies, key=lambda m: m.ts)
+
+    def _public(self, message: _Message, *, include_metadata: bool) -> JsonDict:
+        """The message object as Slack's Web API shows it."""
+        out: JsonDict = {"type": "message", "user": message.user, "text": message.text}
+        if message.bot:
+            out.update(bot_id=self.bot_id, app_id=self.app_id)
+        out.update(message.extra)
+        out["ts"] = message.ts
+        out["team"] = self.team_id
+        if message.blocks is not None:
+            out["blocks"] = message.blocks
+        if message.thread_ts is not None and message.thread_ts != message.ts:
+            root = self._find(message.channel, message.thread_ts)
+            out["thread_ts"] = message.thread_ts
+            out["parent_user_id"] = root.user if root else message.user
+        else:
+            replies = self._thread(message.channel, message.ts)[1:]
+            if replies:
+                users = list(dict.fromkeys(r.user for r in replies))
+                out.update(
+                    thread_ts=message.ts,
+                    reply_count=len(replies),
+                    reply_users_count=len(users),
+                    latest_reply=replies[-1].ts,
+                    reply_users=users,
+                    is_locked=False,
+                    subscribed=False,
+                )
+        if include_metadata and message.metadata is not None:
+            out["metadata"] = message.metadata
+        return out
+
+
+_METHODS = {
+    "auth.test": FakeSlackApi._auth_test,
+    "chat.postMessage": FakeSlackApi._chat_post_message,
+    "chat.update": FakeSlackApi._chat_update,
+    "chat.postEphemeral": FakeSlackApi._chat_post_ephemeral,
+    "conversations.replies": FakeSlackApi._conversations_replies,
+}
+
+
+async def _read_params(request: web.Request) -> tuple[JsonDict, str | None]:
+    """Query string plus body, as Slack reads them; also a token sent as a form field."""
+    params: JsonDict = dict(request.query)
+    body_token: str | None = None
+    if request.can_read_body:
+        if request.content_type == "application/json":
+            try:
+                body = await request.json()
+            except json.JSONDecodeError:
+                body = {}
+            if isinstance(body, dict):
+                params.update(body)
+        else:  # application/x-www-form-urlencoded or multipart/form-data
+            form = await request.post()
+            params.update({k: v for k, v in form.items() if isinstance(v, str)})
+            token = form.get("token")
+            body_token = token if isinstance(token, str) else None
+    for name in _JSON_ARGS:
+        if isinstance(params.get(name), str):
+            # Undecodable stays a string; the method then answers invalid_*_format.
+            with contextlib.suppress(json.JSONDecodeError):
+                params[name] = json.loads(params[name])
+    # Never keep a token in the call log. A token in the URL is not accepted, as with Slack.
+    params.pop("token", None)
+    return params, body_token
+
+
+def _text_and_blocks(params: JsonDict) -> tuple[str, list[JsonDict] | None]:
+    text = params.get("text")
+    blocks = params.get("blocks")
+    if blocks is not None and not isinstance(blocks, list):
+        raise SlackApiError("invalid_blocks_format")
+    if not text and not blocks:
+        raise SlackApiError("no_text")
+    return str(text or ""), blocks
+
+
+def _metadata(params: JsonDict) -> JsonDict | None:
+    metadata = params.get("metadata")
+    if metadata is None:
+        return None
+    if (
+        not isinstance(metadata, dict)
+        or not isinstance(metadata.get("event_type"), str)
+        or not isinstance(metadata.get("event_payload"), dict)
+    ):
+        raise SlackApiError("invalid_metadata_format")
+    return {"event_type": metadata["event_type"], "event_payload": metadata["event_payload"]}
+
+
+def _truthy(value: Any) -> bool:
+    # JSON bodies carry true/false; the SDK turns bools in query strings into "1"/"0".
+    return value is True or str(value).lower() in ("1", "true")
+
+
+def _int(value: Any, *, default: int) -> int:
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return default
+
+
+def _encode_cursor(next_ts: str) -> str:
+    # Slack's own cursors look like base64("next_ts:1512085861000544").
+    return base64.b64encode(f"next_ts:{next_ts.replace('.', '')}".encode()).decode()
+
+
+def _decode_cursor(cursor: str) -> str:
+    try:
+        raw = base64.b64decode(cursor.encode(), validate=True).decode()
+    except ValueError as exc:
+        raise SlackApiError("invalid_cursor") from exc
+    prefix, _, digits = raw.partition(":")
+    if prefix != "next_ts" or not digits.isdigit() or len(digits) < 7:
+        raise SlackApiError("invalid_cursor")
+    return f"{digits[:-6]}.{digits[-6:]}"
