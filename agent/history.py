@@ -16,7 +16,15 @@ from temporalio.api.history.v1 import HistoryEvent
 from temporalio.client import Client, WorkflowHistory
 from temporalio.converter import DataConverter
 
-from agent.models import AgentStep, Answer, ConversationOutcome, DecideInput, RefundResult
+from agent.models import (
+    AgentStep,
+    Answer,
+    ConversationOutcome,
+    DecideInput,
+    OrderDetails,
+    OrderLookup,
+    RefundResult,
+)
 from agent.temporal_client import DATA_CONVERTER
 
 LOOKUP_TOOLS = ("lookup_order", "lookup_customer_history", "check_refund_policy")
@@ -38,6 +46,7 @@ class Survivors(BaseModel):
     refund: RefundProgress
     decide_calls: int
     customer_signals: int
+    order: OrderDetails | None = None
     outcome: ConversationOutcome | None = None
 
 
@@ -97,6 +106,7 @@ def survivors_from_history(
 
     memory = decides[-1].input.memory if decides and decides[-1].input else []
     answers = {o.question_id: o.text for o in memory if isinstance(o, Answer)}
+    order = next((o.order for o in memory if isinstance(o, OrderLookup)), None)
     lookups = [a.name for a in activities if a.name in LOOKUP_TOOLS and a.completed]
 
     outcome = None
@@ -144,6 +154,7 @@ def survivors_from_history(
         refund=refund,
         decide_calls=len(decides),
         customer_signals=customer_signals,
+        order=order,
         outcome=outcome,
     )
 
@@ -181,8 +192,11 @@ async def what_survives(client: Client, workflow_id: str) -> Survivors:
     history = await handle.fetch_history()
     description = await handle.describe()
     attempts = max(
-        (p.attempt for p in description.raw_description.pending_activities
-         if p.activity_type.name == "issue_refund"),
+        (
+            p.attempt
+            for p in description.raw_description.pending_activities
+            if p.activity_type.name == "issue_refund"
+        ),
         default=0,
     )
     return survivors_from_history(history, client.data_converter, attempts)

@@ -10,14 +10,28 @@ from pathlib import Path
 
 from agent.activities.notify import ThreadPoster
 from agent.settings import AgentSettings
+from bot.discord.outbound import DiscordThreadPoster
+from bot.discord.settings import DiscordSettings
 from bot.local.thread_store import LocalThreadStore
+from bot.slack.outbound import SlackThreadPoster
+from bot.slack.settings import SlackSettings
 
 
 def local_thread_store(settings: AgentSettings) -> LocalThreadStore:
     return LocalThreadStore(Path(settings.data_dir) / "threads.sqlite")
 
 
-def outbound_posters(settings: AgentSettings) -> dict[str, ThreadPoster]:
+def outbound_posters(
+    settings: AgentSettings,
+    slack: SlackSettings | None = None,
+    discord: DiscordSettings | None = None,
+) -> dict[str, ThreadPoster]:
     """One poster per platform: the local channel always, Slack and Discord when configured."""
+    slack = slack or SlackSettings()
+    discord = discord or DiscordSettings()
     posters: dict[str, ThreadPoster] = {"local": local_thread_store(settings)}
+    if slack.enabled:
+        posters["slack"] = SlackThreadPoster.from_settings(slack)
+    if discord.enabled:
+        posters["discord"] = DiscordThreadPoster.from_settings(discord)
     return posters

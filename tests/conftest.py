@@ -32,6 +32,6 @@ def client(temporal_env: WorkflowEnvironment) -> Client:
 
 
 @pytest.fixture
-def agent_settings(tmp_path) -> AgentSettings:  # noqa: ANN001
+def agent_settings(tmp_path) -> AgentSettings:
     # _env_file=None: a developer's own .env must not leak into a test.
     return AgentSettings(_env_file=None, data_dir=tmp_path)  # type: ignore[call-arg]

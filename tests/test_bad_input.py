@@ -39,7 +39,9 @@ async def test_duplicate_message_ids_are_applied_once(client, agent_settings, th
     assert questions == ["Was the package opened?", "What was damaged?"]
 
 
-async def test_opening_message_redelivered_is_not_an_answer(client, agent_settings, threads) -> None:
+async def test_opening_message_redelivered_is_not_an_answer(
+    client, agent_settings, threads
+) -> None:
     async with running_worker(client, agent_settings, threads) as tq:
         conv = LocalConversation(client, threads, tq)
         await conv.open("please refund order 1234")
@@ -104,10 +106,14 @@ def test_live_stripe_key_is_refused_by_settings() -> None:
     assert "sk_test_abc123" not in repr(ok)
 
 
-def test_live_stripe_key_is_refused_at_start_up(tmp_path) -> None:  # noqa: ANN001
+def test_live_stripe_key_is_refused_at_start_up(tmp_path) -> None:
     proc = subprocess.run(
         [sys.executable, "-m", "refund_bot", "worker"],
-        env={"PATH": "/usr/bin:/bin", "STRIPE_API_KEY": "sk_live_secret_value", "DATA_DIR": str(tmp_path)},
+        env={
+            "PATH": "/usr/bin:/bin",
+            "STRIPE_API_KEY": "sk_live_secret_value",
+            "DATA_DIR": str(tmp_path),
+        },
         cwd=tmp_path,
         capture_output=True,
         text=True,

@@ -79,7 +79,9 @@ async def test_final_sale_order_is_denied(client, agent_settings, threads) -> No
     assert outcome.status == "denied" and "final-sale" in outcome.message
 
 
-async def test_escalation_approved_by_a_grant_holder_refunds(client, agent_settings, threads) -> None:
+async def test_escalation_approved_by_a_grant_holder_refunds(
+    client, agent_settings, threads
+) -> None:
     async with running_worker(client, agent_settings, threads) as tq:
         conv = LocalConversation(client, threads, tq)
         handle = await conv.open("refund order 4500")
@@ -92,7 +94,9 @@ async def test_escalation_approved_by_a_grant_holder_refunds(client, agent_setti
     assert len(await Ledger(agent_settings.ledger_db).refunds_for_workflow(handle.id)) == 1
 
 
-async def test_grant_revoked_after_approval_means_no_refund(client, agent_settings, threads) -> None:
+async def test_grant_revoked_after_approval_means_no_refund(
+    client, agent_settings, threads
+) -> None:
     grants = GrantStore(agent_settings.grants_db)
     presenter = Actor(platform="local", user_id="presenter")
     async with running_worker(client, agent_settings, threads) as tq:

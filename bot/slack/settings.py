@@ -21,6 +21,8 @@ class SlackSettings(BaseSettings):
     # Web API base URL, so the bot can be pointed at a proxy or at tests.fakes.slack_api.
     api_url: str = SLACK_API_URL
     approver_group: str | None = None  # a user-group id (S…), read later as a live grant source
+    # The refund limit a member of `approver_group` approves up to; None means no limit.
+    approver_group_limit_cents: int | None = None
 
     @field_validator("*", mode="before")
     @classmethod

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import inspect
 import time
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
@@ -11,17 +12,19 @@ T = TypeVar("T")
 
 
 async def wait_for(
-    probe: Callable[[], Awaitable[T]],
+    probe: Callable[[], Awaitable[T] | T],
     *,
     timeout: float = 20.0,
     interval: float = 0.05,
     what: str = "condition",
 ) -> T:
-    """Call `probe` until it returns something truthy; fail with `what` after `timeout` seconds."""
+    """Call `probe` (sync or async) until it returns something truthy; fail with `what` after
+    `timeout` seconds."""
     deadline = time.monotonic() + timeout
     last: T | None = None
     while time.monotonic() < deadline:
-        last = await probe()
+        result = probe()
+        last = await result if inspect.isawaitable(result) else result
         if last:
             return last
         await asyncio.sleep(interval)

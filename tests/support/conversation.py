@@ -7,7 +7,14 @@ from dataclasses import dataclass, field
 
 from temporalio.client import Client, WorkflowHandle
 
-from agent.models import Actor, Approval, ConversationStart, ConversationView, CustomerMessage, ThreadRef
+from agent.models import (
+    Actor,
+    Approval,
+    ConversationStart,
+    ConversationView,
+    CustomerMessage,
+    ThreadRef,
+)
 from agent.workflow import RefundConversation
 from bot.local.thread_store import LocalMessage, LocalThreadStore
 from tests.support.conditions import wait_for
@@ -30,7 +37,9 @@ class LocalConversation:
         root = await self.threads.open_thread("support", self.customer.user_id, text)
         self.thread_id = root.thread_id
         start = ConversationStart(
-            thread=ThreadRef(platform="local", workspace="local", channel="support", thread=root.thread_id),
+            thread=ThreadRef(
+                platform="local", workspace="local", channel="support", thread=root.thread_id
+            ),
             customer=self.customer,
             opening_message_id=root.message_id,
             opening_text=text,
@@ -62,13 +71,16 @@ class LocalConversation:
         self._seen_bot += 1
         return message
 
-    async def reply(self, text: str, author: Actor | None = None, message_id: str | None = None) -> str:
+    async def reply(
+        self, text: str, author: Actor | None = None, message_id: str | None = None
+    ) -> str:
         author = author or self.customer
         row = await self.threads.add_reply(self.thread_id, author.user_id, text)
         mid = message_id or row.message_id
         assert self.handle is not None
         await self.handle.signal(
-            RefundConversation.customer_message, CustomerMessage(message_id=mid, author=author, text=text)
+            RefundConversation.customer_message,
+            CustomerMessage(message_id=mid, author=author, text=text),
         )
         return mid
 

@@ -1,0 +1,168 @@
+"""The presenter's slash commands: one implementation, every platform.
+
+Each adapter parses its platform's command payload (and mentions) into an Actor and arguments, calls
+one of these, and shows the reply privately to whoever ran it. Who may run a command is itself a
+live role check against the authorization store: presenter for the demo commands, admin for grants.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Awaitable, Callable
+from typing import Protocol
+
+from pydantic import BaseModel
+from temporalio.client import Client, WorkflowFailureError
+from temporalio.service import RPCError, RPCStatusCode
+
+from agent.effect_owner import refunds_at_owner
+from agent.history import what_survives
+from agent.models import Actor, Role
+from agent.settings import AgentSettings
+from agent.stores.grants import GrantStore
+from bot.hold import HoldSwitch
+
+GRANTABLE_ROLES: tuple[Role, ...] = ("refund_approver", "presenter", "admin")
+_MONEY = re.compile(r"^\$?(\d{1,9})(?:\.(\d{1,2}))?$")
+
+
+class RestartReport(Protocol):
+    old_pid: int | None
+    new_pid: int
+    seconds_to_ready: float
+    host: str
+
+
+class CommandReply(BaseModel):
+    text: str
+    ok: bool = True  # False: refused or failed; the adapter still shows `text` privately
+
+
+def parse_limit(text: str) -> int | None:
+    """'$500', '500' or '500.00' -> cents; raises ValueError on anything else."""
+    match = _MONEY.match(text.strip().replace(",", ""))
+    if not match:
+        raise ValueError(f"not an amount: {text!r} (try 500 or $500.00)")
+    return int(match.group(1)) * 100 + int((match.group(2) or "0").ljust(2, "0"))
+
+
+def parse_role(text: str) -> Role:
+    role = text.strip().lower().replace("-", "_")
+    if role not in GRANTABLE_ROLES:
+        raise ValueError(f"unknown role {text!r}: one of {', '.join(GRANTABLE_ROLES)}")
+    return role  # type: ignore[return-value]
+
+
+class Commands:
+    def __init__(
+        self,
+        client: Client,
+        restart_worker: Callable[[], Awaitable[RestartReport]],
+        settings: AgentSettings,
+        grants: GrantStore,
+        hold: HoldSwitch,
+    ) -> None:
+        # restart_worker is injected (the control queue's client side lives in worker/), so the
+        # request can reach a supervisor on any host without bot/ knowing how.
+        self._client = client
+        self._restart_worker = restart_worker
+        self._settings = settings
+        self._grants = grants
+        self._hold = hold
+
+    async def _refusal(self, actor: Actor, *roles: Role) -> CommandReply | None:
+        # AUTHORIZATION STATE: read live for every command, like every refund.
+        for role in roles:
+            if await self._grants.live_grant(actor, role) is not None:
+                return None
+        return CommandReply(
+            ok=False,
+            text=f"Sorry {actor.label}, this command needs the {' or '.join(roles)} role, "
+            "and you don't hold it. Ask an admin for /refund-grant.",
+        )
+
+    async def crash_worker(self, actor: Actor) -> CommandReply:
+        if refusal := await self._refusal(actor, "presenter"):
+            return refusal
+        try:
+            report = await self._restart_worker()
+        except WorkflowFailureError as err:
+            return CommandReply(ok=False, text=f"The Worker restart failed: {err.cause or err}")
+        return CommandReply(
+            text=f"Worker SIGKILLed and replaced on {report.host}: old pid {report.old_pid}, "
+            f"new pid {report.new_pid}, ready in {report.seconds_to_ready:.2f}s. Open "
+            "conversations carry on from Event History."
+        )
+
+    async def refund_status(self, actor: Actor, workflow_id: str) -> CommandReply:
+        if refusal := await self._refusal(actor, "presenter", "refund_approver"):
+            return refusal
+        try:
+            survivors = await what_survives(self._client, workflow_id)
+        except RPCError as err:
+            if err.status == RPCStatusCode.NOT_FOUND:
+                return CommandReply(ok=False, text=f"No conversation {workflow_id}.")
+            raise
+        payment_ref = survivors.order.payment_ref if survivors.order else None
+        owner = await refunds_at_owner(self._settings, workflow_id, payment_ref)
+        answers = "; ".join(f"{q}: {a}" for q, a in survivors.answers.items()) or "none"
+        lines = [
+            f"*{workflow_id}*  (read from Temporal's Event History just now; no Worker needed)",
+            f"customer answers: {len(survivors.answers)} ({answers})",
+            f"completed lookups: {len(survivors.lookups)} "
+            f"({', '.join(survivors.lookups) or 'none'})",
+            f"next action: {survivors.next_action}",
+            f"refund step: {survivors.refund.state}"
+            + (f", attempt {survivors.refund.attempts}" if survivors.refund.attempts else ""),
+            f"refund at the {owner.owner}: " + ("; ".join(owner.refunds) or "none"),
+        ]
+        return CommandReply(text="\n".join(lines))
+
+    async def refund_release(self, actor: Actor, workflow_id: str) -> CommandReply:
+        if refusal := await self._refusal(actor, "presenter"):
+            return refusal
+        try:
+            await self._client.get_workflow_handle(workflow_id).signal("release")
+        except RPCError as err:
+            if err.status == RPCStatusCode.NOT_FOUND:
+                return CommandReply(ok=False, text=f"No open conversation {workflow_id}.")
+            raise
+        return CommandReply(text=f"Released {workflow_id}: the refund goes ahead.")
+
+    async def refund_hold(self, actor: Actor, enabled: bool | None) -> CommandReply:
+        if refusal := await self._refusal(actor, "presenter"):
+            return refusal
+        if enabled is not None:
+            await self._hold.set(enabled)
+        state = "on" if await self._hold.enabled() else "off"
+        return CommandReply(text=f"Hold before refund for new conversations: {state}.")
+
+    async def refund_grant(
+        self, actor: Actor, target: Actor, role_text: str, limit_text: str | None
+    ) -> CommandReply:
+        if refusal := await self._refusal(actor, "admin"):
+            return refusal
+        try:
+            role = parse_role(role_text)
+            limit = parse_limit(limit_text) if limit_text else None
+        except ValueError as err:
+            return CommandReply(ok=False, text=str(err))
+        grant = await self._grants.grant(target, role, limit, by=actor)
+        shown = "no limit" if limit is None else f"limit ${limit / 100:,.2f}"
+        return CommandReply(
+            text=f"Granted {role} to {target.label} ({shown}), grant #{grant.grant_id}."
+        )
+
+    async def refund_revoke(self, actor: Actor, target: Actor, role_text: str) -> CommandReply:
+        if refusal := await self._refusal(actor, "admin"):
+            return refusal
+        try:
+            role = parse_role(role_text)
+        except ValueError as err:
+            return CommandReply(ok=False, text=str(err))
+        revoked = await self._grants.revoke(target, role, by=actor)
+        if not revoked:
+            return CommandReply(ok=False, text=f"{target.label} holds no live {role} grant.")
+        return CommandReply(
+            text=f"Revoked {role} from {target.label}. The next refund check sees it."
+        )

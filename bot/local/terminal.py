@@ -1,0 +1,254 @@
+"""The local support channel: a terminal where you type as a customer, support agent or presenter.
+
+It is a chat platform like Slack or Discord, only smaller: what you type goes through the same
+router (and the same slash commands); what the agent posts is read back from the SQLite thread
+store the Worker writes to, so a message posted by a Worker that was killed mid-conversation still
+appears, once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import shlex
+import sys
+from collections.abc import Callable
+from typing import TextIO
+
+from agent.models import Actor, ThreadRef
+from bot.commands import CommandReply, Commands
+from bot.conversations import NOTICES, ConversationRouter, InboundClick, InboundMessage, Routed
+from bot.ids import workflow_id_for
+from bot.local.thread_store import LOCAL_WORKSPACE, LocalMessage, LocalThreadStore
+
+CHANNEL = "support"
+PEOPLE: dict[str, Actor] = {
+    "customer": Actor(platform="local", user_id="customer", display_name="Nyghtowl (customer)"),
+    "support": Actor(platform="local", user_id="support", display_name="Sam (support agent)"),
+    "presenter": Actor(platform="local", user_id="presenter", display_name="Pat (presenter)"),
+    "marlow": Actor(platform="local", user_id="marlow", display_name="Marlow (another customer)"),
+}
+HELP = """\
+Type a message to post it as the current person. A message outside a thread opens one.
+  /as customer|support|presenter|marlow   switch who you are
+  /new                                    your next message opens a new thread
+  /thread t3                              switch to thread t3
+  1 or /approve, 2 or /deny               click Approve or Deny on the thread's escalation
+  /crash-worker                           SIGKILL the Worker and start a new one
+  /refund-status [thread]                 what survives, read from Event History
+  /refund-release [thread]                release a refund held for the demo
+  /refund-hold on|off                     whether new conversations hold before the refund
+  /refund-grant @user role [limit]        roles: refund_approver, presenter, admin
+  /refund-revoke @user role
+  /help, /quit"""
+
+
+def thread_ref(thread_id: str) -> ThreadRef:
+    return ThreadRef(platform="local", workspace=LOCAL_WORKSPACE, channel=CHANNEL, thread=thread_id)
+
+
+def render(message: LocalMessage) -> str:
+    who = "refund-bot" if message.author_is_bot else message.author
+    lines = [f"[{message.thread_id}] {who}: {message.text}"]
+    if message.actions:
+        lines.append(
+            f"[{message.thread_id}]    1) Approve   2) Deny   (a support agent types 1 or 2)"
+        )
+    return "\n".join(lines)
+
+
+class LocalChannel:
+    def __init__(
+        self,
+        threads: LocalThreadStore,
+        router: ConversationRouter,
+        commands: Commands,
+        out: TextIO = sys.stdout,
+        web_ui: str | None = None,
+    ) -> None:
+        self._threads = threads
+        self._router = router
+        self._commands = commands
+        self._out = out
+        self._web_ui = web_ui
+        self.me = PEOPLE["customer"]
+        self.thread: str | None = None
+        self._shown = 0
+        self._clicks = 0
+
+    def say(self, text: str) -> None:
+        print(text, file=self._out, flush=True)
+
+    async def run(self, lines: asyncio.StreamReader | None = None) -> None:
+        """Until /quit or end of input."""
+        lines = lines or await _stdin_reader()
+        self._shown = max((m.seq for m in await self._threads.messages()), default=0)
+        self.say("refund-bot local support channel. /help lists the commands.")
+        if self._web_ui:
+            self.say(f"Temporal Web UI: {self._web_ui}")
+        self.say(f"You are {self.me.label}. Try: please refund order 1234")
+        tail = asyncio.create_task(self._tail())
+        try:
+            while raw := await lines.readline():
+                if not await self.handle(raw.decode(errors="replace").strip()):
+                    break
+        finally:
+            tail.cancel()
+
+    async def _tail(self) -> None:
+        while True:
+            await self.show_new()
+            await asyncio.sleep(0.2)
+
+    async def show_new(self) -> None:
+        for message in await self._threads.messages(after_seq=self._shown):
+            self._shown = message.seq
+            if message.author_is_bot:
+                self.say(render(message))
+
+    async def handle(self, line: str) -> bool:
+        """One line of input; False means quit."""
+        if not line:
+            return True
+        if line in ("1", "2"):
+            line = "/approve" if line == "1" else "/deny"
+        if not line.startswith("/"):
+            await self._post(line)
+            return True
+        try:
+            name, *args = shlex.split(line)
+        except ValueError as err:
+            self.say(f"! {err}")
+            return True
+        handler: Callable | None = getattr(self, "cmd_" + name[1:].replace("-", "_"), None)
+        if handler is None:
+            self.say(f"! unknown command {name}; /help lists them")
+            return True
+        return await handler(*args) is not False
+
+    async def _post(self, text: str) -> None:
+        if self.thread is None:
+            message = await self._threads.open_thread(CHANNEL, self.me.user_id, text)
+            self.thread = message.thread_id
+            self.say(f"[{self.thread}] {self.me.label} opened a thread: {text}")
+        else:
+            message = await self._threads.add_reply(self.thread, self.me.user_id, text)
+        routed = await self._router.on_message(
+            InboundMessage(
+                event_id=message.message_id,
+                thread=thread_ref(message.thread_id),
+                message_id=message.message_id,
+                author=self.me,
+                text=text,
+                opens_thread=message.seq == _root_seq(message),
+            )
+        )
+        if notice := NOTICES.get(routed):
+            self.say(f"[{message.thread_id}] refund-bot (notice): {notice}")
+        elif routed == Routed.UNKNOWN:
+            self.say(f"[{message.thread_id}] (no conversation in this thread)")
+
+    def _workflow_id(self, thread: str | None) -> str | None:
+        thread = thread or self.thread
+        return workflow_id_for(thread_ref(thread)) if thread else None
+
+    def _reply(self, reply: CommandReply) -> None:
+        prefix = "(only you can see this) " if reply.ok else "(only you can see this) ! "
+        self.say(prefix + reply.text.replace("\n", "\n    "))
+
+    # Commands -----------------------------------------------------------------------------
+
+    async def cmd_help(self) -> None:
+        self.say(HELP)
+
+    async def cmd_quit(self) -> bool:
+        return False
+
+    async def cmd_as(self, who: str = "") -> None:
+        if who.lstrip("@") not in PEOPLE:
+            self.say(f"! who? one of: {', '.join(PEOPLE)}")
+            return
+        self.me = PEOPLE[who.lstrip("@")]
+        self.say(f"You are now {self.me.label}.")
+
+    async def cmd_new(self) -> None:
+        self.thread = None
+        self.say("Your next message opens a new thread.")
+
+    async def cmd_thread(self, thread: str = "") -> None:
+        self.thread = thread or None
+        self.say(f"In thread {thread}." if thread else "Outside any thread.")
+
+    async def _click(self, decision: str) -> None:
+        workflow_id = self._workflow_id(None)
+        if workflow_id is None:
+            self.say("! no thread: /thread t1 first")
+            return
+        self._clicks += 1
+        click_id = f"{workflow_id}:{self.me.user_id}:{self._clicks}"
+        routed = await self._router.on_click(
+            InboundClick(
+                event_id=click_id,
+                workflow_id=workflow_id,
+                decision=decision,  # type: ignore[arg-type]
+                actor=self.me,
+                click_id=click_id,
+            )
+        )
+        verb = "Approved" if decision == "approve" else "Denied"
+        self.say(f"[{self.thread}] {verb} by {self.me.label}, checking authorization ({routed})")
+
+    async def cmd_approve(self) -> None:
+        await self._click("approve")
+
+    async def cmd_deny(self) -> None:
+        await self._click("deny")
+
+    async def cmd_crash_worker(self) -> None:
+        self.say("Crashing the Worker (SIGKILL) ...")
+        self._reply(await self._commands.crash_worker(self.me))
+
+    async def cmd_refund_status(self, thread: str | None = None) -> None:
+        workflow_id = self._workflow_id(thread)
+        if workflow_id is None:
+            self.say("! which thread? /refund-status t1")
+            return
+        self._reply(await self._commands.refund_status(self.me, workflow_id))
+
+    async def cmd_refund_release(self, thread: str | None = None) -> None:
+        workflow_id = self._workflow_id(thread)
+        if workflow_id is None:
+            self.say("! which thread? /refund-release t1")
+            return
+        self._reply(await self._commands.refund_release(self.me, workflow_id))
+
+    async def cmd_refund_hold(self, state: str | None = None) -> None:
+        enabled = None if state is None else state.lower() in ("on", "true", "yes", "1")
+        self._reply(await self._commands.refund_hold(self.me, enabled))
+
+    async def cmd_refund_grant(
+        self, user: str = "", role: str = "", limit: str | None = None
+    ) -> None:
+        target = PEOPLE.get(user.lstrip("@")) or Actor(platform="local", user_id=user.lstrip("@"))
+        if not user or not role:
+            self.say("! usage: /refund-grant @user role [limit]")
+            return
+        self._reply(await self._commands.refund_grant(self.me, target, role, limit))
+
+    async def cmd_refund_revoke(self, user: str = "", role: str = "") -> None:
+        target = PEOPLE.get(user.lstrip("@")) or Actor(platform="local", user_id=user.lstrip("@"))
+        if not user or not role:
+            self.say("! usage: /refund-revoke @user role")
+            return
+        self._reply(await self._commands.refund_revoke(self.me, target, role))
+
+
+def _root_seq(message: LocalMessage) -> int:
+    # A thread's id is "t<seq of its root message>".
+    return int(message.thread_id.removeprefix("t"))
+
+
+async def _stdin_reader() -> asyncio.StreamReader:
+    loop = asyncio.get_running_loop()
+    reader = asyncio.StreamReader()
+    await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
+    return reader

@@ -1,0 +1,161 @@
+"""`refund-bot demo`: the docs page's story, unattended, in the local support channel.
+
+A customer asks for a refund; the agent asks two questions, looks up the order and the customer's
+history, and chooses to issue the refund; the demo hold stops it one step before the effect. Then
+the Worker is SIGKILLed, what survives is read from Event History while no Worker is alive, a new
+Worker starts, the hold is released, and the refund goes through once. Exit status 0 only if every
+invariant held: no question asked twice, no decide step or lookup run again, one refund.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+from temporalio.api.enums.v1 import EventType
+
+from agent.effect_owner import refunds_at_owner
+from agent.history import what_survives
+from agent.models import ConversationView
+from agent.settings import AgentSettings, TemporalSettings
+from bot.conversations import ConversationRouter, InboundMessage
+from bot.ids import workflow_id_for
+from bot.inbox import Inbox
+from bot.local.terminal import PEOPLE, render, thread_ref
+from bot.local.thread_store import LocalMessage, LocalThreadStore
+from refund_bot.app import Stack, running_stack
+from refund_bot.wiring import local_thread_store
+
+OPENING = "please refund order 1234"
+ANSWERS = ("Yes", "Split seam")
+TIMEOUT = 60.0
+LOOP_STEPS = ("decide_next_step", "lookup_order", "lookup_customer_history", "check_refund_policy")
+
+
+def banner(text: str) -> None:
+    print(f"\n=== {text} ===", flush=True)
+
+
+async def _next_bot_message(threads: LocalThreadStore, thread_id: str, after: int) -> LocalMessage:
+    deadline = time.monotonic() + TIMEOUT
+    while time.monotonic() < deadline:
+        for message in await threads.messages(thread_id, after_seq=after):
+            if message.author_is_bot:
+                return message
+        await asyncio.sleep(0.1)
+    raise SystemExit(f"demo: the agent said nothing in {thread_id} within {TIMEOUT:.0f}s")
+
+
+async def _say(
+    router: ConversationRouter, threads: LocalThreadStore, thread: str, text: str
+) -> None:
+    customer = PEOPLE["customer"]
+    message = await threads.add_reply(thread, customer.user_id, text)
+    print(f"[{thread}] {customer.label}: {text}", flush=True)
+    await router.on_message(
+        InboundMessage(
+            event_id=message.message_id,
+            thread=thread_ref(thread),
+            message_id=message.message_id,
+            author=customer,
+            text=text,
+            opens_thread=False,
+        )
+    )
+
+
+async def _history_counts(stack: Stack, workflow_id: str) -> dict[str, int]:
+    history = await stack.client.get_workflow_handle(workflow_id).fetch_history()
+    counts: dict[str, int] = {}
+    for event in history.events:
+        if event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
+            name = event.activity_task_scheduled_event_attributes.activity_type.name
+            counts[name] = counts.get(name, 0) + 1
+    return counts
+
+
+async def demo(temporal: TemporalSettings, settings: AgentSettings) -> int:
+    threads = local_thread_store(settings)
+    customer, presenter = PEOPLE["customer"], PEOPLE["presenter"]
+    async with running_stack(temporal, settings) as stack:
+        print(f"Temporal at {stack.temporal.address}; Web UI: {stack.web_ui}", flush=True)
+        print(f"Worker pid {stack.supervisor.pid} is polling {temporal.task_queue!r}", flush=True)
+
+        async def hold() -> bool:
+            return True  # the demo always holds one step before the refund
+
+        router = ConversationRouter(
+            stack.client, temporal.task_queue, Inbox(settings.data_dir / "inbox.sqlite"), hold
+        )
+
+        banner("A customer writes in the support channel")
+        root = await threads.open_thread("support", customer.user_id, OPENING)
+        thread = root.thread_id
+        workflow_id = workflow_id_for(thread_ref(thread))
+        print(f"[{thread}] {customer.label}: {OPENING}", flush=True)
+        await router.on_message(
+            InboundMessage(
+                event_id=root.message_id,
+                thread=thread_ref(thread),
+                message_id=root.message_id,
+                author=customer,
+                text=OPENING,
+                opens_thread=True,
+            )
+        )
+        print(f"Workflow {workflow_id} (open it in the Web UI)", flush=True)
+        seen = root.seq
+        for answer in ANSWERS:
+            question = await _next_bot_message(threads, thread, seen)
+            seen = question.seq
+            print(render(question), flush=True)
+            await _say(router, threads, thread, answer)
+        held = await _next_bot_message(threads, thread, seen)
+        seen = held.seq
+        print(render(held), flush=True)
+        before = await _history_counts(stack, workflow_id)
+        view = await stack.client.get_workflow_handle(workflow_id).query(
+            "view", result_type=ConversationView
+        )
+        print(f"Next action: {view.next_action}", flush=True)
+
+        banner("WORKER GONE: SIGKILL, then read what survives from Temporal")
+
+        async def while_no_worker() -> None:
+            survivors = await what_survives(stack.client, workflow_id)
+            owner = await refunds_at_owner(settings, workflow_id, None)
+            print("Read from Temporal just now (no Worker alive):", flush=True)
+            print(f"  customer answers: {len(survivors.answers)} {survivors.answers}", flush=True)
+            print(f"  completed lookups: {len(survivors.lookups)} {survivors.lookups}", flush=True)
+            print(f"  next action: {survivors.next_action}", flush=True)
+            print(f"  {owner.owner}: refunds {owner.refunds or 'none'}", flush=True)
+
+        report = await stack.supervisor.restart(kill=True, while_down=while_no_worker)
+        print(
+            f"New Worker: old pid {report.old_pid}, new pid {report.new_pid}, ready in "
+            f"{report.seconds_to_ready:.2f}s",
+            flush=True,
+        )
+
+        banner("Released: the same loop, rebuilt from Event History")
+        print((await stack.commands.refund_release(presenter, workflow_id)).text, flush=True)
+        outcome = await _next_bot_message(threads, thread, seen)
+        print(render(outcome), flush=True)
+        await stack.client.get_workflow_handle(workflow_id).result()
+
+        after = await _history_counts(stack, workflow_id)
+        questions = [m for m in await threads.messages(thread) if m.kind == "question"]
+        refunds = (await refunds_at_owner(settings, workflow_id, None)).refunds
+        banner("What the run shows")
+        checks = {
+            "NO REPEATED QUESTIONS": len(questions) == len(ANSWERS),
+            "NO LOOP RESTART (no decide step or lookup ran again)": all(
+                after.get(step, 0) == before.get(step, 0) for step in LOOP_STEPS
+            ),
+            "ONE REFUND": len(refunds) == 1,
+            "Your refund is complete": outcome.text.startswith("Your refund is complete"),
+        }
+        for name, ok in checks.items():
+            print(f"{'ok  ' if ok else 'FAIL'} {name}", flush=True)
+        print(f"Refund at the owner: {refunds}", flush=True)
+        return 0 if all(checks.values()) else 1

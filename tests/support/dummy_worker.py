@@ -1,0 +1,54 @@
+"""A minimal Worker child for the supervisor tests, honouring the child contract.
+
+Run as `python -m tests.support.dummy_worker`. It reads TemporalSettings from the environment the
+supervisor sets (TEMPORAL_ADDRESS, TEMPORAL_NAMESPACE, TEMPORAL_TASK_QUEUE), polls
+`settings.task_queue` with the identity `worker_identity()`, and exits cleanly on SIGTERM.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+
+from temporalio import workflow
+from temporalio.worker import Worker
+
+from agent.settings import TemporalSettings
+from agent.temporal_client import connect
+from worker.control import worker_identity
+
+
+@workflow.defn(name="Echo")
+class Echo:
+    """Waits for one `reply` signal and echoes it: a conversation that stays open."""
+
+    def __init__(self) -> None:
+        self._reply: str | None = None
+
+    @workflow.run
+    async def run(self, greeting: str) -> str:
+        await workflow.wait_condition(lambda: self._reply is not None)
+        return f"{greeting} {self._reply}"
+
+    @workflow.signal
+    def reply(self, text: str) -> None:
+        self._reply = text
+
+
+async def main() -> None:
+    # Only the environment the supervisor gave us: a developer's .env must not redirect a test.
+    settings = TemporalSettings(_env_file=None)
+    client = await connect(settings)
+    stop = asyncio.Event()
+    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
+    async with Worker(
+        client, task_queue=settings.task_queue, workflows=[Echo], identity=worker_identity()
+    ):
+        await stop.wait()
+
+
+if __name__ == "__main__":
+    # Import under the real module name, so the workflow sandbox can re-import Echo's module.
+    from tests.support.dummy_worker import main as _main
+
+    asyncio.run(_main())

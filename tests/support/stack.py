@@ -1,0 +1,57 @@
+"""The whole stack for end-to-end tests: the router, the commands and a supervised Worker process.
+
+It is `refund_bot.app.running_stack`, the one `refund-bot run` uses, pointed at the session's
+Temporal dev server, with its own task queues and data directory. The Worker is a real child
+process (`python -m refund_bot worker`), so /crash-worker really SIGKILLs it.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+from temporalio.testing import WorkflowEnvironment
+
+from agent.settings import AgentSettings, TemporalSettings
+from refund_bot.app import Stack, running_stack
+
+# The child inherits this process's environment: blank out anything a developer's shell or .env
+# could bring in, so a test's Worker serves exactly the platforms the test asks for.
+_BLANK_PLATFORMS = {
+    "SLACK_BOT_TOKEN": "",
+    "SLACK_APP_TOKEN": "",
+    "DISCORD_TOKEN": "",
+    "STRIPE_API_KEY": "",
+    "REFUND_DRILL_PAUSE_AFTER_EFFECT": "false",
+}
+
+
+def settings_for(
+    temporal_env: WorkflowEnvironment, data_dir: Path
+) -> tuple[TemporalSettings, AgentSettings]:
+    queue = f"e2e-{uuid.uuid4().hex[:8]}"
+    temporal = TemporalSettings(
+        _env_file=None,  # type: ignore[call-arg]
+        address=temporal_env.client.service_client.config.target_host,
+        task_queue=queue,
+        control_task_queue=f"{queue}-control",
+    )
+    return temporal, AgentSettings(_env_file=None, data_dir=data_dir)  # type: ignore[call-arg]
+
+
+@asynccontextmanager
+async def supervised_stack(
+    temporal_env: WorkflowEnvironment,
+    data_dir: Path,
+    worker_env: dict[str, str] | None = None,
+    *,
+    hold: bool = False,
+) -> AsyncIterator[Stack]:
+    """`worker_env` adds settings for the Worker child (e.g. SLACK_BOT_TOKEN, SLACK_API_URL)."""
+    temporal, settings = settings_for(temporal_env, data_dir)
+    settings = settings.model_copy(update={"hold_before_refund": hold})
+    env = {**_BLANK_PLATFORMS, "DATA_DIR": str(data_dir), **(worker_env or {})}
+    async with running_stack(temporal, settings, worker_env=env) as stack:
+        yield stack

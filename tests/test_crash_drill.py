@@ -1,0 +1,110 @@
+"""The crash drills: a real Worker process, really SIGKILLed, on a real Temporal dev server."""
+
+from __future__ import annotations
+
+from temporalio.api.enums.v1 import EventType
+from temporalio.client import WorkflowHandle
+
+from agent.history import what_survives
+from agent.stores.ledger import Ledger
+from refund_bot.wiring import local_thread_store
+from tests.support import pid_alive
+from tests.support.conditions import wait_for
+from tests.support.conversation import LocalConversation
+from tests.support.stack import supervised_stack
+from worker.control import request_worker_restart
+
+LOOP_STEPS = ("decide_next_step", "lookup_order", "lookup_customer_history", "check_refund_policy")
+
+
+async def _scheduled(handle: WorkflowHandle) -> dict[str, list[int]]:
+    """Activity name -> the attempt each scheduled run completed on."""
+    history = await handle.fetch_history()
+    names: dict[int, str] = {}
+    attempts: dict[str, list[int]] = {}
+    for event in history.events:
+        if event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
+            names[event.event_id] = (
+                event.activity_task_scheduled_event_attributes.activity_type.name
+            )
+        elif event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_STARTED:
+            attrs = event.activity_task_started_event_attributes
+            attempts.setdefault(names[attrs.scheduled_event_id], []).append(attrs.attempt)
+    return attempts
+
+
+async def test_sigkill_while_held_resumes_without_repeating(temporal_env, tmp_path) -> None:
+    client = temporal_env.client
+    async with supervised_stack(temporal_env, tmp_path) as stack:
+        threads = local_thread_store(stack.settings)
+        conv = LocalConversation(client, threads, stack.temporal.task_queue)
+        handle = await conv.open("please refund order 1234", hold=True)
+        assert (await conv.next_bot_message()).text == "Was the package opened?"
+        await conv.reply("Yes")
+        assert (await conv.next_bot_message()).text == "What was damaged?"
+        await conv.reply("Split seam")
+        await conv.next_bot_message()  # "Refund of $80.00 approved. Holding ..."
+        assert (await conv.wait_phase("held_before_refund")).next_action == "issue refund"
+        before = await _scheduled(handle)
+
+        # The crash, through the control queue as /crash-worker sends it.
+        report = await request_worker_restart(client, stack.temporal.control_task_queue)
+        assert report.old_pid and report.new_pid != report.old_pid
+        await wait_for(lambda: not pid_alive(report.old_pid), what="the old Worker gone")
+        assert pid_alive(report.new_pid)
+
+        # No Worker at all now: what survives still reads from Event History.
+        await stack.supervisor.stop()
+        survivors = await what_survives(client, handle.id)
+        assert survivors.answers == {"item_opened": "Yes", "damage": "Split seam"}
+        assert survivors.lookups == ["lookup_order", "lookup_customer_history"]
+        assert survivors.next_action == "issue refund"
+        assert survivors.refund.state == "not started"
+        assert await Ledger(stack.settings.ledger_db).all_refunds() == []
+
+        await stack.supervisor.start()
+        await handle.signal("release")
+        outcome = await handle.result()
+        after = await _scheduled(handle)
+
+    assert outcome.status == "refunded" and outcome.refund and outcome.refund.status == "succeeded"
+    questions = [m.text for m in await conv.bot_messages() if m.kind == "question"]
+    assert questions == ["Was the package opened?", "What was damaged?"]  # none asked twice
+    for step in LOOP_STEPS:  # no decide step or lookup ran again, none retried
+        assert after.get(step) == before.get(step), step
+        assert all(attempt == 1 for attempt in after.get(step, []))
+    refunds = await Ledger(stack.settings.ledger_db).refunds_for_workflow(handle.id)
+    assert len(refunds) == 1 and refunds[0].calls == 1
+
+
+async def test_kill_after_the_ledger_accepted_makes_no_second_refund(
+    temporal_env, tmp_path
+) -> None:
+    client = temporal_env.client
+    drill = {"REFUND_DRILL_PAUSE_AFTER_EFFECT": "true"}
+    async with supervised_stack(temporal_env, tmp_path, drill) as stack:
+        threads = local_thread_store(stack.settings)
+        ledger = Ledger(stack.settings.ledger_db)
+        conv = LocalConversation(client, threads, stack.temporal.task_queue)
+        handle = await conv.open("please refund order 1234")
+        await conv.next_bot_message()
+        await conv.reply("Yes")
+        await conv.next_bot_message()
+        await conv.reply("Split seam")
+        # Attempt 1 reaches the ledger, which accepts the refund; the Activity has not completed.
+        accepted = await wait_for(
+            lambda: ledger.refunds_for_workflow(handle.id), timeout=30, what="the ledger's refund"
+        )
+        assert accepted[0].calls == 1
+        survivors = await what_survives(client, handle.id)
+        assert survivors.refund.state == "in flight"
+
+        await request_worker_restart(client, stack.temporal.control_task_queue)
+        outcome = await handle.result()
+
+    assert outcome.status == "refunded" and outcome.refund
+    assert outcome.refund.attempt == 2  # a real retry: a Temporal attempt, visible in history
+    refunds = await ledger.refunds_for_workflow(handle.id)
+    assert len(refunds) == 1  # one refund...
+    assert refunds[0].calls == 2  # ...from two calls with one idempotency key
+    assert outcome.refund.refund_id == refunds[0].refund_id == accepted[0].refund_id

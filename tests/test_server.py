@@ -1,0 +1,80 @@
+"""The embedded Temporal dev server: started when nothing answers, reused when something does."""
+
+from __future__ import annotations
+
+import re
+import socket
+from pathlib import Path
+
+import pytest
+from temporalio.client import WorkflowExecutionStatus
+
+from agent.settings import TemporalSettings
+from agent.temporal_client import connect
+from tests.support import free_port, pid_alive
+from tests.support.conditions import wait_for
+from worker.server import EmbeddedTemporal, TemporalServerError, temporal_answers
+
+
+def local_settings(port: int | None = None, *, embedded: bool = True) -> TemporalSettings:
+    return TemporalSettings(
+        _env_file=None,  # type: ignore[call-arg]
+        address=f"127.0.0.1:{port or free_port()}",
+        namespace="default",
+        ui_port=free_port(),
+        embedded=embedded,
+    )
+
+
+async def test_start_reuse_stop_and_persist(tmp_path: Path) -> None:
+    settings = local_settings()
+    first = EmbeddedTemporal(settings, tmp_path)
+    async with first:
+        assert first.started
+        assert first.db_path.exists()
+        assert first.ui_url == f"http://127.0.0.1:{settings.ui_port}"
+        assert await temporal_answers(settings.address)
+        pid = first.pid
+        assert pid is not None
+
+        async with EmbeddedTemporal(settings, tmp_path / "unused") as second:
+            assert not second.started
+        # Leaving the reusing one must not stop the server it did not start.
+        assert await temporal_answers(settings.address)
+        assert pid_alive(pid)
+
+        # An open conversation: a workflow started with no Worker stays Running.
+        client = await connect(settings)
+        await client.start_workflow("NoSuchWorkflow", id="survives-restart", task_queue="nobody")
+
+    async def stopped() -> bool:
+        return not pid_alive(pid) and not await temporal_answers(settings.address, 0.5)
+
+    await wait_for(stopped, timeout=15, what="the started server to stop")
+
+    # A full restart on the same data dir finds the conversation where it stood.
+    async with EmbeddedTemporal(settings, tmp_path) as again:
+        assert again.started
+        client = await connect(settings)
+        described = await client.get_workflow_handle("survives-restart").describe()
+        assert described.status == WorkflowExecutionStatus.RUNNING
+
+
+async def test_not_embedded_starts_nothing(tmp_path: Path) -> None:
+    settings = local_settings(embedded=False)
+    async with EmbeddedTemporal(settings, tmp_path) as server:
+        assert not server.started
+        assert not await temporal_answers(settings.address)
+    assert not (tmp_path / "temporal.sqlite").exists()
+
+
+async def test_start_failure_reports_the_log(tmp_path: Path) -> None:
+    # Something that is not Temporal holds the port: the probe says no, the server cannot bind.
+    with socket.socket() as squatter:
+        squatter.bind(("127.0.0.1", 0))
+        squatter.listen()
+        settings = local_settings(squatter.getsockname()[1])
+        server = EmbeddedTemporal(settings, tmp_path, startup_timeout=20)
+        with pytest.raises(TemporalServerError, match=re.escape("temporal-server.log")):
+            await server.__aenter__()
+        assert server.pid is None  # nothing left running

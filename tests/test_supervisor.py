@@ -1,0 +1,158 @@
+"""The Worker supervisor on a real dev server, with tests/support/dummy_worker.py as the child."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import statistics
+import sys
+import uuid
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+from temporalio.api.enums.v1 import EventType
+from temporalio.client import Client, WorkflowHandle
+from temporalio.testing import WorkflowEnvironment
+
+from agent.settings import TemporalSettings
+from tests.support import pid_alive
+from tests.support.conditions import wait_for
+from worker.control import (
+    RestartReport,
+    request_worker_restart,
+    reset_sticky_queues,
+    worker_identity,
+)
+from worker.supervisor import WorkerSupervisor, worker_is_polling
+
+CHILD = [sys.executable, "-m", "tests.support.dummy_worker"]
+# Every restart these tests make, for the seconds_to_ready figure printed at teardown.
+REPORTS: list[RestartReport] = []
+
+
+@pytest.fixture(scope="module")
+async def supervisor(temporal_env: WorkflowEnvironment) -> AsyncIterator[WorkerSupervisor]:
+    """One supervised child for the module; each test leaves it running and polling."""
+    suffix = uuid.uuid4().hex[:8]
+    settings = TemporalSettings(
+        _env_file=None,  # type: ignore[call-arg]
+        address=temporal_env.client.service_client.config.target_host,
+        namespace=temporal_env.client.namespace,
+        task_queue=f"refund-bot-test-{suffix}",
+        control_task_queue=f"refund-bot-control-test-{suffix}",
+        embedded=False,
+    )
+    sup = WorkerSupervisor(settings, CHILD, client=temporal_env.client, ready_timeout=20)
+    await sup.start()
+    yield sup
+    pid = sup.pid
+    await sup.stop()
+    assert pid is not None and not pid_alive(pid)
+    if REPORTS:
+        times = [r.seconds_to_ready for r in REPORTS]
+        print(
+            f"\nseconds_to_ready over {len(times)} restarts: median {statistics.median(times):.2f}"
+            f", min {min(times):.2f}, max {max(times):.2f}"
+        )
+
+
+async def polling(sup: WorkerSupervisor, pid: int) -> bool:
+    s = sup.settings
+    return await worker_is_polling(sup.client, s.namespace, s.task_queue, worker_identity(pid))
+
+
+async def gone(pid: int) -> None:
+    async def probe() -> bool:
+        return not pid_alive(pid)
+
+    await wait_for(probe, timeout=5, what=f"pid {pid} to be gone")
+
+
+async def test_start_waits_until_the_child_polls(supervisor: WorkerSupervisor) -> None:
+    assert supervisor.running and supervisor.pid is not None
+    assert await polling(supervisor, supervisor.pid)
+
+
+async def test_crash_request_through_the_control_queue(
+    supervisor: WorkerSupervisor, client: Client
+) -> None:
+    old_pid = supervisor.pid
+    report = await request_worker_restart(client, supervisor.settings.control_task_queue)
+    REPORTS.append(report)
+
+    assert old_pid is not None and report.old_pid == old_pid
+    assert report.new_pid != old_pid and report.new_pid == supervisor.pid
+    assert report.host == supervisor.host
+    await gone(old_pid)
+    assert pid_alive(report.new_pid)
+    assert await polling(supervisor, report.new_pid)
+
+
+async def test_a_child_that_dies_on_its_own_is_restarted(supervisor: WorkerSupervisor) -> None:
+    old_pid = supervisor.pid
+    assert old_pid is not None
+    os.kill(old_pid, signal.SIGKILL)
+
+    async def restarted() -> RestartReport | None:
+        # The report is written once the new child polls, so it marks the end of the restart.
+        report = supervisor.last_report
+        return report if report is not None and report.old_pid == old_pid else None
+
+    report = await wait_for(restarted, timeout=20, what="the supervisor to replace the child")
+    REPORTS.append(report)
+    assert not pid_alive(old_pid)
+    assert report.new_pid == supervisor.pid and pid_alive(report.new_pid)
+    assert await polling(supervisor, report.new_pid)
+
+
+async def test_concurrent_restarts_are_serialised(supervisor: WorkerSupervisor) -> None:
+    first, second = await asyncio.gather(supervisor.restart(), supervisor.restart())
+    REPORTS.extend([first, second])
+    # The lock is FIFO: the second restart replaced the child the first one started.
+    assert second.old_pid == first.new_pid
+    assert supervisor.pid == second.new_pid
+    assert await polling(supervisor, second.new_pid)
+
+
+async def start_sticky_echo(client: Client, task_queue: str) -> WorkflowHandle[Any, str]:
+    """An open conversation whose first task ran on the current child: sticky to that child."""
+    handle = await client.start_workflow(
+        "Echo", "hello", id=f"echo-{uuid.uuid4().hex[:8]}", task_queue=task_queue, result_type=str
+    )
+
+    async def first_task_done() -> bool:
+        history = await handle.fetch_history()
+        done = EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED
+        return any(e.event_type == done for e in history.events)
+
+    await wait_for(first_task_done, timeout=10, what="Echo's first workflow task")
+    return handle
+
+
+async def test_reset_sticky_queues_counts_running_workflows(
+    supervisor: WorkerSupervisor, client: Client
+) -> None:
+    s = supervisor.settings
+    handle = await start_sticky_echo(client, s.task_queue)
+
+    async def resets_one() -> bool:
+        return await reset_sticky_queues(client, s.namespace, s.task_queue) == 1
+
+    await wait_for(resets_one, timeout=10, what="visibility to list the running Echo")
+    await handle.signal("reply", "there")
+    assert await asyncio.wait_for(handle.result(), timeout=5) == "hello there"
+
+
+async def test_open_conversation_resumes_promptly_after_a_kill(
+    supervisor: WorkerSupervisor, client: Client
+) -> None:
+    s = supervisor.settings
+    handle = await start_sticky_echo(client, s.task_queue)
+
+    # The kill leaves the conversation sticky to a dead Worker; the supervisor must reset it.
+    REPORTS.append(await request_worker_restart(client, s.control_task_queue))
+    await handle.signal("reply", "again")
+    # Without the reset this waits out the 10 s sticky schedule-to-start timeout (measured: 10.1 s).
+    assert await asyncio.wait_for(handle.result(), timeout=5) == "hello again"

@@ -1,0 +1,106 @@
+"""The control plane of the Worker process: its identity, the restart request, the sticky reset.
+
+Importable without side effects (the workflow sandbox re-imports it for RestartWorker). A
+`/crash-worker` request travels through Temporal on the control task queue, so it reaches whichever
+supervisor polls that queue, on this host or another.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import uuid
+from datetime import timedelta
+
+from pydantic import BaseModel
+from temporalio import workflow
+from temporalio.api.common.v1 import WorkflowExecution
+from temporalio.api.workflowservice.v1 import ResetStickyTaskQueueRequest
+from temporalio.client import Client
+from temporalio.common import RetryPolicy
+from temporalio.service import RPCError
+
+log = logging.getLogger(__name__)
+
+RESTART_WORKFLOW = "RestartWorker"
+RESTART_ACTIVITY = "restart_worker"
+# Killing, resetting sticky queues, starting and waiting for the new Worker's poller.
+RESTART_ACTIVITY_TIMEOUT = timedelta(seconds=60)
+
+
+def worker_identity(pid: int | None = None) -> str:
+    """The Temporal identity of the Worker child process `pid` (default: this process).
+
+    The child sets it on its Worker; the supervisor recognises the child's poller by it.
+    """
+    return f"refund-bot-worker-{pid if pid is not None else os.getpid()}@{socket.gethostname()}"
+
+
+class RestartReport(BaseModel):
+    """What a Worker restart did, as the supervisor that did it saw it."""
+
+    old_pid: int | None
+    new_pid: int
+    # From the start of the restart (the SIGKILL, or handling the death) until Temporal lists the
+    # new child's poller: the time a conversation could not make progress.
+    seconds_to_ready: float
+    host: str
+
+
+@workflow.defn(name=RESTART_WORKFLOW)
+class RestartWorker:
+    """One restart of the Worker process, executed by a supervisor's control Worker."""
+
+    @workflow.run
+    async def run(self) -> RestartReport:
+        return await workflow.execute_activity(
+            RESTART_ACTIVITY,
+            start_to_close_timeout=RESTART_ACTIVITY_TIMEOUT,
+            # A crash request is not repeated: a retry would kill the Worker a second time.
+            retry_policy=RetryPolicy(maximum_attempts=1),
+            result_type=RestartReport,
+        )
+
+
+async def request_worker_restart(
+    client: Client,
+    control_task_queue: str,
+    *,
+    execution_timeout: timedelta = timedelta(seconds=90),
+) -> RestartReport:
+    """Ask a supervisor polling `control_task_queue` to SIGKILL and restart its Worker.
+
+    `client` must use agent.temporal_client.DATA_CONVERTER (pydantic). Raises
+    temporalio.client.WorkflowFailureError if the restart failed or no supervisor took it in time.
+    """
+    return await client.execute_workflow(
+        RestartWorker.run,
+        id=f"restart-worker-{uuid.uuid4().hex}",
+        task_queue=control_task_queue,
+        # Without a supervisor on the queue the request would otherwise wait forever.
+        execution_timeout=execution_timeout,
+    )
+
+
+async def reset_sticky_queues(client: Client, namespace: str, task_queue: str) -> int:
+    """Clear the sticky queue of every running Workflow on `task_queue`; returns how many.
+
+    After a Worker dies, Temporal would route each conversation's next workflow task to the dead
+    Worker's sticky queue until the sticky schedule-to-start timeout (10 s); resetting sends it to
+    the normal queue, where the new Worker picks it up at once.
+    """
+    query = f"TaskQueue = '{task_queue}' AND ExecutionStatus = 'Running'"
+    count = 0
+    async for wf in client.list_workflows(query):
+        request = ResetStickyTaskQueueRequest(
+            namespace=namespace,
+            execution=WorkflowExecution(workflow_id=wf.id, run_id=wf.run_id),
+        )
+        try:
+            await client.workflow_service.reset_sticky_task_queue(request)
+        except RPCError as err:  # it closed since the listing: nothing to reset
+            log.debug("No sticky reset for %s: %s", wf.id, err.message)
+            continue
+        count += 1
+    return count

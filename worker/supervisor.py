@@ -1,0 +1,321 @@
+"""The Worker supervisor: runs the Worker as a child process so it can really die, and restarts it.
+
+A child counts as ready only when Temporal itself reports a poller with the child's identity on the
+workflow task queue, so "ready" means "conversations can make progress", not "the process exists".
+The supervisor also serves the control task queue, where `/crash-worker` requests arrive.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import logging
+import os
+import socket
+import sys
+import time
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from pathlib import Path
+
+from temporalio import activity
+from temporalio.api.enums.v1 import TaskQueueKind, TaskQueueType
+from temporalio.api.taskqueue.v1 import TaskQueue
+from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
+from temporalio.client import Client
+from temporalio.worker import Worker
+
+from agent.settings import TemporalSettings
+from agent.temporal_client import connect
+from worker.control import (
+    RESTART_ACTIVITY,
+    RestartReport,
+    RestartWorker,
+    reset_sticky_queues,
+    worker_identity,
+)
+from worker.server import terminate
+
+log = logging.getLogger(__name__)
+
+DEFAULT_COMMAND: tuple[str, ...] = (sys.executable, "-m", "refund_bot", "worker")
+# Unexpected deaths within this window count towards the backoff, so a crash loop slows down.
+_DEATH_WINDOW = 60.0
+_BACKOFF_BASE = 0.5
+_BACKOFF_MAX = 10.0
+_POLL_INTERVAL = 0.1
+
+
+class WorkerStartError(RuntimeError):
+    """The Worker child exited, or did not poll its task queue, before the deadline."""
+
+
+async def worker_is_polling(client: Client, namespace: str, task_queue: str, identity: str) -> bool:
+    """Whether Temporal lists a workflow-task poller with `identity` on `task_queue`."""
+    response = await client.workflow_service.describe_task_queue(
+        DescribeTaskQueueRequest(
+            namespace=namespace,
+            task_queue=TaskQueue(name=task_queue, kind=TaskQueueKind.TASK_QUEUE_KIND_NORMAL),
+            task_queue_type=TaskQueueType.TASK_QUEUE_TYPE_WORKFLOW,
+        )
+    )
+    return any(poller.identity == identity for poller in response.pollers)
+
+
+class ControlActivities:
+    """The control queue's Activity, bound to the supervisor that serves it."""
+
+    def __init__(self, supervisor: WorkerSupervisor) -> None:
+        self._supervisor = supervisor
+
+    @activity.defn(name=RESTART_ACTIVITY)
+    async def restart_worker(self) -> RestartReport:
+        return await self._supervisor.restart(kill=True)
+
+
+class WorkerSupervisor:
+    """Starts the Worker child, restarts it on request or when it dies, stops it on the way out.
+
+    `client` must use agent.temporal_client.DATA_CONVERTER; without one, `start()` connects with
+    `connect(settings)`. `env` is added to the child's environment on top of this process's
+    environment and the TEMPORAL_ADDRESS / _NAMESPACE / _TASK_QUEUE derived from `settings`.
+    """
+
+    def __init__(
+        self,
+        settings: TemporalSettings,
+        command: Sequence[str] | None = None,
+        *,
+        client: Client | None = None,
+        env: Mapping[str, str] | None = None,
+        log_path: Path | None = None,
+        ready_timeout: float = 30.0,
+        stop_timeout: float = 10.0,
+        serve_control: bool = True,
+    ) -> None:
+        self.settings = settings
+        self.command = list(command or DEFAULT_COMMAND)
+        self.env = dict(env or {})
+        self.log_path = log_path
+        self.ready_timeout = ready_timeout
+        self.stop_timeout = stop_timeout
+        self.serve_control = serve_control
+        self.host = socket.gethostname()
+        self.last_report: RestartReport | None = None
+        self._client = client
+        self._proc: asyncio.subprocess.Process | None = None
+        self._lock = asyncio.Lock()
+        self._stopping = True
+        self._deaths: collections.deque[float] = collections.deque()
+        self._watchers: set[asyncio.Task[None]] = set()
+        self._control: Worker | None = None
+        self._control_task: asyncio.Task[None] | None = None
+
+    @property
+    def pid(self) -> int | None:
+        """The current child's pid (it may have just died; see `running`)."""
+        return self._proc.pid if self._proc else None
+
+    @property
+    def running(self) -> bool:
+        return self._proc is not None and self._proc.returncode is None
+
+    @property
+    def client(self) -> Client:
+        if self._client is None:
+            raise RuntimeError("WorkerSupervisor.start() has not connected yet")
+        return self._client
+
+    async def start(self) -> None:
+        """Serve the control queue, start the child and wait until it polls."""
+        if not self._stopping:
+            raise RuntimeError("WorkerSupervisor already started")
+        if self._client is None:
+            self._client = await connect(self.settings)
+        self._stopping = False
+        try:
+            if self.serve_control:
+                self._control = Worker(
+                    self._client,
+                    task_queue=self.settings.control_task_queue,
+                    workflows=[RestartWorker],
+                    activities=[ControlActivities(self).restart_worker],
+                )
+                self._control_task = asyncio.create_task(self._control.run())
+                self._control_task.add_done_callback(self._control_done)
+            async with self._lock:
+                started = time.monotonic()
+                # A previous run's Worker may have died with conversations still sticky to it.
+                await self._reset_sticky()
+                proc = await self._spawn()
+                await self._wait_ready(proc)
+                log.info(
+                    "Worker pid %s is polling %r (%.2f s)",
+                    proc.pid, self.settings.task_queue, time.monotonic() - started,
+                )  # fmt: skip
+        except BaseException:
+            await self.stop()
+            raise
+
+    async def stop(self) -> None:
+        """Stop serving the control queue and stop the child (SIGTERM, then SIGKILL)."""
+        self._stopping = True
+        for task in list(self._watchers):
+            task.cancel()
+        if self._control is not None:
+            control, self._control = self._control, None
+            with contextlib.suppress(Exception):
+                await control.shutdown()
+        if self._control_task is not None:
+            task, self._control_task = self._control_task, None
+            with contextlib.suppress(Exception):  # already logged by _control_done
+                await task
+        async with self._lock:
+            proc, self._proc = self._proc, None
+            if proc is not None:
+                code = await terminate(proc, self.stop_timeout)
+                log.info("Worker pid %s stopped with %s", proc.pid, code)
+
+    async def restart(
+        self, kill: bool = True, while_down: Callable[[], Awaitable[None]] | None = None
+    ) -> RestartReport:
+        """Replace the child: SIGKILL it (kill=False: stop it gracefully), start a new one.
+
+        `while_down` runs after the old child is dead and before the new one starts: the demo
+        reads what survives from Event History there, while no Worker is alive.
+        """
+        async with self._lock:
+            # Checked under the lock: a stop() may have begun while this waited for it.
+            if self._stopping:
+                raise RuntimeError("WorkerSupervisor is not running")
+            return await self._replace_locked(kill=kill, while_down=while_down)
+
+    async def _replace_locked(
+        self, kill: bool, while_down: Callable[[], Awaitable[None]] | None = None
+    ) -> RestartReport:
+        started = time.monotonic()
+        old, self._proc = self._proc, None  # its watcher now knows this death is deliberate
+        old_pid = old.pid if old else None
+        if old is not None:
+            if kill:
+                with contextlib.suppress(ProcessLookupError):
+                    old.kill()
+                await old.wait()
+            else:
+                await terminate(old, self.stop_timeout)
+        if while_down is not None:
+            await while_down()
+        # Before the new child polls, so its first workflow tasks come from the normal queue.
+        await self._reset_sticky()
+        proc = await self._spawn()
+        await self._wait_ready(proc)
+        report = RestartReport(
+            old_pid=old_pid,
+            new_pid=proc.pid,
+            seconds_to_ready=round(time.monotonic() - started, 3),
+            host=self.host,
+        )
+        self.last_report = report
+        log.info(
+            "Worker restarted: pid %s -> %s, polling after %.2f s",
+            old_pid, proc.pid, report.seconds_to_ready,
+        )  # fmt: skip
+        return report
+
+    async def _spawn(self) -> asyncio.subprocess.Process:
+        env = {
+            **os.environ,
+            "TEMPORAL_ADDRESS": self.settings.address,
+            "TEMPORAL_NAMESPACE": self.settings.namespace,
+            "TEMPORAL_TASK_QUEUE": self.settings.task_queue,
+            **self.env,
+        }
+        out = self.log_path.open("ab") if self.log_path else None
+        try:
+            # Own session: a terminal Ctrl-C reaches only refund-bot, which then stops the child
+            # in order, and never reads as an unexpected death to restart.
+            proc = await asyncio.create_subprocess_exec(
+                *self.command,
+                stdin=asyncio.subprocess.DEVNULL,
+                stdout=out,
+                stderr=asyncio.subprocess.STDOUT if out else None,
+                env=env,
+                start_new_session=True,
+            )
+        finally:
+            if out:
+                out.close()
+        self._proc = proc
+        task = asyncio.create_task(self._watch(proc))
+        self._watchers.add(task)
+        task.add_done_callback(self._watchers.discard)
+        return proc
+
+    async def _wait_ready(self, proc: asyncio.subprocess.Process) -> None:
+        identity = worker_identity(proc.pid)
+        deadline = time.monotonic() + self.ready_timeout
+        while True:
+            if proc.returncode is not None:
+                raise WorkerStartError(
+                    f"Worker pid {proc.pid} exited with {proc.returncode} before polling"
+                )
+            try:
+                if await worker_is_polling(
+                    self.client, self.settings.namespace, self.settings.task_queue, identity
+                ):
+                    return
+            except Exception as err:  # a transient RPC failure is not a verdict on the child
+                log.debug("DescribeTaskQueue failed: %s", err)
+            if time.monotonic() > deadline:
+                with contextlib.suppress(ProcessLookupError):
+                    proc.kill()  # its watcher restarts it, with backoff
+                raise WorkerStartError(
+                    f"Worker pid {proc.pid} did not poll {self.settings.task_queue!r} "
+                    f"within {self.ready_timeout:.0f} s"
+                )
+            await asyncio.sleep(_POLL_INTERVAL)
+
+    async def _reset_sticky(self) -> None:
+        try:
+            count = await reset_sticky_queues(
+                self.client, self.settings.namespace, self.settings.task_queue
+            )
+        except Exception as err:  # worst case a conversation waits out the sticky timeout
+            log.warning("Could not reset sticky queues: %s", err)
+            return
+        if count:
+            log.info("Reset the sticky queue of %d running conversation(s)", count)
+
+    def _control_done(self, task: asyncio.Task[None]) -> None:
+        # Without the control Worker, /crash-worker requests would wait unanswered: say so.
+        if not task.cancelled() and task.exception() is not None:
+            log.error(
+                "Control Worker on %r failed",
+                self.settings.control_task_queue,
+                exc_info=task.exception(),
+            )
+
+    def _backoff(self) -> float:
+        now = time.monotonic()
+        self._deaths.append(now)
+        while self._deaths and now - self._deaths[0] > _DEATH_WINDOW:
+            self._deaths.popleft()
+        return min(_BACKOFF_MAX, _BACKOFF_BASE * 2 ** (len(self._deaths) - 1))
+
+    async def _watch(self, proc: asyncio.subprocess.Process) -> None:
+        code = await proc.wait()
+        if self._stopping or self._proc is not proc:
+            return  # a deliberate stop or restart; whoever did it starts the next child
+        delay = self._backoff()
+        log.warning(
+            "Worker pid %s exited on its own (code %s); restarting in %.1f s", proc.pid, code, delay
+        )
+        await asyncio.sleep(delay)
+        async with self._lock:
+            if self._stopping or self._proc is not proc:
+                return  # someone restarted it meanwhile
+            try:
+                await self._replace_locked(kill=True)
+            except Exception:
+                # A child that died before polling has its own watcher, which retries.
+                log.exception("Restarting the Worker failed")
