@@ -1,0 +1,127 @@
+"""The presenter's commands against the real dev server and a real, supervised Worker process."""
+
+from __future__ import annotations
+
+from agent.stores.ledger import Ledger
+from bot.conversations import InboundMessage
+from bot.ids import workflow_id_for
+from bot.local.terminal import PEOPLE, thread_ref
+from refund_bot.wiring import local_thread_store
+from tests.support import pid_alive
+from tests.support.conditions import wait_for
+from tests.support.conversation import LocalConversation
+from tests.support.stack import supervised_stack
+
+PRESENTER, SUPPORT, CUSTOMER = PEOPLE["presenter"], PEOPLE["support"], PEOPLE["customer"]
+
+
+async def _held(conv: LocalConversation, text: str = "please refund order 1234") -> None:
+    await conv.open(text, hold=True)
+    await conv.next_bot_message()
+    await conv.reply("Yes")
+    await conv.next_bot_message()
+    await conv.reply("Split seam")
+
+
+async def test_crash_then_status_without_a_worker_then_release(temporal_env, tmp_path) -> None:
+    async with supervised_stack(temporal_env, tmp_path) as stack:
+        conv = LocalConversation(
+            stack.client, local_thread_store(stack.settings), stack.temporal.task_queue
+        )
+        await _held(conv)
+        await conv.wait_phase("held_before_refund")
+        old_pid = stack.supervisor.pid
+
+        crashed = await stack.commands.crash_worker(PRESENTER)
+        assert crashed.ok, crashed.text
+        assert (
+            f"old pid {old_pid}" in crashed.text
+            and f"new pid {stack.supervisor.pid}" in crashed.text
+        )
+        await wait_for(lambda: not pid_alive(old_pid), what="the old Worker gone")
+
+        await stack.supervisor.stop()  # no Worker alive at all
+        status = await stack.commands.refund_status(PRESENTER, conv.handle.id)
+        assert status.ok, status.text
+        assert "customer answers: 2 (item_opened: Yes; damage: Split seam)" in status.text
+        assert "completed lookups: 2 (lookup_order, lookup_customer_history)" in status.text
+        assert "next action: issue refund" in status.text
+        assert "refund at the offline ledger: none" in status.text
+
+        await stack.supervisor.start()
+        released = await stack.commands.refund_release(PRESENTER, conv.handle.id)
+        assert released.ok
+        outcome = await conv.handle.result()
+        assert outcome.status == "refunded"
+        status = await stack.commands.refund_status(PRESENTER, conv.handle.id)
+        assert "refund at the offline ledger: re_ledger_" in status.text
+        assert "(calls with its key: 1)" in status.text
+    assert len(await Ledger(stack.settings.ledger_db).all_refunds()) == 1
+
+
+async def test_commands_are_refused_to_people_without_the_role(temporal_env, tmp_path) -> None:
+    async with supervised_stack(temporal_env, tmp_path) as stack:
+        pid = stack.supervisor.pid
+        refused = await stack.commands.crash_worker(CUSTOMER)
+        assert not refused.ok and "needs the presenter role" in refused.text
+        assert stack.supervisor.pid == pid and pid_alive(pid)  # nothing was killed
+        for reply in (
+            await stack.commands.refund_release(SUPPORT, "local-local-support-t1"),
+            await stack.commands.refund_hold(CUSTOMER, True),
+            await stack.commands.refund_grant(SUPPORT, CUSTOMER, "refund_approver", "100"),
+            await stack.commands.refund_revoke(SUPPORT, SUPPORT, "refund_approver"),
+        ):
+            assert not reply.ok and "you don't hold it" in reply.text
+        status = await stack.commands.refund_status(CUSTOMER, "local-local-support-t1")
+        assert not status.ok
+
+
+async def test_grant_and_revoke_change_the_next_authorization(temporal_env, tmp_path) -> None:
+    async with supervised_stack(temporal_env, tmp_path) as stack:
+        threads = local_thread_store(stack.settings)
+        assert (await stack.commands.refund_revoke(PRESENTER, SUPPORT, "refund_approver")).ok
+        conv = LocalConversation(stack.client, threads, stack.temporal.task_queue)
+        await conv.open("please refund order 4500")
+        for answer in ("Yes", "Split seam"):
+            await conv.next_bot_message()
+            await conv.reply(answer)
+        assert (await conv.next_bot_message()).kind == "escalation"
+        await conv.click("approve", SUPPORT)
+        assert "no live refund_approver grant" in (await conv.next_bot_message()).text
+
+        granted = await stack.commands.refund_grant(PRESENTER, SUPPORT, "refund_approver", "$200")
+        assert granted.ok and "limit $200.00" in granted.text
+        await conv.click("approve", SUPPORT)
+        assert (
+            "above Sam (support agent)'s refund_approver limit of $200.00"
+            in (await conv.next_bot_message()).text
+        )
+
+        assert (await stack.commands.refund_grant(PRESENTER, SUPPORT, "refund_approver", "1000")).ok
+        await conv.click("approve", SUPPORT)
+        outcome = await conv.handle.result()
+    assert outcome.status == "refunded"
+
+
+async def test_hold_switch_decides_whether_new_conversations_hold(temporal_env, tmp_path) -> None:
+    async with supervised_stack(temporal_env, tmp_path) as stack:
+        assert "on" in (await stack.commands.refund_hold(PRESENTER, True)).text
+        threads = local_thread_store(stack.settings)
+        root = await threads.open_thread("support", CUSTOMER.user_id, "please refund order 1234")
+        await stack.router.on_message(
+            InboundMessage(
+                event_id=root.message_id,
+                thread=thread_ref(root.thread_id),
+                message_id=root.message_id,
+                author=CUSTOMER,
+                text=root.text,
+                opens_thread=True,
+            )
+        )
+        conv = LocalConversation(stack.client, threads, stack.temporal.task_queue)
+        conv.thread_id = root.thread_id
+        conv.handle = stack.client.get_workflow_handle(workflow_id_for(thread_ref(root.thread_id)))
+        for answer in ("Yes", "Split seam"):
+            await conv.next_bot_message()
+            await conv.reply(answer)
+        assert (await conv.wait_phase("held_before_refund")).held
