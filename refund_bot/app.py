@@ -101,9 +101,7 @@ async def run(temporal: TemporalSettings, settings: AgentSettings, *, local: boo
             client = build_client(discord, stack.router, stack.commands)
             platforms.append(asyncio.create_task(serve_discord(client, discord), name="discord"))
         if local or not platforms:
-            channel = LocalChannel(
-                local_thread_store(settings), stack.router, stack.commands, web_ui=stack.web_ui
-            )
+            channel = LocalChannel(local_thread_store(settings), stack.router, stack.commands)
             platforms.append(asyncio.create_task(channel.run(), name="local"))
         # Until one platform ends (the terminal's /quit) or fails; then stop everything in order.
         done, pending = await asyncio.wait(platforms, return_when=asyncio.FIRST_COMPLETED)

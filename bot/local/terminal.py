@@ -63,13 +63,11 @@ class LocalChannel:
         router: ConversationRouter,
         commands: Commands,
         out: TextIO = sys.stdout,
-        web_ui: str | None = None,
     ) -> None:
         self._threads = threads
         self._router = router
         self._commands = commands
         self._out = out
-        self._web_ui = web_ui
         self.me = PEOPLE["customer"]
         self.thread: str | None = None
         self._shown = 0
@@ -83,8 +81,6 @@ class LocalChannel:
         lines = lines or await _stdin_reader()
         self._shown = max((m.seq for m in await self._threads.messages()), default=0)
         self.say("refund-bot local support channel. /help lists the commands.")
-        if self._web_ui:
-            self.say(f"Temporal Web UI: {self._web_ui}")
         self.say(f"You are {self.me.label}. Try: please refund order 1234")
         tail = asyncio.create_task(self._tail())
         try:
