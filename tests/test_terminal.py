@@ -81,7 +81,8 @@ def test_local_channel_in_a_real_terminal(tmp_path) -> None:
         term.type("/as presenter")
         term.type("/refund-status")
         term.expect(
-            r"refund at the offline ledger: re_ledger_\w+ succeeded \$80\.00 \(calls with its key: 1\)"
+            r"refund at the offline ledger: re_ledger_\w+ succeeded \$80\.00 "
+            r"\(calls with its key: 1\)"
         )
         term.type("/quit")
         assert term.proc.wait(timeout=60) == 0

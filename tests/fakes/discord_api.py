@@ -9,6 +9,25 @@ limited and fail the way it would against discord.com:
   nonce from the same author within `nonce_window` seconds returns the existing message.
 - `PATCH /channels/{channel_id}/messages/{message_id}`: edit.
 - `GET /channels/{channel_id}/messages`: newest first, `limit` / `before` / `after`.
+- `POST /channels/{channel_id}/messages/{message_id}/threads`: a public thread on a message; like
+  Discord, the thread's id is the message's id, and a second thread on one message is refused
+  (400, code 160004).
+- `GET /channels/{channel_id}`: a text channel or thread of a guild added with `add_guild`.
+- `GET /oauth2/applications/@me`: the bot's application (discord.py's login reads it).
+- `PUT /applications/{application_id}/commands` and `.../guilds/{guild_id}/commands`: bulk overwrite
+  of application commands, validated like Discord (names, lengths, required options first).
+- `GET /guilds/{guild_id}/members/{user_id}`, `GET /guilds/{guild_id}/roles`: current roles.
+- `POST /interactions/{interaction_id}/{interaction_token}/callback`: the initial response to an
+  interaction (types 4, 5, 6, 7), once only (40060 after that), no Authorization header (none is
+  sent); `POST /webhooks/{application_id}/{interaction_token}` (followups) and
+  `PATCH /webhooks/{application_id}/{interaction_token}/messages/@original`.
+
+The gateway half: Discord also *sends* events. `guild_create_event`, `user_message`,
+`message_update_event`, `message_delete_event`, `thread_create_event`, `component_interaction` and
+`command_interaction` return the JSON of GUILD_CREATE, MESSAGE_CREATE, MESSAGE_UPDATE,
+MESSAGE_DELETE, THREAD_CREATE and INTERACTION_CREATE as Discord would dispatch them for this fake's
+state, and record what Discord would record (a user's message is stored; an interaction's token is
+issued), so a test feeds them to discord.py's ConnectionState exactly as its gateway would.
 
 Every response carries the headers discord.py reads: `X-RateLimit-Limit`, `-Remaining`, `-Reset`,
 `-Reset-After`, `-Bucket`, and `Via` (discord.py treats a 429 without `Via` as a Cloudflare ban and
@@ -44,6 +63,20 @@ MAX_CONTENT = 2000
 MAX_NONCE = 25
 MAX_CUSTOM_ID = 100
 MESSAGES_ROUTE = "POST /channels/{channel_id}/messages"
+THREADS_ROUTE = "POST /channels/{channel_id}/messages/{message_id}/threads"
+CALLBACK_ROUTE = "POST /interactions/{interaction_id}/{interaction_token}/callback"
+FOLLOWUP_ROUTE = "POST /webhooks/{application_id}/{interaction_token}"
+EDIT_ORIGINAL_ROUTE = "PATCH /webhooks/{application_id}/{interaction_token}/messages/@original"
+GLOBAL_COMMANDS_ROUTE = "PUT /applications/{application_id}/commands"
+GUILD_COMMANDS_ROUTE = "PUT /applications/{application_id}/guilds/{guild_id}/commands"
+MEMBER_ROUTE = "GET /guilds/{guild_id}/members/{user_id}"
+ROLES_ROUTE = "GET /guilds/{guild_id}/roles"
+EPHEMERAL = 1 << 6  # message flag
+LOADING = 1 << 7  # message flag: a deferred response's "is thinking…" placeholder
+ARCHIVE_DURATIONS = (60, 1440, 4320, 10080)
+# Interactions carry their own token; Discord wants no bot token on these routes.
+_UNAUTHENTICATED = ("POST /interactions/", "POST /webhooks/", "PATCH /webhooks/", "GET /webhooks/")
+_COMMAND_NAME = re.compile(r"^[-_\w]{1,32}$")
 
 _USER_MENTION = re.compile(r"<@!?(\d+)>")
 _ROLE_MENTION = re.compile(r"<@&(\d+)>")
@@ -75,6 +108,28 @@ class _Channel:
     messages: list[dict[str, Any]] = field(default_factory=list)
 
 
+@dataclass
+class _Guild:
+    data: dict[str, Any]  # id, name, owner_id, roles, ...
+    channels: dict[int, dict[str, Any]] = field(default_factory=dict)  # text channels and threads
+    members: dict[int, dict[str, Any]] = field(default_factory=dict)
+
+
+@dataclass
+class Interaction:
+    """An interaction Discord dispatched, and everything the bot answered to it."""
+
+    id: int
+    token: str
+    type: int  # 2 application command, 3 message component
+    channel_id: int
+    message_id: int | None  # the message a component sits on
+    acknowledged: bool = False
+    callbacks: list[dict[str, Any]] = field(default_factory=list)  # initial responses' bodies
+    followups: list[dict[str, Any]] = field(default_factory=list)  # messages sent as followups
+    original: dict[str, Any] | None = None  # the response message of a command interaction
+
+
 class FakeDiscordAPI:
     """aiohttp server on 127.0.0.1 (ephemeral port) impersonating discord.com/api/v10."""
 
@@ -93,6 +148,25 @@ class FakeDiscordAPI:
         self._channels: dict[int, _Channel] = {}
         self._failing: dict[int, int] = {}
         self._rate_limits: dict[str, _RateLimit] = {}
+        self.application: dict[str, Any] = {
+            "id": str(bot_id),  # a bot made since 2019 has its application's id as its user id
+            "name": bot_name,
+            "icon": None,
+            "description": "",
+            "summary": "",
+            "type": None,
+            "bot_public": False,
+            "bot_require_code_grant": False,
+            "verify_key": hashlib.sha256(str(bot_id).encode()).hexdigest(),
+            "flags": 1 << 19,  # GATEWAY_MESSAGE_CONTENT_LIMITED: the intent is switched on
+            "owner": _user(1180000000000000900, "shop-owner"),
+            "team": None,
+            "interactions_endpoint_url": None,
+            "bot": dict(self.bot_user),
+        }
+        self._guilds: dict[int, _Guild] = {}
+        self.commands: dict[int | None, list[dict[str, Any]]] = {}  # guild id (None: global)
+        self.interactions: dict[int, Interaction] = {}
         self._clock_offset = 0.0
         self._increment = itertools.count()
         self._runner: web.AppRunner | None = None
@@ -108,6 +182,29 @@ class FakeDiscordAPI:
         app.router.add_get(f"{prefix}/channels/{{channel_id}}/messages", self._list_messages)
         app.router.add_patch(
             f"{prefix}/channels/{{channel_id}}/messages/{{message_id}}", self._edit_message
+        )
+        app.router.add_post(
+            f"{prefix}/channels/{{channel_id}}/messages/{{message_id}}/threads", self._start_thread
+        )
+        app.router.add_get(f"{prefix}/channels/{{channel_id}}", self._get_channel)
+        app.router.add_get(f"{prefix}/oauth2/applications/@me", self._get_application)
+        app.router.add_put(f"{prefix}/applications/{{application_id}}/commands", self._put_commands)
+        app.router.add_put(
+            f"{prefix}/applications/{{application_id}}/guilds/{{guild_id}}/commands",
+            self._put_commands,
+        )
+        app.router.add_get(f"{prefix}/guilds/{{guild_id}}/members/{{user_id}}", self._get_member)
+        app.router.add_get(f"{prefix}/guilds/{{guild_id}}/roles", self._get_roles)
+        app.router.add_post(
+            f"{prefix}/interactions/{{interaction_id}}/{{interaction_token}}/callback",
+            self._interaction_callback,
+        )
+        app.router.add_post(
+            f"{prefix}/webhooks/{{application_id}}/{{interaction_token}}", self._followup
+        )
+        app.router.add_patch(
+            f"{prefix}/webhooks/{{application_id}}/{{interaction_token}}/messages/@original",
+            self._edit_original,
         )
         self._runner = web.AppRunner(app, access_log=None)
         await self._runner.setup()
@@ -163,6 +260,78 @@ class FakeDiscordAPI:
     def now(self) -> float:
         return time.time() + self._clock_offset
 
+    # -- guilds, members and roles (what a server admin sets up in Discord's client) -----------
+
+    def add_guild(
+        self, guild_id: int, *, name: str = "Nyghtowl Shop", owner_id: int = 1180000000000000900
+    ) -> None:
+        everyone = _role(guild_id, "@everyone", position=0)
+        self._guilds[guild_id] = _Guild(
+            data={"id": str(guild_id), "name": name, "owner_id": str(owner_id), "roles": [everyone]}
+        )
+        self.add_member(guild_id, self.bot_user)
+
+    def add_text_channel(self, guild_id: int, channel_id: int, name: str) -> None:
+        guild = self._guilds[guild_id]
+        guild.channels[channel_id] = {
+            "id": str(channel_id),
+            "type": 0,
+            "guild_id": str(guild_id),
+            "name": name,
+            "position": len(guild.channels),
+            "permission_overwrites": [],
+            "parent_id": None,
+            "nsfw": False,
+            "topic": None,
+            "last_message_id": None,
+            "rate_limit_per_user": 0,
+            "default_auto_archive_duration": 1440,
+            "flags": 0,
+        }
+
+    def add_role(self, guild_id: int, role_id: int, name: str) -> None:
+        roles = self._guilds[guild_id].data["roles"]
+        roles.append(_role(role_id, name, position=len(roles)))
+
+    def add_member(
+        self,
+        guild_id: int,
+        user: dict[str, Any],
+        roles: tuple[int, ...] = (),
+        nick: str | None = None,
+    ) -> dict[str, Any]:
+        member = {
+            "user": dict(user),
+            "nick": nick,
+            "avatar": None,
+            "banner": None,
+            "roles": [str(r) for r in roles],
+            "joined_at": _iso(self.now() - 86400),
+            "premium_since": None,
+            "deaf": False,
+            "mute": False,
+            "flags": 0,
+            "pending": False,
+            "communication_disabled_until": None,
+            "avatar_decoration_data": None,
+        }
+        self._guilds[guild_id].members[int(user["id"])] = member
+        return member
+
+    def set_member_roles(self, guild_id: int, user_id: int, roles: tuple[int, ...]) -> None:
+        self._guilds[guild_id].members[user_id]["roles"] = [str(r) for r in roles]
+
+    def remove_member(self, guild_id: int, user_id: int) -> None:
+        del self._guilds[guild_id].members[user_id]
+
+    def channel(self, channel_id: int | str) -> dict[str, Any] | None:
+        """A text channel or thread as Discord describes it (a copy), or None."""
+        found = self._guild_channel(int(channel_id))
+        return json.loads(json.dumps(found[1])) if found else None
+
+    def message(self, channel_id: int | str, message_id: int | str) -> dict[str, Any] | None:
+        return next((m for m in self.messages(channel_id) if m["id"] == str(message_id)), None)
+
     # -- plumbing -----------------------------------------------------------------------------
 
     @web.middleware
@@ -187,7 +356,9 @@ class FakeDiscordAPI:
     async def _dispatch(self, request: web.Request, handler: Any, route: str) -> web.StreamResponse:
         if not route:
             return self._json({"message": "404: Not Found", "code": 0}, 404)
-        if request.headers.get("Authorization") != f"Bot {self.token}":
+        if not route.startswith(_UNAUTHENTICATED) and (
+            request.headers.get("Authorization") != f"Bot {self.token}"
+        ):
             return self._json({"message": "401: Unauthorized", "code": 0}, 401)
         limited = self._rate_limits.get(route)
         if limited is not None and limited.remaining > 0:
@@ -361,6 +532,504 @@ class FakeDiscordAPI:
                     return message
         return None
 
+    def _guild_channel(self, channel_id: int) -> tuple[_Guild, dict[str, Any]] | None:
+        for guild in self._guilds.values():
+            if channel_id in guild.channels:
+                return guild, guild.channels[channel_id]
+        return None
+
+    async def _start_thread(self, request: web.Request) -> web.Response:
+        route = THREADS_ROUTE
+        channel_id = int(request.match_info["channel_id"])
+        found = self._guild_channel(channel_id)
+        if found is None or found[1]["type"] != 0:
+            return self._json({"message": "Unknown Channel", "code": 10003}, 404, route)
+        guild, parent = found
+        message = self._find(self._channel(request), request.match_info["message_id"])
+        if message is None:
+            return self._json({"message": "Unknown Message", "code": 10008}, 404, route)
+        body = await _json_body(request)
+        if not isinstance(body, dict):
+            return self._json({"message": "400: Bad Request", "code": 0}, 400, route)
+        errors: dict[str, str] = {}
+        if not 1 <= len(str(body.get("name", ""))) <= 100:
+            errors["name"] = "Must be between 1 and 100 in length."
+        archive = body.get("auto_archive_duration", parent["default_auto_archive_duration"])
+        if archive not in ARCHIVE_DURATIONS:
+            errors["auto_archive_duration"] = f"Value must be one of {ARCHIVE_DURATIONS}."
+        if errors:
+            return self._json(_invalid_form(errors), 400, route)
+        # A thread started from a message takes the message's id: one thread per message.
+        thread_id = int(message["id"])
+        if thread_id in guild.channels:
+            return self._json(
+                {"message": "A thread has already been created for this message", "code": 160004},
+                400,
+                route,
+            )
+        now = _iso(self.now())
+        thread = {
+            "id": str(thread_id),
+            "type": 11,
+            "guild_id": guild.data["id"],
+            "parent_id": str(channel_id),
+            "owner_id": self.bot_user["id"],
+            "name": str(body["name"]),
+            "last_message_id": None,
+            "rate_limit_per_user": int(body.get("rate_limit_per_user") or 0),
+            "flags": 0,
+            "message_count": 0,
+            "member_count": 1,
+            "total_message_sent": 0,
+            "thread_metadata": {
+                "archived": False,
+                "archive_timestamp": now,
+                "auto_archive_duration": archive,
+                "locked": False,
+                "create_timestamp": now,
+            },
+            "member": {
+                "id": str(thread_id),
+                "user_id": self.bot_user["id"],
+                "join_timestamp": now,
+                "flags": 1,
+                "muted": False,
+                "mute_config": None,
+            },
+        }
+        guild.channels[thread_id] = thread
+        message["thread"] = thread
+        return self._json(thread, 201, route)
+
+    async def _get_channel(self, request: web.Request) -> web.Response:
+        route = "GET /channels/{channel_id}"
+        found = self._guild_channel(int(request.match_info["channel_id"]))
+        if found is None:
+            return self._json({"message": "Unknown Channel", "code": 10003}, 404, route)
+        return self._json(found[1], 200, route)
+
+    async def _get_application(self, request: web.Request) -> web.Response:
+        return self._json(self.application, 200, "GET /oauth2/applications/@me")
+
+    async def _put_commands(self, request: web.Request) -> web.Response:
+        guild_id = request.match_info.get("guild_id")
+        route = GUILD_COMMANDS_ROUTE if guild_id else GLOBAL_COMMANDS_ROUTE
+        if request.match_info["application_id"] != self.application["id"]:
+            return self._json({"message": "Missing Access", "code": 50001}, 403, route)
+        if guild_id is not None and int(guild_id) not in self._guilds:
+            return self._json({"message": "Missing Access", "code": 50001}, 403, route)
+        body = await _json_body(request)
+        if not isinstance(body, list):
+            return self._json({"message": "400: Bad Request", "code": 0}, 400, route)
+        errors = _validate_commands(body)
+        if errors:
+            return self._json(_invalid_form(errors), 400, route)
+        stored = []
+        for command in body:
+            out = {
+                "id": str(self._snowflake()),
+                "application_id": self.application["id"],
+                "version": str(self._snowflake()),
+                "type": command.get("type", 1),
+                "name": command["name"],
+                "description": command.get("description", ""),
+                "options": command.get("options", []),
+                "default_member_permissions": command.get("default_member_permissions"),
+                "nsfw": command.get("nsfw", False),
+                "contexts": command.get("contexts"),
+                "integration_types": command.get("integration_types", [0]),
+            }
+            if guild_id is not None:
+                out["guild_id"] = guild_id
+            stored.append(out)
+        self.commands[int(guild_id) if guild_id else None] = stored
+        return self._json(stored, 200, route)
+
+    async def _get_member(self, request: web.Request) -> web.Response:
+        route = MEMBER_ROUTE
+        guild = self._guilds.get(int(request.match_info["guild_id"]))
+        if guild is None:
+            return self._json({"message": "Unknown Guild", "code": 10004}, 404, route)
+        member = guild.members.get(int(request.match_info["user_id"]))
+        if member is None:
+            return self._json({"message": "Unknown Member", "code": 10007}, 404, route)
+        return self._json(member, 200, route)
+
+    async def _get_roles(self, request: web.Request) -> web.Response:
+        guild = self._guilds.get(int(request.match_info["guild_id"]))
+        if guild is None:
+            return self._json({"message": "Unknown Guild", "code": 10004}, 404, ROLES_ROUTE)
+        return self._json(guild.data["roles"], 200, ROLES_ROUTE)
+
+    def _interaction(self, request: web.Request) -> Interaction | None:
+        token = request.match_info["interaction_token"]
+        if "interaction_id" in request.match_info:
+            found = self.interactions.get(int(request.match_info["interaction_id"]))
+        else:
+            found = next((i for i in self.interactions.values() if i.token == token), None)
+            if request.match_info["application_id"] != self.application["id"]:
+                found = None
+        return found if found is not None and found.token == token else None
+
+    async def _interaction_callback(self, request: web.Request) -> web.Response:
+        route = CALLBACK_ROUTE
+        interaction = self._interaction(request)
+        if interaction is None:
+            return self._json({"message": "Unknown interaction", "code": 10062}, 404, route)
+        if interaction.acknowledged:
+            return self._json(
+                {"message": "Interaction has already been acknowledged.", "code": 40060},
+                400,
+                route,
+            )
+        body = await _json_body(request)
+        if not isinstance(body, dict) or body.get("type") not in (4, 5, 6, 7):
+            return self._json(_invalid_form({"type": "Value must be one of (4, 5, 6, 7)."}), 400)
+        kind: int = body["type"]
+        data = body.get("data") or {}
+        if kind in (6, 7) and interaction.message_id is None:
+            return self._json(
+                {"message": "Invalid interaction application command", "code": 50035}, 400, route
+            )
+        errors = _validate(data)
+        if errors:
+            return self._json(
+                _invalid_form({f"data.{k}": v for k, v in errors.items()}), 400, route
+            )
+        interaction.acknowledged = True
+        interaction.callbacks.append(body)
+
+        message: dict[str, Any] | None = None
+        if kind == 4:
+            message = self._response_message(interaction, data)
+            interaction.original = message
+        elif kind == 5:
+            message = self._response_message(
+                interaction, {"flags": (data.get("flags") or 0) | LOADING}
+            )
+            interaction.original = message
+        elif kind == 7:
+            message = self._edit_stored(interaction, data)
+        response = {
+            "interaction": {
+                "id": str(interaction.id),
+                "type": interaction.type,
+                "response_message_loading": kind == 5,
+                "response_message_ephemeral": bool(message and message["flags"] & EPHEMERAL),
+            },
+        }
+        if message is not None:
+            response["interaction"]["response_message_id"] = message["id"]
+            response["resource"] = {"type": kind, "message": message}
+        if request.query.get("with_response") not in ("1", "true", "True"):
+            return web.Response(status=204, headers={"Via": "1.1 google"})
+        return self._json(response, 200, route)
+
+    async def _followup(self, request: web.Request) -> web.Response:
+        route = FOLLOWUP_ROUTE
+        interaction = self._interaction(request)
+        if interaction is None or not interaction.acknowledged:
+            # Before the first response, the interaction's webhook does not exist yet.
+            return self._json({"message": "Unknown Webhook", "code": 10015}, 404, route)
+        body = await _json_body(request)
+        if not isinstance(body, dict):
+            return self._json({"message": "400: Bad Request", "code": 0}, 400, route)
+        errors = _validate(body)
+        if errors:
+            return self._json(_invalid_form(errors), 400, route)
+        message = self._response_message(interaction, body)
+        interaction.followups.append(message)
+        return self._json(message, 200, route)
+
+    async def _edit_original(self, request: web.Request) -> web.Response:
+        route = EDIT_ORIGINAL_ROUTE
+        interaction = self._interaction(request)
+        if interaction is None or not interaction.acknowledged:
+            return self._json({"message": "Unknown Webhook", "code": 10015}, 404, route)
+        body = await _json_body(request)
+        if not isinstance(body, dict):
+            return self._json({"message": "400: Bad Request", "code": 0}, 400, route)
+        errors = _validate(body)
+        if errors:
+            return self._json(_invalid_form(errors), 400, route)
+        if interaction.original is None:
+            # A component interaction's original is the message the component sits on.
+            return self._json(self._edit_stored(interaction, body), 200, route)
+        _apply_edit(interaction.original, body, self.now())
+        interaction.original["flags"] &= ~LOADING
+        return self._json(interaction.original, 200, route)
+
+    def _response_message(self, interaction: Interaction, data: dict[str, Any]) -> dict[str, Any]:
+        message_id = self._snowflake()
+        message = {
+            "type": 20 if interaction.type == 2 else 19,  # CHAT_INPUT_COMMAND / REPLY
+            "content": data.get("content", ""),
+            "mentions": [],
+            "mention_roles": [],
+            "attachments": [],
+            "embeds": data.get("embeds", []),
+            "timestamp": _iso(_snowflake_seconds(message_id)),
+            "edited_timestamp": None,
+            "flags": data.get("flags") or 0,
+            "components": _with_component_ids(data.get("components") or []),
+            "id": str(message_id),
+            "channel_id": str(interaction.channel_id),
+            "author": dict(self.bot_user),
+            "pinned": False,
+            "mention_everyone": False,
+            "tts": False,
+            "webhook_id": self.application["id"],
+            "application_id": self.application["id"],
+        }
+        _apply_mentions(message, data.get("allowed_mentions"))
+        if not message["flags"] & EPHEMERAL:
+            self._channels.setdefault(interaction.channel_id, _Channel()).messages.append(message)
+        return message
+
+    def _edit_stored(self, interaction: Interaction, data: dict[str, Any]) -> dict[str, Any]:
+        channel = self._channels.setdefault(interaction.channel_id, _Channel())
+        message = self._find(channel, str(interaction.message_id))
+        if message is None:
+            raise web.HTTPNotFound(
+                text=json.dumps({"message": "Unknown Message", "code": 10008}),
+                content_type="application/json",
+            )
+        _apply_edit(message, data, self.now())
+        return message
+
+    # -- the gateway: events as Discord dispatches them ------------------------------------------
+
+    def guild_create_event(self, guild_id: int) -> dict[str, Any]:
+        """GUILD_CREATE for the bot: channels, roles, the bot's own member and active threads."""
+        guild = self._guilds[guild_id]
+        channels = [c for c in guild.channels.values() if c["type"] != 11]
+        threads = [
+            c
+            for c in guild.channels.values()
+            if c["type"] == 11 and not c["thread_metadata"]["archived"]
+        ]
+        bot_member = guild.members[int(self.bot_user["id"])]
+        return {
+            **guild.data,
+            "icon": None,
+            "splash": None,
+            "discovery_splash": None,
+            "afk_channel_id": None,
+            "afk_timeout": 300,
+            "verification_level": 1,
+            "default_message_notifications": 1,
+            "explicit_content_filter": 2,
+            "emojis": [],
+            "stickers": [],
+            "features": [],
+            "mfa_level": 0,
+            "system_channel_id": None,
+            "system_channel_flags": 0,
+            "rules_channel_id": None,
+            "vanity_url_code": None,
+            "description": None,
+            "banner": None,
+            "premium_tier": 0,
+            "preferred_locale": "en-US",
+            "public_updates_channel_id": None,
+            "nsfw_level": 0,
+            "premium_progress_bar_enabled": False,
+            "joined_at": bot_member["joined_at"],
+            "large": False,
+            "unavailable": False,
+            "member_count": len(guild.members),
+            "voice_states": [],
+            "members": [bot_member],
+            "channels": [{k: v for k, v in c.items() if k != "guild_id"} for c in channels],
+            "threads": threads,
+            "presences": [],
+            "stage_instances": [],
+            "guild_scheduled_events": [],
+            "soundboard_sounds": [],
+        }
+
+    def user_message(
+        self,
+        channel_id: int,
+        author_id: int,
+        content: str,
+        *,
+        bot: bool = False,
+    ) -> dict[str, Any]:
+        """A member posts `content` in a channel or thread: stores it and returns MESSAGE_CREATE.
+
+        `bot=True` posts as another bot (or, with the bot's own id, as this bot from elsewhere).
+        """
+        guild, channel = self._require_channel(channel_id)
+        member = guild.members[author_id]
+        message_id = self._snowflake()
+        author = dict(member["user"])
+        if bot:
+            author["bot"] = True
+        message = {
+            "type": 0,
+            "content": content,
+            "mentions": [],
+            "mention_roles": [],
+            "attachments": [],
+            "embeds": [],
+            "timestamp": _iso(_snowflake_seconds(message_id)),
+            "edited_timestamp": None,
+            "flags": 0,
+            "components": [],
+            "id": str(message_id),
+            "channel_id": str(channel_id),
+            "author": author,
+            "pinned": False,
+            "mention_everyone": False,
+            "tts": False,
+            "nonce": str(message_id - 1),  # the client's nonce; not enforced
+        }
+        _apply_mentions(message, None)
+        self._channels.setdefault(channel_id, _Channel()).messages.append(message)
+        if channel["type"] == 11:
+            channel["message_count"] += 1
+            channel["total_message_sent"] += 1
+            channel["last_message_id"] = str(message_id)
+        return {**message, "guild_id": guild.data["id"], "member": _partial_member(member)}
+
+    def message_update_event(
+        self, channel_id: int, message_id: int | str, content: str
+    ) -> dict[str, Any]:
+        """The author edits a message: MESSAGE_UPDATE (the full message, as Discord sends now)."""
+        guild, _ = self._require_channel(channel_id)
+        message = self._find(self._channels[channel_id], str(message_id))
+        assert message is not None, f"no message {message_id} in {channel_id}"
+        message["content"] = content
+        message["edited_timestamp"] = _iso(self.now())
+        member = guild.members.get(int(message["author"]["id"]))
+        event = {**json.loads(json.dumps(message)), "guild_id": guild.data["id"]}
+        if member is not None:
+            event["member"] = _partial_member(member)
+        return event
+
+    def message_delete_event(self, channel_id: int, message_id: int | str) -> dict[str, Any]:
+        guild, _ = self._require_channel(channel_id)
+        channel = self._channels[channel_id]
+        channel.messages = [m for m in channel.messages if m["id"] != str(message_id)]
+        return {"id": str(message_id), "channel_id": str(channel_id), "guild_id": guild.data["id"]}
+
+    def thread_create_event(self, thread_id: int) -> dict[str, Any]:
+        """THREAD_CREATE Discord sends the bot after the bot created the thread."""
+        _, thread = self._require_channel(thread_id)
+        return {**json.loads(json.dumps(thread)), "newly_created": True}
+
+    def component_interaction(
+        self, channel_id: int, message_id: int | str, user_id: int, custom_id: str
+    ) -> dict[str, Any]:
+        """A member clicks the button `custom_id` on a stored message: INTERACTION_CREATE type 3."""
+        message = self._find(self._channels[channel_id], str(message_id))
+        assert message is not None, f"no message {message_id} in {channel_id}"
+        buttons = [c for row in message["components"] for c in row.get("components", [])]
+        button = next((b for b in buttons if b.get("custom_id") == custom_id), None)
+        assert button is not None, f"message {message_id} has no button {custom_id!r}"
+        data = {"custom_id": custom_id, "component_type": button["type"], "id": button["id"]}
+        return self._new_interaction(3, channel_id, user_id, data, message)
+
+    def command_interaction(
+        self,
+        name: str,
+        channel_id: int,
+        user_id: int,
+        options: dict[str, str | int | bool] | None = None,
+    ) -> dict[str, Any]:
+        """A member runs a registered slash command: INTERACTION_CREATE type 2.
+
+        USER options take a user id; their user (and member, when in the guild) is resolved.
+        """
+        guild, _ = self._require_channel(channel_id)
+        guild_id = int(guild.data["id"])
+        registered = self.commands.get(guild_id) or self.commands.get(None) or []
+        command = next((c for c in registered if c["name"] == name), None)
+        assert command is not None, f"/{name} is not registered with Discord"
+        data: dict[str, Any] = {"id": command["id"], "name": name, "type": 1}
+        if "guild_id" in command:
+            data["guild_id"] = command["guild_id"]
+        resolved: dict[str, dict[str, Any]] = {}
+        given = []
+        for option in command["options"]:
+            if option["name"] not in (options or {}):
+                continue
+            value = (options or {})[option["name"]]
+            given.append(
+                {
+                    "name": option["name"],
+                    "type": option["type"],
+                    "value": str(value) if option["type"] == 6 else value,
+                }
+            )
+            if option["type"] == 6:
+                member = guild.members.get(int(value))
+                user = member["user"] if member else _user(int(value), f"user{str(value)[-4:]}")
+                resolved.setdefault("users", {})[str(value)] = user
+                if member:
+                    partial = {
+                        k: v
+                        for k, v in _partial_member(member).items()
+                        if k != "deaf" and k != "mute"
+                    }
+                    resolved.setdefault("members", {})[str(value)] = {**partial, "permissions": "0"}
+        unknown = set(options or {}) - {o["name"] for o in command["options"]}
+        assert not unknown, f"/{name} has no options {sorted(unknown)}"
+        if given:
+            data["options"] = given
+        if resolved:
+            data["resolved"] = resolved
+        return self._new_interaction(2, channel_id, user_id, data, None)
+
+    def _require_channel(self, channel_id: int) -> tuple[_Guild, dict[str, Any]]:
+        found = self._guild_channel(channel_id)
+        assert found is not None, f"channel {channel_id} is in no guild of this fake"
+        return found
+
+    def _new_interaction(
+        self,
+        kind: int,
+        channel_id: int,
+        user_id: int,
+        data: dict[str, Any],
+        message: dict[str, Any] | None,
+    ) -> dict[str, Any]:
+        guild, channel = self._require_channel(channel_id)
+        interaction_id = self._snowflake()
+        token = "aW50ZXJhY3Rpb246" + hashlib.sha256(str(interaction_id).encode()).hexdigest()
+        self.interactions[interaction_id] = Interaction(
+            id=interaction_id,
+            token=token,
+            type=kind,
+            channel_id=channel_id,
+            message_id=int(message["id"]) if message else None,
+        )
+        member = guild.members[user_id]
+        payload: dict[str, Any] = {
+            "id": str(interaction_id),
+            "application_id": self.application["id"],
+            "type": kind,
+            "data": data,
+            "guild": {"id": guild.data["id"], "locale": "en-US", "features": []},
+            "guild_id": guild.data["id"],
+            "channel": json.loads(json.dumps(channel)),
+            "channel_id": str(channel_id),
+            "member": {**member, "permissions": "2248473465835073"},
+            "token": token,
+            "version": 1,
+            "app_permissions": "2248473465835073",
+            "locale": "en-US",
+            "guild_locale": "en-US",
+            "entitlements": [],
+            "authorizing_integration_owners": {"0": guild.data["id"]},
+            "context": 0,
+            "attachment_size_limit": 10485760,
+        }
+        if message is not None:
+            payload["message"] = json.loads(json.dumps(message))
+        return payload
+
 
 async def _json_body(request: web.Request) -> Any:
     # aiohttp caches the body, so the middleware and the handler can both read it.
@@ -370,6 +1039,38 @@ async def _json_body(request: web.Request) -> Any:
         return await request.json()
     except ValueError:
         return await request.text()
+
+
+def _validate_commands(commands: list[Any]) -> dict[str, str]:
+    errors: dict[str, str] = {}
+    for i, command in enumerate(commands):
+        if not isinstance(command, dict):
+            errors[str(i)] = "Must be an object."
+            continue
+        name = str(command.get("name", ""))
+        if not _COMMAND_NAME.match(name) or name != name.lower():
+            errors[f"{i}.name"] = "Command name is invalid"
+        if command.get("type", 1) == 1 and not 1 <= len(command.get("description", "")) <= 100:
+            errors[f"{i}.description"] = "Must be between 1 and 100 in length."
+        optional_seen = False
+        for j, option in enumerate(command.get("options", [])):
+            if not _COMMAND_NAME.match(str(option.get("name", ""))):
+                errors[f"{i}.options.{j}.name"] = "Command name is invalid"
+            if not 1 <= len(option.get("description", "")) <= 100:
+                errors[f"{i}.options.{j}.description"] = "Must be between 1 and 100 in length."
+            if option.get("type") not in range(1, 12):
+                errors[f"{i}.options.{j}.type"] = "Value is not a valid enum value."
+            if option.get("required"):
+                if optional_seen:
+                    errors[f"{i}.options"] = (
+                        "Required options must be placed before non-required options"
+                    )
+            else:
+                optional_seen = True
+    names = [c.get("name") for c in commands if isinstance(c, dict)]
+    if len(names) != len(set(names)):
+        errors["_"] = "Application command names must be unique"
+    return errors
 
 
 def _validate(body: dict[str, Any]) -> dict[str, str]:
@@ -428,6 +1129,39 @@ def _with_component_ids(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
             row_out["components"].append({**component, "id": next(ids)})
         out.append(row_out)
     return out
+
+
+def _apply_edit(message: dict[str, Any], body: dict[str, Any], now: float) -> None:
+    if "content" in body:
+        message["content"] = body["content"] or ""
+    if "components" in body:
+        message["components"] = _with_component_ids(body["components"] or [])
+    if "embeds" in body:
+        message["embeds"] = body["embeds"] or []
+    message["edited_timestamp"] = _iso(now)
+    _apply_mentions(message, body.get("allowed_mentions"))
+
+
+def _partial_member(member: dict[str, Any]) -> dict[str, Any]:
+    # MESSAGE_CREATE carries the author's member without its user (the user is `author`).
+    return {k: v for k, v in member.items() if k != "user"}
+
+
+def _role(role_id: int, name: str, *, position: int) -> dict[str, Any]:
+    return {
+        "id": str(role_id),
+        "name": name,
+        "color": 0,
+        "colors": {"primary_color": 0, "secondary_color": None, "tertiary_color": None},
+        "hoist": False,
+        "icon": None,
+        "unicode_emoji": None,
+        "position": position,
+        "permissions": "2248473465835073" if name == "@everyone" else "0",
+        "managed": False,
+        "mentionable": False,
+        "flags": 0,
+    }
 
 
 def _user(user_id: int, name: str, *, bot: bool = False) -> dict[str, Any]:

@@ -1,8 +1,10 @@
 """A local stand-in for the Slack Web API, served over real HTTP so slack_sdk runs unmodified.
 
-It models only what refund-bot calls: auth.test, chat.postMessage, chat.update, chat.postEphemeral
-and conversations.replies, with Slack's payload shapes, its HTTP-200-with-`ok: false` errors, bearer
-token checks, cursor pagination and 429 + Retry-After. Use it as an async context manager:
+It models only what refund-bot calls: auth.test, chat.postMessage, chat.update, chat.postEphemeral,
+conversations.replies and usergroups.users.list, with Slack's payload shapes, its HTTP-200-with-
+`ok: false` errors, bearer token checks, cursor pagination and 429 + Retry-After; plus the
+`response_url` webhooks Slack hands out with slash commands and interactions. Use it as an async
+context manager:
 
     async with FakeSlackApi() as slack:
         root = slack.add_message("C0SUPPORT", "my order arrived broken")
@@ -26,6 +28,9 @@ from typing import Any
 from aiohttp import web
 
 JsonDict = dict[str, Any]
+
+# How many times one response_url accepts a message.
+RESPONSE_URL_USES = 5
 
 # Web API arguments that hold JSON: in a JSON body they are objects, in a form body JSON strings.
 _JSON_ARGS = ("blocks", "attachments", "metadata")
@@ -98,7 +103,11 @@ class FakeSlackApi:
 
         self.calls: list[RecordedCall] = []
         self.ephemerals: list[JsonDict] = []  # never part of channel history, as in Slack
+        # What apps posted to response_url webhooks: the JSON body plus "url" and "kind".
+        self.responses: list[JsonDict] = []
+        self.usergroups: dict[str, list[str]] = {}  # user-group id (S…) -> member ids
         self._messages: dict[str, list[_Message]] = {}
+        self._hooks: dict[str, int] = {}  # response_url path -> uses left
         self._faults: dict[str, deque[_Fault]] = {}
         self._clock_us = int(time.time() * 1_000_000)
         self._runner: web.AppRunner | None = None
@@ -116,6 +125,7 @@ class FakeSlackApi:
     async def start(self) -> None:
         app = web.Application()
         app.router.add_route("*", "/api/{method}", self._handle)
+        app.router.add_post("/hooks/{kind}/{team}/{hook}/{secret}", self._handle_hook)
         self._runner = web.AppRunner(app, access_log=None)
         await self._runner.setup()
         site = web.TCPSite(self._runner, "127.0.0.1", 0)
@@ -150,6 +160,22 @@ class FakeSlackApi:
         )
         self._messages.setdefault(channel, []).append(message)
         return message.ts
+
+    def add_usergroup(self, usergroup: str, users: Iterable[str]) -> None:
+        """Create (or replace the members of) a user group, as an admin would in Slack."""
+        self.usergroups[usergroup] = list(users)
+
+    def response_url(self, kind: str = "commands") -> str:
+        """Mint a response_url as Slack puts one in a payload (kind: commands, actions, app)."""
+        hook = f"/hooks/{kind}/{self.team_id}/{uuid.uuid4().int % 10**13}/{uuid.uuid4().hex[:24]}"
+        # Slack allows five uses within 30 minutes; the clock is left out here.
+        self._hooks[hook] = RESPONSE_URL_USES
+        return f"{self.url.removesuffix('/api/')}{hook}"
+
+    def message(self, channel: str, ts: str) -> JsonDict | None:
+        """One stored message as the Web API shows it (with metadata), or None."""
+        found = self._find(channel, ts)
+        return self._public(found, include_metadata=True) if found else None
 
     def rate_limit(self, method: str, *, times: int = 1, retry_after: int = 1) -> None:
         """Answer the next `times` calls of `method` with HTTP 429 and `Retry-After`."""
@@ -217,6 +243,23 @@ class FakeSlackApi:
             return 200, {"ok": True, **handler(self, params)}, {}
         except SlackApiError as exc:
             return 200, {"ok": False, "error": exc.error, **exc.extra}, {}
+
+    async def _handle_hook(self, request: web.Request) -> web.Response:
+        hook = request.path
+        left = self._hooks.get(hook)
+        if left is None:
+            return web.Response(status=404, text="no_active_hooks")
+        if left <= 0:
+            return web.Response(status=404, text="used_url")
+        self._hooks[hook] = left - 1
+        try:
+            body = await request.json()
+        except json.JSONDecodeError:
+            return web.Response(status=400, text="invalid_payload")
+        if not isinstance(body, dict) or not (body.get("text") or body.get("blocks")):
+            return web.Response(status=400, text="no_text")
+        self.responses.append({**body, "url": str(request.url), "kind": request.match_info["kind"]})
+        return web.Response(text="ok")
 
     # -- methods -----------------------------------------------------------------------------
 
@@ -292,6 +335,14 @@ class FakeSlackApi:
             }
         )
         return {"message_ts": ts}
+
+    def _usergroups_users_list(self, params: JsonDict) -> JsonDict:
+        group = str(params.get("usergroup") or "")
+        if not group:
+            raise SlackApiError("invalid_arguments")
+        if group not in self.usergroups:
+            raise SlackApiError("no_such_subteam")
+        return {"users": list(self.usergroups[group])}
 
     def _conversations_replies(self, params: JsonDict) -> JsonDict:
         channel = self._require_member_channel(params)
@@ -383,6 +434,7 @@ _METHODS = {
     "chat.update": FakeSlackApi._chat_update,
     "chat.postEphemeral": FakeSlackApi._chat_post_ephemeral,
     "conversations.replies": FakeSlackApi._conversations_replies,
+    "usergroups.users.list": FakeSlackApi._usergroups_users_list,
 }
 
 
@@ -462,3 +514,370 @@ def _decode_cursor(cursor: str) -> str:
     if prefix != "next_ts" or not digits.isdigit() or len(digits) < 7:
         raise SlackApiError("invalid_cursor")
     return f"{digits[:-6]}.{digits[-6:]}"
+
+
+# ---------------------------------------------------------------------------------------------
+# The other direction: what Slack sends an app (Events API, interactivity, slash commands),
+# signed with the app's signing secret the way Slack signs it.
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Delivery:
+    """One request body Slack would POST to the app's Request URL."""
+
+    body: str
+    content_type: str
+    payload: JsonDict  # the decoded JSON (event envelope, interaction payload or command fields)
+
+
+def signed_headers(
+    signing_secret: str,
+    delivery: Delivery,
+    *,
+    timestamp: int | None = None,
+    retry_num: int | None = None,
+    retry_reason: str = "http_timeout",
+) -> dict[str, str]:
+    """Slack's v0 request signature: HMAC-SHA256 over `v0:{timestamp}:{body}`."""
+    from slack_sdk.signature import SignatureVerifier
+
+    ts = str(int(time.time()) if timestamp is None else timestamp)
+    headers = {
+        "Content-Type": delivery.content_type,
+        "X-Slack-Request-Timestamp": ts,
+        "X-Slack-Signature": SignatureVerifier(signing_secret).generate_signature(
+            timestamp=ts, body=delivery.body
+        ),
+    }
+    if retry_num is not None:
+        headers["X-Slack-Retry-Num"] = str(retry_num)
+        headers["X-Slack-Retry-Reason"] = retry_reason
+    return headers
+
+
+class SlackSender:
+    """Builds Slack's deliveries to the app, keeping the fake's channel history in step.
+
+    A customer's post is stored in the fake (so conversations.replies finds the thread root) and
+    becomes an `event_callback` envelope; clicks and shortcuts read the stored message the way
+    Slack puts it into the payload.
+    """
+
+    def __init__(self, slack: FakeSlackApi, *, team_domain: str = "fake-workspace") -> None:
+        self.slack = slack
+        self.team_domain = team_domain
+
+    # -- Events API ----------------------------------------------------------------------------
+
+    def post(
+        self,
+        channel: str,
+        text: str,
+        *,
+        user: str = "U0CUSTOMER",
+        name: str = "nyghtowl",
+        thread_ts: str | None = None,
+        subtype: str | None = None,
+    ) -> Delivery:
+        """A person posts (a thread reply when thread_ts is set): a `message` event."""
+        ts = self.slack.add_message(channel, text, user=user, thread_ts=thread_ts)
+        stored = self.slack._find(channel, ts)
+        assert stored is not None
+        event: JsonDict = {
+            "user": user,
+            "type": "message",
+            "ts": ts,
+            "client_msg_id": stored.extra["client_msg_id"],
+            "text": text,
+            "team": self.slack.team_id,
+            "user_team": self.slack.team_id,
+            "source_team": self.slack.team_id,
+            "user_profile": {
+                "avatar_hash": "g0000000000",
+                "image_72": "https://secure.gravatar.com/avatar/0.jpg",
+                "first_name": name.title(),
+                "real_name": name.title(),
+                "display_name": name,
+                "team": self.slack.team_id,
+                "name": name,
+                "is_restricted": False,
+                "is_ultra_restricted": False,
+            },
+            "blocks": [_rich_text(text)],
+            "channel": channel,
+            "event_ts": ts,
+            "channel_type": "channel" if channel.startswith("C") else "group",
+        }
+        if subtype is not None:
+            event["subtype"] = subtype
+        if thread_ts is not None:
+            event["thread_ts"] = thread_ts
+            event["parent_user_id"] = self._root_user(channel, thread_ts)
+        return self.envelope(event)
+
+    def edit(self, channel: str, ts: str, new_text: str) -> Delivery:
+        """The author edits a message: `message_changed`, a hidden event with a new ts."""
+        stored = self.slack._find(channel, ts)
+        assert stored is not None
+        previous = self.slack._public(stored, include_metadata=False)
+        stored.text = new_text
+        event_ts = self.slack._next_ts()
+        stored.extra["edited"] = {"user": stored.user, "ts": event_ts}
+        event = {
+            "type": "message",
+            "subtype": "message_changed",
+            "message": self.slack._public(stored, include_metadata=False),
+            "previous_message": previous,
+            "channel": channel,
+            "hidden": True,
+            "ts": event_ts,
+            "event_ts": event_ts,
+            "channel_type": "channel",
+        }
+        return self.envelope(event)
+
+    def delete(self, channel: str, ts: str) -> Delivery:
+        """The author deletes a message: `message_deleted`."""
+        stored = self.slack._find(channel, ts)
+        assert stored is not None
+        previous = self.slack._public(stored, include_metadata=False)
+        self.slack._messages[channel].remove(stored)
+        event_ts = self.slack._next_ts()
+        event = {
+            "type": "message",
+            "subtype": "message_deleted",
+            "previous_message": previous,
+            "channel": channel,
+            "hidden": True,
+            "deleted_ts": ts,
+            "ts": event_ts,
+            "event_ts": event_ts,
+            "channel_type": "channel",
+        }
+        return self.envelope(event)
+
+    def bot_post(
+        self,
+        channel: str,
+        text: str,
+        *,
+        thread_ts: str | None = None,
+        legacy: bool = False,
+        bot_id: str = "B0OTHERBOT",
+        user: str = "U0OTHERBOT",
+    ) -> Delivery:
+        """Another app's bot posts: an app bot (user + bot_id) or a legacy `bot_message`."""
+        ts = self.slack._next_ts()
+        event: JsonDict = {"type": "message", "text": text, "ts": ts, "bot_id": bot_id}
+        if legacy:
+            event.update(subtype="bot_message", username="Legacy Integration")
+        else:
+            event.update(
+                user=user,
+                app_id="A0OTHERBOT",
+                team=self.slack.team_id,
+                blocks=[_rich_text(text)],
+                bot_profile={
+                    "id": bot_id,
+                    "deleted": False,
+                    "name": "otherbot",
+                    "updated": int(time.time()),
+                    "app_id": "A0OTHERBOT",
+                    "icons": {},
+                    "team_id": self.slack.team_id,
+                },
+            )
+        if thread_ts is not None:
+            event["thread_ts"] = thread_ts
+            event["parent_user_id"] = self._root_user(channel, thread_ts)
+        event.update(channel=channel, event_ts=ts, channel_type="channel")
+        return self.envelope(event)
+
+    def join(self, channel: str, user: str = "U0NEWCOMER") -> Delivery:
+        ts = self.slack._next_ts()
+        return self.envelope(
+            {
+                "type": "message",
+                "subtype": "channel_join",
+                "ts": ts,
+                "user": user,
+                "text": f"<@{user}> has joined the channel",
+                "inviter": "U0ADMIN",
+                "channel": channel,
+                "event_ts": ts,
+                "channel_type": "channel",
+            }
+        )
+
+    def envelope(self, event: JsonDict, *, event_id: str | None = None) -> Delivery:
+        payload = {
+            "token": "legacy-verification-token",
+            "team_id": self.slack.team_id,
+            "context_team_id": self.slack.team_id,
+            "context_enterprise_id": None,
+            "api_app_id": self.slack.app_id,
+            "event": event,
+            "type": "event_callback",
+            "event_id": event_id or "Ev0" + uuid.uuid4().hex[:8].upper(),
+            "event_time": int(float(event["event_ts"])),
+            "authorizations": [
+                {
+                    "enterprise_id": None,
+                    "team_id": self.slack.team_id,
+                    "user_id": self.slack.bot_user_id,
+                    "is_bot": True,
+                    "is_enterprise_install": False,
+                }
+            ],
+            "is_ext_shared_channel": False,
+            "event_context": "4-" + uuid.uuid4().hex,
+        }
+        return Delivery(json.dumps(payload), "application/json", payload)
+
+    # -- interactivity -------------------------------------------------------------------------
+
+    def click(
+        self, channel: str, message_ts: str, action_id: str, *, user: str, name: str
+    ) -> Delivery:
+        """A person presses a button of a stored (bot) message: `block_actions`."""
+        stored = self.slack._find(channel, message_ts)
+        assert stored is not None and stored.blocks, "no message with blocks at that ts"
+        element = next(
+            (
+                e
+                for b in stored.blocks
+                if b.get("type") == "actions"
+                for e in b.get("elements", [])
+                if e.get("action_id") == action_id
+            ),
+            None,
+        )
+        assert element is not None, f"the message has no {action_id} button (any more)"
+        block_id = next(
+            b.get("block_id") for b in stored.blocks if element in b.get("elements", [])
+        )
+        message = self.slack._public(stored, include_metadata=False)
+        container: JsonDict = {
+            "type": "message",
+            "message_ts": message_ts,
+            "channel_id": channel,
+            "is_ephemeral": False,
+        }
+        if stored.thread_ts:
+            container["thread_ts"] = stored.thread_ts
+        payload = {
+            "type": "block_actions",
+            "user": self._user(user, name),
+            "api_app_id": self.slack.app_id,
+            "token": "legacy-verification-token",
+            "container": container,
+            "trigger_id": self._trigger_id(),
+            "team": {"id": self.slack.team_id, "domain": self.team_domain},
+            "enterprise": None,
+            "is_enterprise_install": False,
+            "channel": {"id": channel, "name": "support"},
+            "message": message,
+            "state": {"values": {}},
+            "response_url": self.slack.response_url("actions"),
+            "actions": [
+                {
+                    "action_id": action_id,
+                    "block_id": block_id,
+                    "text": {**element["text"], "emoji": True},
+                    "value": element.get("value"),
+                    **({"style": element["style"]} if "style" in element else {}),
+                    "type": element["type"],
+                    "action_ts": self._action_ts(),
+                }
+            ],
+        }
+        return Delivery(
+            "payload=" + _quote(json.dumps(payload)), "application/x-www-form-urlencoded", payload
+        )
+
+    def shortcut(
+        self, channel: str, message_ts: str, callback_id: str, *, user: str, name: str
+    ) -> Delivery:
+        """A message shortcut on a stored message: `message_action`."""
+        stored = self.slack._find(channel, message_ts)
+        assert stored is not None
+        payload = {
+            "type": "message_action",
+            "token": "legacy-verification-token",
+            "action_ts": self._action_ts(),
+            "team": {"id": self.slack.team_id, "domain": self.team_domain},
+            "user": self._user(user, name),
+            "channel": {"id": channel, "name": "support"},
+            "is_enterprise_install": False,
+            "enterprise": None,
+            "callback_id": callback_id,
+            "trigger_id": self._trigger_id(),
+            "response_url": self.slack.response_url("app"),
+            "message_ts": message_ts,
+            "message": self.slack._public(stored, include_metadata=False),
+        }
+        return Delivery(
+            "payload=" + _quote(json.dumps(payload)), "application/x-www-form-urlencoded", payload
+        )
+
+    # -- slash commands ------------------------------------------------------------------------
+
+    def command(
+        self, command: str, text: str = "", *, user: str, name: str, channel: str = "C0GENERAL"
+    ) -> Delivery:
+        """A slash command run in `channel`: a form body, no thread in it."""
+        fields = {
+            "token": "legacy-verification-token",
+            "team_id": self.slack.team_id,
+            "team_domain": self.team_domain,
+            "channel_id": channel,
+            "channel_name": "general",
+            "user_id": user,
+            "user_name": name,
+            "command": command,
+            "text": text,
+            "api_app_id": self.slack.app_id,
+            "is_enterprise_install": "false",
+            "response_url": self.slack.response_url("commands"),
+            "trigger_id": self._trigger_id(),
+        }
+        body = "&".join(f"{k}={_quote(v)}" for k, v in fields.items())
+        return Delivery(body, "application/x-www-form-urlencoded", fields)
+
+    def permalink(self, channel: str, ts: str) -> str:
+        """What "Copy link" gives for a stored message (a reply's link names its thread)."""
+        stored = self.slack._find(channel, ts)
+        base = f"https://{self.team_domain}.slack.com/archives/{channel}/p{ts.replace('.', '')}"
+        if stored is not None and stored.thread_ts and stored.thread_ts != ts:
+            return f"{base}?thread_ts={stored.thread_ts}&cid={channel}"
+        return base
+
+    # -- helpers -------------------------------------------------------------------------------
+
+    def _root_user(self, channel: str, thread_ts: str) -> str:
+        root = self.slack._find(channel, thread_ts)
+        return root.user if root else "U0UNKNOWN"
+
+    def _user(self, user: str, name: str) -> JsonDict:
+        return {"id": user, "username": name, "name": name, "team_id": self.slack.team_id}
+
+    def _trigger_id(self) -> str:
+        return f"{uuid.uuid4().int % 10**13}.{uuid.uuid4().int % 10**13}.{uuid.uuid4().hex}"
+
+    def _action_ts(self) -> str:
+        return f"{time.time():.6f}"
+
+
+def _rich_text(text: str) -> JsonDict:
+    return {
+        "type": "rich_text",
+        "block_id": uuid.uuid4().hex[:5],
+        "elements": [{"type": "rich_text_section", "elements": [{"type": "text", "text": text}]}],
+    }
+
+
+def _quote(value: str) -> str:
+    from urllib.parse import quote_plus
+
+    return quote_plus(value)
