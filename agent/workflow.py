@@ -81,9 +81,10 @@ REFUND_RETRY = RetryPolicy(
     maximum_interval=timedelta(seconds=5),
     maximum_attempts=10,
 )
-# The Worker-loss detection window for the refund: above a real Stripe call's latency (the Activity
-# heartbeats every second while it waits), short enough that a dead Worker is noticed in seconds.
-REFUND_HEARTBEAT_TIMEOUT = timedelta(seconds=4)
+# The Worker-loss detection window for Activities that wait on the outside world (the model, the
+# chat platforms, Stripe): they heartbeat every second while they wait, so a slow call is not taken
+# for a dead Worker, and a dead Worker's call is retried elsewhere within seconds.
+HEARTBEAT_TIMEOUT = timedelta(seconds=4)
 
 
 def idempotency_key_for(workflow_id: str, first_run_id: str) -> str:
@@ -163,6 +164,7 @@ class RefundConversation:
                 DecideInput(opening_text=start.opening_text, memory=self._memory, turn=turn),
                 result_type=AgentStep,
                 start_to_close_timeout=timedelta(seconds=60),
+                heartbeat_timeout=HEARTBEAT_TIMEOUT,
                 retry_policy=DECIDE_RETRY,
             )
             self._last_step = step
@@ -276,12 +278,12 @@ class RefundConversation:
             return
         # DEMO HOOK + DURABLE WAIT: the crash drill lands here every time. A real deployment has
         # no hold and recovers the same way from wherever the Worker died.
-        self._phase = "held_before_refund"
         await self._post(
             "info",
             f"Refund of {_money(order.amount_cents)} approved. Holding before the refund for the "
             "demo: a presenter releases it with /refund-release.",
         )
+        self._phase = "held_before_refund"  # set once nothing is in flight: only the wait remains
         await workflow.wait_condition(lambda: self._released)
 
     async def _authorized(
@@ -342,7 +344,7 @@ class RefundConversation:
                 ),
                 result_type=RefundResult,
                 start_to_close_timeout=timedelta(minutes=1),
-                heartbeat_timeout=REFUND_HEARTBEAT_TIMEOUT,
+                heartbeat_timeout=HEARTBEAT_TIMEOUT,
                 schedule_to_close_timeout=timedelta(minutes=10),
                 retry_policy=REFUND_RETRY,
             )
@@ -385,7 +387,10 @@ class RefundConversation:
                 text=text,
                 actions=actions or [],
             ),
-            start_to_close_timeout=timedelta(seconds=30),
+            # A platform may make one post wait out its rate limits for minutes (Slack honours
+            # Retry-After inside the call); the heartbeat still notices a dead Worker in seconds.
+            start_to_close_timeout=timedelta(minutes=5),
+            heartbeat_timeout=HEARTBEAT_TIMEOUT,
             schedule_to_close_timeout=timedelta(days=1),
             retry_policy=POST_RETRY,
         )

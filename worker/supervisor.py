@@ -92,6 +92,7 @@ class WorkerSupervisor:
         ready_timeout: float = 30.0,
         stop_timeout: float = 10.0,
         serve_control: bool = True,
+        reset_sticky: bool = True,
     ) -> None:
         self.settings = settings
         self.command = list(command or DEFAULT_COMMAND)
@@ -100,6 +101,8 @@ class WorkerSupervisor:
         self.ready_timeout = ready_timeout
         self.stop_timeout = stop_timeout
         self.serve_control = serve_control
+        # Off only to measure what the reset buys (bench/crash_drill.py).
+        self.reset_sticky = reset_sticky
         self.host = socket.gethostname()
         self.last_report: RestartReport | None = None
         self._client = client
@@ -276,6 +279,8 @@ class WorkerSupervisor:
             await asyncio.sleep(_POLL_INTERVAL)
 
     async def _reset_sticky(self) -> None:
+        if not self.reset_sticky:
+            return
         try:
             count = await reset_sticky_queues(
                 self.client, self.settings.namespace, self.settings.task_queue

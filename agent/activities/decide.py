@@ -10,12 +10,14 @@ from __future__ import annotations
 from temporalio import activity
 
 from agent import policy
+from agent.activities.heartbeat import heartbeating
 from agent.models import AgentStep, DecideInput
 
 
 @activity.defn
 async def decide_next_step(request: DecideInput) -> AgentStep:
-    step = policy.next_step(request.opening_text, request.memory)
+    async with heartbeating():  # a live model call can take a while; a dead Worker cannot beat
+        step = policy.next_step(request.opening_text, request.memory)
     activity.logger.info(
         "MODEL REASONING | turn %d: %s %s",
         request.turn,

@@ -12,6 +12,7 @@ from typing import Protocol
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
+from agent.activities.heartbeat import heartbeating
 from agent.models import OutboundMessage, PostedMessage
 
 
@@ -41,5 +42,6 @@ class NotifyActivities:
                 f"this Worker has no outbound poster for platform {message.thread.platform!r}",
                 type="PlatformNotConfigured",
             )
-        # EXTERNAL EFFECT: one chat message, deduplicated by message.key on the platform's side.
-        return await poster.post(message)
+        async with heartbeating():
+            # EXTERNAL EFFECT: one chat message, deduplicated by message.key on the platform's side.
+            return await poster.post(message)

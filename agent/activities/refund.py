@@ -8,35 +8,15 @@ attempt of a conversation sends the same key, so the owner makes one refund howe
 from __future__ import annotations
 
 import asyncio
-import contextlib
-from collections.abc import AsyncIterator
 
 import stripe
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
+from agent.activities.heartbeat import heartbeating
 from agent.models import RefundRequest, RefundResult
 from agent.settings import AgentSettings
 from agent.stores.ledger import IdempotencyConflict, Ledger, RefundRejected
-
-HEARTBEAT_EVERY_SECONDS = 1.0
-
-
-@contextlib.asynccontextmanager
-async def heartbeating() -> AsyncIterator[None]:
-    """Heartbeat while a slow call runs, so a dead Worker is noticed within the heartbeat timeout
-    while a slow but live call is not mistaken for one."""
-
-    async def beat() -> None:
-        while True:
-            activity.heartbeat()
-            await asyncio.sleep(HEARTBEAT_EVERY_SECONDS)
-
-    task = asyncio.create_task(beat())
-    try:
-        yield
-    finally:
-        task.cancel()
 
 
 class RefundActivities:

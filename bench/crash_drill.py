@@ -1,0 +1,121 @@
+"""The crash drill, measured: how fast a conversation resumes after its Worker is SIGKILLed.
+
+For each drill: a conversation is held one step before its refund; /crash-worker's path (the
+control task queue) SIGKILLs the Worker process and starts a new one; the hold is released as soon
+as the new Worker polls. Measured:
+  ready   seconds from the restart request to the new Worker polling (RestartReport)
+  resume  seconds from the release Signal to the issue_refund Activity being scheduled, read from
+          Event History timestamps (both written by the server, one clock)
+  total   seconds from sending release to the Workflow's result, on this process's clock
+with the supervisor's sticky-queue reset on (the default) and off (the Worker's 2 s sticky
+schedule-to-start timeout is then the only way back; the SDK default would be 10 s).
+
+    uv run python -m bench.crash_drill [--drills 5]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import statistics
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+from temporalio.api.enums.v1 import EventType
+from temporalio.testing import WorkflowEnvironment
+
+from agent.settings import AgentSettings, TemporalSettings
+from agent.temporal_client import DATA_CONVERTER
+from refund_bot.wiring import local_thread_store
+from tests.support.conversation import LocalConversation
+from worker.control import request_worker_restart
+from worker.runner import prepare_stores
+from worker.server import temporal_cli_path
+from worker.supervisor import WorkerSupervisor
+
+
+async def _resume_seconds(conv: LocalConversation) -> float:
+    history = await conv.handle.fetch_history()
+    released = scheduled = None
+    for event in history.events:
+        if (
+            event.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED
+            and event.workflow_execution_signaled_event_attributes.signal_name == "release"
+        ):
+            released = event.event_time.ToDatetime()
+        elif (
+            event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
+            and event.activity_task_scheduled_event_attributes.activity_type.name
+            == "issue_refund"
+        ):
+            scheduled = event.event_time.ToDatetime()
+    assert released and scheduled
+    return (scheduled - released).total_seconds()
+
+
+async def drill(env: WorkflowEnvironment, reset_sticky: bool) -> tuple[float, float, float]:
+    """One drill on a fresh data directory (the ledger refunds order 1234 once per payment)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        queue = f"bench-{uuid.uuid4().hex[:6]}"
+        temporal = TemporalSettings(
+            _env_file=None,  # type: ignore[call-arg]
+            address=env.client.service_client.config.target_host,
+            task_queue=queue,
+            control_task_queue=f"{queue}-control",
+        )
+        settings = AgentSettings(_env_file=None, data_dir=Path(tmp))  # type: ignore[call-arg]
+        await prepare_stores(settings)
+        supervisor = WorkerSupervisor(
+            temporal,
+            client=env.client,
+            env={"DATA_DIR": tmp, "SLACK_BOT_TOKEN": "", "DISCORD_TOKEN": "", "STRIPE_API_KEY": ""},
+            log_path=Path(tmp) / "worker.log",
+            reset_sticky=reset_sticky,
+        )
+        await supervisor.start()
+        try:
+            conv = LocalConversation(env.client, local_thread_store(settings), queue)
+            await conv.open("please refund order 1234", hold=True)
+            for answer in ("Yes", "Split seam"):
+                await conv.next_bot_message()
+                await conv.reply(answer)
+            await conv.wait_phase("held_before_refund")
+            report = await request_worker_restart(env.client, temporal.control_task_queue)
+            started = time.monotonic()
+            await conv.handle.signal("release")
+            outcome = await conv.handle.result()
+            total = time.monotonic() - started
+            assert outcome.status == "refunded", outcome
+            return report.seconds_to_ready, await _resume_seconds(conv), total
+        finally:
+            await supervisor.stop()
+
+
+def _row(name: str, values: list[float]) -> str:
+    return (
+        f"  {name:<7} median {statistics.median(values):6.2f} s   "
+        f"min {min(values):6.2f}   max {max(values):6.2f}   (n={len(values)})"
+    )
+
+
+async def main(count: int) -> None:
+    env = await WorkflowEnvironment.start_local(
+        dev_server_existing_path=str(temporal_cli_path()), data_converter=DATA_CONVERTER
+    )
+    async with env:
+        for reset in (True, False):
+            runs = [await drill(env, reset) for _ in range(count)]
+            print(f"sticky-queue reset {'on (default)' if reset else 'off'}:", flush=True)
+            for i, name in enumerate(("ready", "resume", "total")):
+                print(_row(name, [run[i] for run in runs]), flush=True)
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--drills", type=int, default=5)
+    asyncio.run(main(parser.parse_args().drills))
+    # Skip interpreter finalization, which the SDK's native threads can abort (sdk-python#300).
+    os._exit(0)
