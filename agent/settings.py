@@ -11,13 +11,17 @@ from pathlib import Path
 from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from agent.models import Actor
+
 ENV_FILE = ".env"
 
 
 class TemporalSettings(BaseSettings):
     """Where Temporal is. Local dev server by default; Temporal Cloud through settings alone."""
 
-    model_config = SettingsConfigDict(env_prefix="TEMPORAL_", env_file=ENV_FILE, extra="ignore")
+    model_config = SettingsConfigDict(
+        env_prefix="TEMPORAL_", env_file=ENV_FILE, extra="ignore", env_ignore_empty=True
+    )
 
     address: str = "localhost:7233"
     namespace: str = "default"
@@ -37,7 +41,7 @@ class TemporalSettings(BaseSettings):
 class AgentSettings(BaseSettings):
     """The agent's stores and its effect."""
 
-    model_config = SettingsConfigDict(env_file=ENV_FILE, extra="ignore")
+    model_config = SettingsConfigDict(env_file=ENV_FILE, extra="ignore", env_ignore_empty=True)
 
     data_dir: Path = Path(".data")
     stripe_api_key: SecretStr | None = None
@@ -45,6 +49,19 @@ class AgentSettings(BaseSettings):
     stripe_api_base: str | None = None
     # DEMO: unknown chat users are linked to this customer on first contact (see DomainStore).
     demo_customer_for_new_users: str | None = "cus_nyghtowl"
+    # Who gets the presenter and admin roles on first start, so someone can run /refund-grant:
+    # comma-separated platform:user_id, e.g. "slack:U0123ABCD,discord:81384788765712384".
+    bootstrap_admins: str = Field(default="", alias="REFUND_ADMINS")
+
+    @property
+    def admins(self) -> list[Actor]:
+        people = []
+        for entry in filter(None, (e.strip() for e in self.bootstrap_admins.split(","))):
+            platform, _, user_id = entry.partition(":")
+            if platform not in ("slack", "discord", "local") or not user_id:
+                raise ValueError(f"REFUND_ADMINS entry {entry!r} is not platform:user_id")
+            people.append(Actor(platform=platform, user_id=user_id))  # type: ignore[arg-type]
+        return people
     # Whether new conversations wait for /refund-release before the refund (the demo hold).
     hold_before_refund: bool = Field(default=False, alias="REFUND_HOLD_BEFORE_REFUND")
     # DEMO DRILL: on attempt 1 of issue_refund, stop after the ledger accepted the refund and

@@ -42,7 +42,9 @@ async def prepare_stores(settings: AgentSettings) -> tuple[DomainStore, GrantSto
     grants = GrantStore(settings.grants_db)
     ledger = Ledger(settings.ledger_db)
     await domain.seed()
-    await grants.seed()
+    await grants.seed(
+        tuple((admin, role, None) for admin in settings.admins for role in ("presenter", "admin"))
+    )
     await ledger.seed_payments(await domain.payments())
     return domain, grants, ledger
 

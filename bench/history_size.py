@@ -1,0 +1,80 @@
+"""How many payload bytes a conversation writes to Event History.
+
+Working memory is re-sent to decide_next_step on every turn, so history grows with the square of
+the turn count; MAX_TURNS bounds it. This counts the bytes of every payload (data and metadata) in
+the committed histories and in one conversation that runs to MAX_TURNS (a customer who never gives
+an order number: 10 decide turns, 9 questions asked).
+
+    uv run python -m bench.history_size
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import tempfile
+from pathlib import Path
+
+from google.protobuf.message import Message
+from temporalio.api.common.v1 import Payload
+from temporalio.client import WorkflowHistory
+from temporalio.testing import WorkflowEnvironment
+
+from agent.settings import AgentSettings
+from agent.temporal_client import DATA_CONVERTER
+from agent.workflow import MAX_TURNS
+from bot.local.thread_store import LocalThreadStore
+from tests.support.conversation import LocalConversation
+from tests.support.inproc import running_worker
+from worker.server import temporal_cli_path
+
+HISTORIES = Path(__file__).parent.parent / "tests" / "histories"
+
+
+def payload_bytes(message: Message) -> int:
+    if isinstance(message, Payload):
+        return len(message.data) + sum(len(k) + len(v) for k, v in message.metadata.items())
+    total = 0
+    for field, value in message.ListFields():
+        if field.message_type is None:
+            continue
+        if isinstance(value, Message):
+            total += payload_bytes(value)
+        else:  # a repeated field or a map
+            items = value.values() if hasattr(value, "values") else value
+            total += sum(payload_bytes(v) for v in items if isinstance(v, Message))
+    return total
+
+
+def report(name: str, history: WorkflowHistory) -> None:
+    size = sum(payload_bytes(event) for event in history.events)
+    print(f"  {name:<28} {len(history.events):4d} events  {size:6,d} payload bytes", flush=True)
+
+
+async def longest_conversation() -> WorkflowHistory:
+    env = await WorkflowEnvironment.start_local(
+        dev_server_existing_path=str(temporal_cli_path()), data_converter=DATA_CONVERTER
+    )
+    with tempfile.TemporaryDirectory() as tmp:
+        settings = AgentSettings(_env_file=None, data_dir=Path(tmp))  # type: ignore[call-arg]
+        threads = LocalThreadStore(Path(tmp) / "threads.sqlite")
+        async with env, running_worker(env.client, settings, threads) as queue:
+            conv = LocalConversation(env.client, threads, queue)
+            handle = await conv.open("I want my money back")
+            for turn in range(MAX_TURNS - 1):
+                await conv.next_bot_message()
+                await conv.reply(f"it was the green one, sorry ({turn})")
+            await conv.next_bot_message()  # "Something went wrong on our side..."
+            return await handle.fetch_history()
+
+
+async def main() -> None:
+    print("Payload bytes written to Event History:")
+    for path in sorted(HISTORIES.glob("*.json")):
+        report(path.stem, WorkflowHistory.from_json(path.stem, path.read_text()))
+    report(f"{MAX_TURNS} turns (the bound)", await longest_conversation())
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
+    os._exit(0)  # skip finalization, which the SDK's native threads can abort (sdk-python#300)

@@ -1,0 +1,46 @@
+"""`.env.example` documents every setting, and a copy of it is a working configuration."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from pydantic_settings import BaseSettings
+
+from agent.settings import AgentSettings, TemporalSettings
+from bot.discord.settings import DiscordSettings
+from bot.slack.settings import SlackSettings
+
+EXAMPLE = Path(__file__).parent.parent / ".env.example"
+CLASSES: tuple[type[BaseSettings], ...] = (
+    TemporalSettings,
+    AgentSettings,
+    SlackSettings,
+    DiscordSettings,
+)
+
+
+def _env_names(cls: type[BaseSettings]) -> set[str]:
+    prefix = cls.model_config.get("env_prefix", "")
+    return {
+        (field.alias or f"{prefix}{name}").upper() for name, field in cls.model_fields.items()
+    }
+
+
+def test_env_example_documents_every_setting() -> None:
+    documented = set(re.findall(r"^([A-Z][A-Z0-9_]+)=", EXAMPLE.read_text(), re.MULTILINE))
+    known = set().union(*(_env_names(cls) for cls in CLASSES))
+    assert known - documented == set(), "settings missing from .env.example"
+    assert documented - known == set(), ".env.example names settings nobody reads"
+
+
+def test_a_copy_of_env_example_runs_offline(monkeypatch) -> None:  # noqa: ANN001
+    for cls in CLASSES:
+        for name in _env_names(cls):
+            monkeypatch.delenv(name, raising=False)
+    temporal = TemporalSettings(_env_file=EXAMPLE)  # type: ignore[call-arg]
+    agent = AgentSettings(_env_file=EXAMPLE)  # type: ignore[call-arg]
+    assert temporal.api_key is None and temporal.tls_cert_path is None
+    assert agent.effect_mode == "ledger" and agent.admins == []
+    assert not SlackSettings(_env_file=EXAMPLE).enabled  # type: ignore[call-arg]
+    assert not DiscordSettings(_env_file=EXAMPLE).enabled  # type: ignore[call-arg]
