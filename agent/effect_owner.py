@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import stripe
 from pydantic import BaseModel
 
 from agent.settings import AgentSettings
 from agent.stores.ledger import Ledger
+from agent.stripe_client import stripe_client
 
 
 class OwnerRecord(BaseModel):
@@ -29,17 +29,15 @@ async def refunds_at_owner(
         )
     if payment_ref is None:  # the order was never looked up: nothing can have been refunded
         return OwnerRecord(owner="Stripe test mode", refunds=[])
-    client = stripe.StripeClient(
-        settings.stripe_api_key.get_secret_value(),
-        max_network_retries=0,
-        base_addresses={"api": settings.stripe_api_base} if settings.stripe_api_base else None,
-    )
-    listed = await client.v1.refunds.list_async(params={"payment_intent": payment_ref, "limit": 20})
+    async with stripe_client(settings) as client:
+        listed = await client.v1.refunds.list_async(
+            params={"payment_intent": payment_ref, "limit": 100}
+        )
     return OwnerRecord(
         owner="Stripe test mode",
         refunds=[
             f"{r.id} {r.status} ${r.amount / 100:,.2f}"
             for r in listed.data
-            if (r.metadata or {}).get("temporal_workflow_id") == workflow_id
+            if r.metadata and r.metadata.to_dict().get("temporal_workflow_id") == workflow_id
         ],
     )

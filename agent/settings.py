@@ -62,6 +62,7 @@ class AgentSettings(BaseSettings):
                 raise ValueError(f"REFUND_ADMINS entry {entry!r} is not platform:user_id")
             people.append(Actor(platform=platform, user_id=user_id))  # type: ignore[arg-type]
         return people
+
     # Whether new conversations wait for /refund-release before the refund (the demo hold).
     hold_before_refund: bool = Field(default=False, alias="REFUND_HOLD_BEFORE_REFUND")
     # DEMO DRILL: on attempt 1 of issue_refund, stop after the ledger accepted the refund and

@@ -26,7 +26,7 @@ from bot.hold import HoldSwitch
 from bot.inbox import Inbox
 from bot.local.terminal import LocalChannel
 from bot.slack.settings import SlackSettings
-from refund_bot.wiring import local_thread_store
+from refund_bot.wiring import grant_sources, local_thread_store
 from worker.control import request_worker_restart
 from worker.runner import prepare_stores
 from worker.server import EmbeddedTemporal
@@ -98,7 +98,13 @@ async def run(temporal: TemporalSettings, settings: AgentSettings, *, local: boo
             from bot.discord.client import build_client
             from bot.discord.client import serve as serve_discord
 
-            client = build_client(discord, stack.router, stack.commands)
+            sources = grant_sources(settings, slack, discord)
+            client = build_client(
+                discord,
+                stack.router,
+                stack.commands,
+                grants=sources.get("discord", GrantStore(settings.grants_db)),
+            )
             platforms.append(asyncio.create_task(serve_discord(client, discord), name="discord"))
         if local or not platforms:
             channel = LocalChannel(local_thread_store(settings), stack.router, stack.commands)

@@ -5,6 +5,7 @@ refund-bot run       the main job: embedded Temporal (if needed), the supervised
 refund-bot demo      the unattended story, start to finish, on embedded defaults
 refund-bot worker    one Worker (the supervisor runs this as its child)
 refund-bot status ID what survives of a conversation, read from Event History (no Worker needed)
+refund-bot discord sync-commands   register the Discord application commands
 """
 
 from __future__ import annotations
@@ -31,12 +32,14 @@ def _settings() -> tuple[TemporalSettings, AgentSettings]:
 
 async def _worker() -> None:
     from agent.temporal_client import connect
-    from refund_bot.wiring import outbound_posters
+    from refund_bot.wiring import grant_sources, outbound_posters
     from worker.runner import run_worker
 
     temporal, settings = _settings()
     client = await connect(temporal)
-    await run_worker(client, temporal, settings, outbound_posters(settings))
+    await run_worker(
+        client, temporal, settings, outbound_posters(settings), grant_sources(settings)
+    )
 
 
 async def _status(workflow_id: str) -> None:
@@ -62,6 +65,14 @@ async def _demo() -> int:
     return await demo(temporal, settings)
 
 
+async def _discord_sync() -> None:
+    from bot.discord.commands_spec import sync_commands
+    from bot.discord.settings import DiscordSettings
+
+    names = await sync_commands(DiscordSettings())
+    print(f"Registered {len(names)} Discord commands: {', '.join(names)}")
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="refund-bot", description=__doc__.split("\n")[0])
     parser.add_argument("-v", "--verbose", action="store_true")
@@ -72,6 +83,10 @@ def main(argv: list[str] | None = None) -> None:
     )
     commands.add_parser("demo", help="the unattended crash-and-resume story")
     commands.add_parser("worker", help="run one Worker")
+    discord = commands.add_parser("discord", help="Discord set-up")
+    discord.add_subparsers(dest="discord_command", required=True).add_parser(
+        "sync-commands", help="register the commands in manifests/discord-commands.json"
+    )
     status = commands.add_parser("status", help="what survives of a conversation, from history")
     status.add_argument("workflow_id")
     args = parser.parse_args(argv)
@@ -89,5 +104,7 @@ def main(argv: list[str] | None = None) -> None:
         # threads can outlive it and abort the process (temporalio/sdk-python#300).
         logging.shutdown()
         os._exit(0)
+    elif args.command == "discord":
+        asyncio.run(_discord_sync())
     elif args.command == "status":
         asyncio.run(_status(args.workflow_id))

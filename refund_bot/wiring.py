@@ -8,8 +8,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from agent.activities.authorize import GrantSource
 from agent.activities.notify import ThreadPoster
 from agent.settings import AgentSettings
+from agent.stores.grants import GrantStore
+from bot.discord.grants import DiscordRoleGrants
 from bot.discord.outbound import DiscordThreadPoster
 from bot.discord.settings import DiscordSettings
 from bot.local.thread_store import LocalThreadStore
@@ -35,3 +38,18 @@ def outbound_posters(
     if discord.enabled:
         posters["discord"] = DiscordThreadPoster.from_settings(discord)
     return posters
+
+
+def grant_sources(
+    settings: AgentSettings,
+    slack: SlackSettings | None = None,
+    discord: DiscordSettings | None = None,
+) -> dict[str, GrantSource]:
+    """Platform-owned live grant sources, when configured; the grants store answers otherwise."""
+    slack = slack or SlackSettings()
+    discord = discord or DiscordSettings()
+    store = GrantStore(settings.grants_db)
+    sources: dict[str, GrantSource] = {}
+    if discord.enabled and discord.approver_role:
+        sources["discord"] = DiscordRoleGrants(discord, store)
+    return sources

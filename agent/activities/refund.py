@@ -17,6 +17,7 @@ from agent.activities.heartbeat import heartbeating
 from agent.models import RefundRequest, RefundResult
 from agent.settings import AgentSettings
 from agent.stores.ledger import IdempotencyConflict, Ledger, RefundRejected
+from agent.stripe_client import stripe_client
 
 
 class RefundActivities:
@@ -71,29 +72,21 @@ class RefundActivities:
         )
 
     async def _stripe_refund(self, request: RefundRequest) -> RefundResult:
-        assert self._settings.stripe_api_key is not None
-        client = stripe.StripeClient(
-            self._settings.stripe_api_key.get_secret_value(),
-            # Temporal owns every retry; a hidden SDK retry would not show in Event History.
-            max_network_retries=0,
-            base_addresses={"api": self._settings.stripe_api_base}
-            if self._settings.stripe_api_base
-            else None,
-        )
         try:
-            refund = await client.v1.refunds.create_async(
-                params={
-                    "payment_intent": request.payment_ref,
-                    "amount": request.amount_cents,
-                    "reason": "requested_by_customer",
-                    "metadata": {
-                        "temporal_workflow_id": request.workflow_id,
-                        "temporal_idempotency_key": request.idempotency_key,
-                        "order_number": request.order_number,
+            async with stripe_client(self._settings) as client:
+                refund = await client.v1.refunds.create_async(
+                    params={
+                        "payment_intent": request.payment_ref,
+                        "amount": request.amount_cents,
+                        "reason": "requested_by_customer",
+                        "metadata": {
+                            "temporal_workflow_id": request.workflow_id,
+                            "temporal_idempotency_key": request.idempotency_key,
+                            "order_number": request.order_number,
+                        },
                     },
-                },
-                options={"idempotency_key": request.idempotency_key},
-            )
+                    options={"idempotency_key": request.idempotency_key},
+                )
         except (
             stripe.IdempotencyError,
             stripe.InvalidRequestError,

@@ -12,7 +12,7 @@ posts again, so the Activity's retry policy should stop well inside that window.
 `api_url` (DiscordSettings.api_url: a proxy, or tests.fakes.discord_api): discord.py builds every
 URL from the class attribute `Route.BASE`, including the GET /users/@me inside static_login, which
 we cannot hand a Route of our own. Rather than assign `Route.BASE` (process-wide: it would also
-move a gateway bot in the same process), `_RoutedHTTPClient` rewrites the base of each Route it
+move a gateway bot in the same process), `RoutedHTTPClient` rewrites the base of each Route it
 sends, in its own `request`. Bucket keys do not depend on the URL, so rate limiting is unchanged.
 A proxy or fake must answer like Discord, including the `Via` header discord.py requires on a 429.
 """
@@ -54,7 +54,7 @@ def _utcnow() -> datetime:
     return datetime.now(UTC)
 
 
-class _RoutedHTTPClient(HTTPClient):
+class RoutedHTTPClient(HTTPClient):
     """discord.py's HTTPClient, sending every Route to `base_url` instead of `Route.BASE`."""
 
     def __init__(
@@ -164,7 +164,7 @@ class DiscordThreadPoster:
             return self._http
         async with self._login_lock:
             if self._http is None:
-                http = _RoutedHTTPClient(
+                http = RoutedHTTPClient(
                     asyncio.get_running_loop(),
                     base_url=self._api_url,
                     max_ratelimit_timeout=self._max_ratelimit_wait,

@@ -688,9 +688,9 @@ class FakeDiscordAPI:
         kind: int = body["type"]
         data = body.get("data") or {}
         if kind in (6, 7) and interaction.message_id is None:
-            return self._json(
-                {"message": "Invalid interaction application command", "code": 50035}, 400, route
-            )
+            # Only a component's interaction has a message to update.
+            errors = {"type": "Interaction has no message to update."}
+            return self._json(_invalid_form(errors), 400, route)
         errors = _validate(data)
         if errors:
             return self._json(

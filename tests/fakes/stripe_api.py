@@ -1,0 +1,114 @@
+"""A local stand-in for the slice of Stripe's API that refund-bot uses, for the real stripe SDK.
+
+POST /v1/refunds with Stripe's idempotency semantics (the same key and parameters replay the first
+response with `Idempotent-Replayed: true`; the same key with other parameters is a 400
+idempotency_error), GET /v1/refunds?payment_intent=…, bearer-key auth, and injected 5xx answers.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from aiohttp import web
+
+
+@dataclass
+class RecordedRequest:
+    method: str
+    path: str
+    params: dict[str, str]
+    idempotency_key: str | None
+
+
+@dataclass
+class FakeStripe:
+    api_key: str = "sk_test_fake_key"
+    requests: list[RecordedRequest] = field(default_factory=list)
+    refunds: dict[str, dict[str, Any]] = field(default_factory=dict)
+    _by_key: dict[str, tuple[dict[str, str], dict[str, Any]]] = field(default_factory=dict)
+    _fail_next: int = 0
+    _ids: itertools.count = field(default_factory=lambda: itertools.count(1))
+    _runner: web.AppRunner | None = None
+    url: str = ""
+
+    def fail_next(self, times: int) -> None:
+        self._fail_next = times
+
+    async def __aenter__(self) -> FakeStripe:
+        app = web.Application()
+        app.router.add_post("/v1/refunds", self._create)
+        app.router.add_get("/v1/refunds", self._list)
+        self._runner = web.AppRunner(app)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, "127.0.0.1", 0)
+        await site.start()
+        port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        self.url = f"http://127.0.0.1:{port}"
+        return self
+
+    async def __aexit__(self, *_: object) -> None:
+        assert self._runner is not None
+        await self._runner.cleanup()
+
+    def _error(self, status: int, kind: str, message: str) -> web.Response:
+        body = {"error": {"type": kind, "message": message}}
+        return web.json_response(body, status=status, headers={"Request-Id": "req_fake"})
+
+    def _authorized(self, request: web.Request) -> bool:
+        return request.headers.get("Authorization") == f"Bearer {self.api_key}"
+
+    async def _create(self, request: web.Request) -> web.Response:
+        params = dict(await request.post())  # the SDK sends form-encoded bodies, as Stripe takes
+        key = request.headers.get("Idempotency-Key")
+        self.requests.append(RecordedRequest("POST", request.path, params, key))  # type: ignore[arg-type]
+        if not self._authorized(request):
+            return self._error(401, "invalid_request_error", "Invalid API Key provided")
+        if self._fail_next:
+            self._fail_next -= 1
+            return self._error(500, "api_error", "Something went wrong on Stripe's end.")
+        if key and key in self._by_key:
+            first_params, first_response = self._by_key[key]
+            if first_params != params:
+                return self._error(
+                    400,
+                    "idempotency_error",
+                    "Keys for idempotent requests can only be used with the same parameters "
+                    "they were first used with.",
+                )
+            return web.json_response(first_response, headers={"Idempotent-Replayed": "true"})
+        refund = {
+            "id": f"re_fake_{next(self._ids)}",
+            "object": "refund",
+            "amount": int(params["amount"]),
+            "currency": "usd",
+            "payment_intent": params["payment_intent"],
+            "reason": params.get("reason"),
+            "status": "succeeded",
+            "created": int(time.time()),
+            "metadata": {
+                k.removeprefix("metadata[").removesuffix("]"): v
+                for k, v in params.items()
+                if k.startswith("metadata[")
+            },
+        }
+        self.refunds[refund["id"]] = refund
+        if key:
+            self._by_key[key] = (params, refund)  # type: ignore[assignment]
+        return web.json_response(refund)
+
+    async def _list(self, request: web.Request) -> web.Response:
+        self.requests.append(RecordedRequest("GET", request.path, dict(request.query), None))
+        if not self._authorized(request):
+            return self._error(401, "invalid_request_error", "Invalid API Key provided")
+        wanted = request.query.get("payment_intent")
+        data = [r for r in self.refunds.values() if wanted in (None, r["payment_intent"])]
+        return web.Response(
+            text=json.dumps(
+                {"object": "list", "data": data, "has_more": False, "url": "/v1/refunds"}
+            ),
+            content_type="application/json",
+        )

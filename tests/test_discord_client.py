@@ -1,0 +1,955 @@
+"""The Discord inbound half, through discord.py's own parsing, against a fake of Discord.
+
+Every event is the JSON Discord's gateway dispatches (built by tests.fakes.discord_api for its own
+state), fed to the client's real ConnectionState parsers, exactly as discord.py's gateway reader
+does. Everything the client sends goes over discord.py's HTTP client and webhook adapter to the
+FakeDiscordAPI. The router is a recording fake; the commands are the real `Commands` on real SQLite
+stores, with a stub Temporal client and a fake Worker restart.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import discord
+import pytest
+from pydantic import SecretStr
+from temporalio.service import RPCError, RPCStatusCode
+
+from agent.models import Actor, MessageKey, OutboundMessage, ThreadRef
+from agent.settings import AgentSettings
+from agent.stores.grants import GrantStore
+from bot.commands import GRANTABLE_ROLES, Commands
+from bot.conversations import MAX_SIGNAL_TEXT, NOTICES, InboundClick, InboundMessage, Routed
+from bot.discord import client as discord_client
+from bot.discord.client import RefundBotClient, build_client, serve
+from bot.discord.commands_spec import MANIFEST_PATH, load_manifest, mismatches, sync_commands
+from bot.discord.grants import DiscordRoleGrants
+from bot.discord.outbound import DiscordThreadPoster
+from bot.discord.settings import DEFAULT_APPROVER_ROLE_LIMIT_CENTS, DiscordSettings
+from bot.hold import HoldSwitch
+from bot.ids import workflow_id_for
+from tests.fakes.discord_api import (
+    CALLBACK_ROUTE,
+    EDIT_ORIGINAL_ROUTE,
+    EPHEMERAL,
+    FOLLOWUP_ROUTE,
+    GLOBAL_COMMANDS_ROUTE,
+    GUILD_COMMANDS_ROUTE,
+    MEMBER_ROUTE,
+    MESSAGES_ROUTE,
+    ROLES_ROUTE,
+    THREADS_ROUTE,
+    FakeDiscordAPI,
+    Interaction,
+    _user,
+)
+from tests.support.conditions import wait_for
+
+GUILD = 1170000000000000007
+SUPPORT = 1170000000000000009
+OTHER = 1170000000000000011
+APPROVER_ROLE = 1170000000000000100
+APPROVER_ROLE_NAME = "Refund Approver"
+
+CUSTOMER = 1180000000000000101
+AGENT = 1180000000000000102  # holds the approver role
+STRANGER = 1180000000000000103  # a member with no role and no grant
+PRESENTER = 1180000000000000104  # presenter grant in the store
+ADMIN = 1180000000000000105  # admin grant in the store
+OTHER_BOT = 1180000000000000106
+
+CLICK_UPDATE = 7  # UPDATE_MESSAGE
+CLICK_DEFER = 6  # DEFERRED_UPDATE_MESSAGE
+MESSAGE_REPLY = 4  # CHANNEL_MESSAGE_WITH_SOURCE
+DEFERRED_REPLY = 5  # DEFERRED_CHANNEL_MESSAGE_WITH_SOURCE
+
+
+# -- the network edge: a recording router, a stub Temporal client, a fake restart ---------------
+
+
+@dataclass
+class RecordingRouter:
+    message_result: Routed = Routed.STARTED
+    click_result: Routed = Routed.SIGNALLED
+    click_error: Exception | None = None
+    gate: asyncio.Event | None = None  # when set: every on_message waits for it after recording
+    messages: list[InboundMessage] = field(default_factory=list)
+    clicks: list[InboundClick] = field(default_factory=list)
+
+    async def on_message(self, message: InboundMessage) -> Routed:
+        self.messages.append(message)
+        if self.gate is not None:
+            await self.gate.wait()
+        return self.message_result
+
+    async def on_click(self, click: InboundClick) -> Routed:
+        self.clicks.append(click)
+        if self.click_error is not None:
+            raise self.click_error
+        return self.click_result
+
+
+def _not_found(workflow_id: str) -> RPCError:
+    return RPCError(f"workflow not found for ID: {workflow_id}", RPCStatusCode.NOT_FOUND, b"")
+
+
+@dataclass
+class StubHandle:
+    temporal: StubTemporal
+    workflow_id: str
+
+    async def signal(self, name: str, *args: Any, **kwargs: Any) -> None:
+        self.temporal.calls.append(("signal", self.workflow_id, name))
+        if self.temporal.fail_with is not None:
+            raise self.temporal.fail_with
+        if self.workflow_id not in self.temporal.running:
+            raise _not_found(self.workflow_id)
+
+    async def fetch_history(self, *args: Any, **kwargs: Any) -> Any:
+        # /refund-status's read; a stub has no Event History to give, so: no such conversation.
+        self.temporal.calls.append(("fetch_history", self.workflow_id, ""))
+        raise _not_found(self.workflow_id)
+
+
+@dataclass
+class StubTemporal:
+    running: set[str] = field(default_factory=set)
+    calls: list[tuple[str, str, str]] = field(default_factory=list)
+    fail_with: Exception | None = None
+
+    def get_workflow_handle(self, workflow_id: str) -> StubHandle:
+        return StubHandle(self, workflow_id)
+
+
+@dataclass
+class RestartReport:
+    old_pid: int | None = 4100
+    new_pid: int = 4200
+    seconds_to_ready: float = 0.42
+    host: str = "test-host"
+
+
+@dataclass
+class FakeRestart:
+    calls: int = 0
+
+    async def __call__(self) -> RestartReport:
+        self.calls += 1
+        return RestartReport()
+
+
+def discord_actor(user_id: int) -> Actor:
+    return Actor(platform="discord", user_id=str(user_id))
+
+
+# -- fixtures -----------------------------------------------------------------------------------
+
+
+@pytest.fixture
+async def api() -> AsyncIterator[FakeDiscordAPI]:
+    async with FakeDiscordAPI() as fake:
+        fake.add_guild(GUILD)
+        fake.add_text_channel(GUILD, SUPPORT, "support")
+        fake.add_text_channel(GUILD, OTHER, "general")
+        fake.add_role(GUILD, APPROVER_ROLE, APPROVER_ROLE_NAME)
+        fake.add_member(GUILD, _user(CUSTOMER, "nyghtowl"))
+        fake.add_member(GUILD, _user(AGENT, "sam"), roles=(APPROVER_ROLE,), nick="Sam (support)")
+        fake.add_member(GUILD, _user(STRANGER, "mallory"))
+        fake.add_member(GUILD, _user(PRESENTER, "pat"))
+        fake.add_member(GUILD, _user(ADMIN, "ada"))
+        fake.add_member(GUILD, _user(OTHER_BOT, "otherbot", bot=True))
+        yield fake
+
+
+@pytest.fixture
+def settings(api: FakeDiscordAPI) -> DiscordSettings:
+    return DiscordSettings(
+        _env_file=None,  # type: ignore[call-arg]
+        token=SecretStr(api.token),
+        support_channel_id=SUPPORT,
+        guild_id=GUILD,
+        approver_role=str(APPROVER_ROLE),
+        api_url=api.api_url,
+    )
+
+
+@pytest.fixture
+async def store(tmp_path: Path) -> GrantStore:
+    grants = GrantStore(tmp_path / "grants.sqlite")
+    seed = Actor(platform="local", user_id="seed")
+    await grants.grant(discord_actor(PRESENTER), "presenter", None, by=seed)
+    await grants.grant(discord_actor(ADMIN), "admin", None, by=seed)
+    return grants
+
+
+@pytest.fixture
+def router() -> RecordingRouter:
+    return RecordingRouter()
+
+
+@pytest.fixture
+def temporal() -> StubTemporal:
+    return StubTemporal()
+
+
+@pytest.fixture
+def restart() -> FakeRestart:
+    return FakeRestart()
+
+
+@pytest.fixture
+def hold(tmp_path: Path) -> HoldSwitch:
+    return HoldSwitch(tmp_path / "hold.sqlite", default=False)
+
+
+@pytest.fixture
+def commands(
+    tmp_path: Path,
+    store: GrantStore,
+    temporal: StubTemporal,
+    restart: FakeRestart,
+    hold: HoldSwitch,
+) -> Commands:
+    agent_settings = AgentSettings(_env_file=None, data_dir=tmp_path)  # type: ignore[call-arg]
+    return Commands(temporal, restart, agent_settings, store, hold)  # type: ignore[arg-type]
+
+
+@dataclass
+class Bot:
+    client: RefundBotClient
+    api: FakeDiscordAPI
+    router: RecordingRouter
+
+    def gateway(self, event: str, data: dict[str, Any]) -> None:
+        """Hand one dispatch to discord.py's ConnectionState, as its gateway reader does."""
+        self.client._connection.parsers[event](data)
+
+    async def post(self, channel_id: int, author_id: int, content: str, **kw: Any) -> str:
+        """A member posts; returns the message id."""
+        event = self.api.user_message(channel_id, author_id, content, **kw)
+        self.gateway("MESSAGE_CREATE", event)
+        return event["id"]
+
+    async def open_conversation(self, text: str = "My lamp arrived broken") -> int:
+        """The customer's first message; returns the thread id, once the router has it."""
+        before = len(self.router.messages)
+        message_id = await self.post(SUPPORT, CUSTOMER, text)
+        await wait_for(self.routed_after(before), what="the opening message routed")
+        thread_id = int(message_id)
+        # Discord then tells the bot about the thread it created.
+        self.gateway("THREAD_CREATE", self.api.thread_create_event(thread_id))
+        return thread_id
+
+    def routed_after(self, count: int) -> Callable[[], Awaitable[bool]]:
+        async def probe() -> bool:
+            return len(self.router.messages) > count
+
+        return probe
+
+
+@asynccontextmanager
+async def connected(
+    api: FakeDiscordAPI,
+    settings: DiscordSettings,
+    router: RecordingRouter,
+    commands: Commands,
+    store: GrantStore,
+    **kwargs: Any,
+) -> AsyncIterator[Bot]:
+    """A freshly built client, logged in over REST and handed its GUILD_CREATE; no gateway."""
+    grants = DiscordRoleGrants(settings, store, http=None)
+    if "can_approve" not in kwargs:
+        kwargs["grants"] = grants
+    client = build_client(settings, router, commands, **kwargs)  # type: ignore[arg-type]
+    try:
+        await client.login(api.token)  # GET /users/@me, /oauth2/applications/@me, setup_hook
+        bot = Bot(client, api, router)
+        bot.gateway("GUILD_CREATE", api.guild_create_event(GUILD))
+        yield bot
+    finally:
+        await client.close()
+        await grants.close()
+
+
+@pytest.fixture
+async def bot(
+    api: FakeDiscordAPI,
+    settings: DiscordSettings,
+    router: RecordingRouter,
+    commands: Commands,
+    store: GrantStore,
+) -> AsyncIterator[Bot]:
+    # login() sets the routed webhook adapter in this fixture's context; pytest-asyncio hands an
+    # async fixture's context variables on to the test, so the test's event tasks inherit it.
+    async with connected(api, settings, router, commands, store) as b:
+        yield b
+
+
+async def post_escalation(api: FakeDiscordAPI, thread_id: int, text: str) -> dict[str, Any]:
+    """The Worker's post_to_thread: a separate REST-only poster, as in the Worker process."""
+    workflow_id = workflow_id_for(
+        ThreadRef(
+            platform="discord", workspace=str(GUILD), channel=str(SUPPORT), thread=str(thread_id)
+        )
+    )
+    message = OutboundMessage(
+        thread=ThreadRef(
+            platform="discord", workspace=str(GUILD), channel=str(SUPPORT), thread=str(thread_id)
+        ),
+        key=MessageKey(workflow_id=workflow_id, run_id="run-1", seq=7),
+        kind="escalation",
+        text=text,
+        actions=["approve", "deny"],
+    )
+    async with DiscordThreadPoster(SecretStr(api.token), api_url=api.api_url) as poster:
+        posted = await poster.post(message)
+    stored = api.message(thread_id, posted.platform_message_id)
+    assert stored is not None
+    return stored
+
+
+def interaction(api: FakeDiscordAPI, payload: dict[str, Any]) -> Interaction:
+    return api.interactions[int(payload["id"])]
+
+
+async def answered(api: FakeDiscordAPI, payload: dict[str, Any], followups: int = 0) -> Interaction:
+    """Wait until the interaction got its initial response (and `followups` followups)."""
+    record = interaction(api, payload)
+
+    async def probe() -> bool:
+        return bool(record.callbacks) and len(record.followups) >= followups
+
+    await wait_for(probe, timeout=10, what=f"interaction {record.id} answered")
+    return record
+
+
+def custom_ids(message: dict[str, Any]) -> list[str]:
+    return [c["custom_id"] for row in message["components"] for c in row["components"]]
+
+
+# -- customer messages --------------------------------------------------------------------------
+
+
+async def test_first_message_opens_a_thread_and_a_conversation(bot: Bot) -> None:
+    message_id = await bot.post(SUPPORT, CUSTOMER, "My lamp arrived broken, order 1042")
+    await wait_for(bot.routed_after(0), what="the opening message routed")
+
+    [thread_request] = bot.api.requests_to(THREADS_ROUTE)
+    assert thread_request.path == f"/channels/{SUPPORT}/messages/{message_id}/threads"
+    assert thread_request.status == 201
+    thread = bot.api.channel(message_id)  # a thread on a message takes the message's id
+    assert thread is not None and thread["type"] == 11 and thread["parent_id"] == str(SUPPORT)
+    assert "nyghtowl" in thread["name"]
+
+    [routed] = bot.router.messages
+    assert routed.opens_thread is True
+    assert routed.thread == ThreadRef(
+        platform="discord", workspace=str(GUILD), channel=str(SUPPORT), thread=thread["id"]
+    )
+    assert workflow_id_for(routed.thread) == f"discord-{GUILD}-{thread['id']}"
+    assert routed.event_id == routed.message_id == message_id
+    assert routed.author == Actor(
+        platform="discord", user_id=str(CUSTOMER), display_name="nyghtowl"
+    )
+    assert routed.text == "My lamp arrived broken, order 1042"
+    assert not routed.from_bot and not routed.edited_or_deleted
+    # STARTED has no notice: the agent's first question is the answer.
+    assert bot.api.requests_to(MESSAGES_ROUTE) == []
+
+
+async def test_thread_reply_becomes_a_signal(bot: Bot) -> None:
+    thread_id = await bot.open_conversation()
+    reply_id = await bot.post(thread_id, CUSTOMER, "It's order 1042")
+    await wait_for(bot.routed_after(1), what="the reply routed")
+
+    opening, reply = bot.router.messages
+    assert reply.opens_thread is False
+    assert reply.thread == opening.thread
+    assert reply.message_id == reply_id and reply.text == "It's order 1042"
+    assert len(bot.api.requests_to(THREADS_ROUTE)) == 1  # no second thread
+    assert bot.api.requests_to("GET /channels/{channel_id}") == []  # the thread was cached
+
+
+async def test_reply_in_a_thread_the_cache_missed_is_looked_up(bot: Bot) -> None:
+    message_id = await bot.post(SUPPORT, CUSTOMER, "Refund please")
+    await wait_for(bot.routed_after(0), what="the opening message routed")
+    # No THREAD_CREATE reached this client (another replica opened it, say): the reply's channel
+    # is unknown to discord.py, so the client asks Discord what it is.
+    await bot.post(int(message_id), CUSTOMER, "order 1042")
+    await wait_for(bot.routed_after(1), what="the reply routed")
+
+    assert bot.router.messages[1].thread == bot.router.messages[0].thread
+    [lookup] = bot.api.requests_to("GET /channels/{channel_id}")
+    assert lookup.path == f"/channels/{message_id}"
+
+
+async def test_one_threads_messages_are_routed_in_order_one_at_a_time(bot: Bot) -> None:
+    thread_id = await bot.open_conversation()
+    bot.router.gate = asyncio.Event()  # the router is slow: Temporal takes its time
+    first = await bot.post(thread_id, CUSTOMER, "order 1042")
+    await wait_for(bot.routed_after(1), what="the first reply routed")
+    second = await bot.post(thread_id, CUSTOMER, "it is cracked")
+    third = await bot.post(thread_id, CUSTOMER, "and it smells")
+    # New conversations are not held up by this one, nor by each other.
+    opening_a = await bot.post(SUPPORT, STRANGER, "my order never came")
+    opening_b = await bot.post(SUPPORT, PRESENTER, "wrong colour")
+    await wait_for(bot.routed_after(3), what="the new conversations routed")
+    assert [m.message_id for m in bot.router.messages[1:]] == [first, opening_a, opening_b]
+
+    bot.router.gate.set()
+    await wait_for(bot.routed_after(5), what="the held replies routed")
+    assert [m.message_id for m in bot.router.messages[4:]] == [second, third]
+
+
+async def test_a_thread_reply_from_someone_else_still_reaches_the_router(bot: Bot) -> None:
+    # The Workflow, not the adapter, decides that only the customer answers.
+    thread_id = await bot.open_conversation()
+    await bot.post(thread_id, STRANGER, "order 9999, refund it to me")
+    await wait_for(bot.routed_after(1), what="the stranger's message routed")
+
+    stranger = bot.router.messages[1]
+    assert stranger.author == Actor(
+        platform="discord", user_id=str(STRANGER), display_name="mallory"
+    )
+    assert stranger.thread == bot.router.messages[0].thread
+    assert stranger.opens_thread is False
+
+
+async def test_bots_edits_deletions_and_other_channels_are_ignored(bot: Bot) -> None:
+    thread_id = await bot.open_conversation()
+    customer_reply = await bot.post(thread_id, CUSTOMER, "order 1042")
+    await wait_for(bot.routed_after(1), what="the reply routed")
+    routed_before = len(bot.router.messages)
+
+    # This bot's own post in the thread (the Worker's question comes back over the gateway) ...
+    await bot.post(thread_id, int(bot.api.bot_user["id"]), "What is your order number?", bot=True)
+    # ... another bot, in the support channel and in the thread ...
+    await bot.post(SUPPORT, OTHER_BOT, "I am a bot", bot=True)
+    await bot.post(thread_id, OTHER_BOT, "I am a bot", bot=True)
+    # ... the customer editing and deleting ...
+    bot.gateway("MESSAGE_UPDATE", bot.api.message_update_event(thread_id, customer_reply, "1043!"))
+    bot.gateway("MESSAGE_DELETE", bot.api.message_delete_event(thread_id, customer_reply))
+    # ... and a message in another channel.
+    await bot.post(OTHER, CUSTOMER, "hello general")
+    # A marker that is routed: once it is, every event above has been handled.
+    await bot.post(thread_id, CUSTOMER, "marker")
+    await wait_for(bot.routed_after(routed_before), what="the marker routed")
+
+    assert [m.text for m in bot.router.messages[routed_before:]] == ["marker"]
+    assert (
+        len(bot.api.requests_to(THREADS_ROUTE)) == 1
+    )  # no thread for the bot or the other channel
+
+
+async def test_an_oversized_message_is_cut_before_the_router(bot: Bot) -> None:
+    await bot.post(SUPPORT, CUSTOMER, "x" * 4000)  # a Nitro member may send 4000 characters
+    await wait_for(bot.routed_after(0), what="the long message routed")
+    [routed] = bot.router.messages
+    assert len(routed.text) <= MAX_SIGNAL_TEXT
+    assert routed.text.startswith("x" * 100)
+
+
+@pytest.mark.parametrize("result", [Routed.QUEUED, Routed.CLOSED])
+async def test_the_notice_for_the_result_goes_into_the_thread_without_pings(
+    bot: Bot, result: Routed
+) -> None:
+    thread_id = await bot.open_conversation()
+    bot.router.message_result = result
+    await bot.post(thread_id, CUSTOMER, "@everyone <@1180000000000000102> hello?")
+    await wait_for(bot.routed_after(1), what="the reply routed")
+
+    async def notice() -> list[dict[str, Any]]:
+        return bot.api.messages(thread_id)[-1:] if bot.api.requests_to(MESSAGES_ROUTE) else []
+
+    [posted] = await wait_for(notice, what="the notice posted")
+    assert posted["content"] == NOTICES[result]
+    assert posted["author"]["id"] == bot.api.bot_user["id"]
+    [request] = bot.api.requests_to(MESSAGES_ROUTE)
+    assert request.path == f"/channels/{thread_id}/messages"
+    assert request.json["allowed_mentions"] == {"parse": []}
+
+
+# -- Approve / Deny -----------------------------------------------------------------------------
+
+
+async def test_a_click_becomes_an_approval_and_the_buttons_go(bot: Bot) -> None:
+    thread_id = await bot.open_conversation()
+    escalation = await post_escalation(bot.api, thread_id, "Refund $250.00 for order 1042?")
+    [approve, deny] = custom_ids(escalation)
+    workflow_id = f"discord-{GUILD}-{thread_id}"
+    assert (approve, deny) == (f"refund:approve:{workflow_id}", f"refund:deny:{workflow_id}")
+
+    click = bot.api.component_interaction(thread_id, escalation["id"], AGENT, approve)
+    bot.gateway("INTERACTION_CREATE", click)
+    await wait_for(lambda: _async(bool(bot.router.clicks)), what="the click routed")
+
+    [routed] = bot.router.clicks
+    assert routed == InboundClick(
+        event_id=click["id"],
+        workflow_id=workflow_id,
+        decision="approve",
+        actor=Actor(platform="discord", user_id=str(AGENT), display_name="Sam (support)"),
+        click_id=click["id"],
+    )
+    record = await answered(bot.api, click)
+    [request] = bot.api.requests_to(CALLBACK_ROUTE)
+    assert request.path == f"/interactions/{click['id']}/{click['token']}/callback"
+    [callback] = record.callbacks
+    assert callback["type"] == CLICK_UPDATE
+    assert callback["data"]["components"] == []
+    assert callback["data"]["allowed_mentions"] == {"parse": []}
+    edited = bot.api.message(thread_id, escalation["id"])
+    assert edited is not None and edited["components"] == []
+    assert edited["content"].startswith("Refund $250.00 for order 1042?")
+    assert edited["content"].endswith("Approved by Sam (support), checking authorization.")
+    # The pre-check read the member's roles live from Discord.
+    [member_read] = bot.api.requests_to(MEMBER_ROUTE)
+    assert member_read.path == f"/guilds/{GUILD}/members/{AGENT}"
+    assert record.followups == []  # SIGNALLED: nothing more to say
+
+
+async def test_deny_is_a_decision_too(bot: Bot) -> None:
+    thread_id = await bot.open_conversation()
+    escalation = await post_escalation(bot.api, thread_id, "Refund $250.00?")
+    deny = custom_ids(escalation)[1]
+    bot.gateway(
+        "INTERACTION_CREATE",
+        bot.api.component_interaction(thread_id, escalation["id"], AGENT, deny),
+    )
+    await wait_for(lambda: _async(bool(bot.router.clicks)), what="the click routed")
+    assert bot.router.clicks[0].decision == "deny"
+    edited = bot.api.message(thread_id, escalation["id"])
+    assert edited is not None and edited["content"].endswith(
+        "Denied by Sam (support), checking authorization."
+    )
+
+
+async def test_a_click_after_a_restart_still_works(
+    api: FakeDiscordAPI,
+    settings: DiscordSettings,
+    router: RecordingRouter,
+    commands: Commands,
+    store: GrantStore,
+) -> None:
+    async with connected(api, settings, router, commands, store) as first:
+        thread_id = await first.open_conversation()
+    # The Worker escalates while the bot is down.
+    escalation = await post_escalation(api, thread_id, "Refund $250.00?")
+
+    # A new process: new client, new ConnectionState, no view ever stored for this message.
+    async with connected(api, settings, router, commands, store) as second:
+        assert second.client._connection._view_store.persistent_views == []
+        approve = custom_ids(escalation)[0]
+        click = api.component_interaction(thread_id, escalation["id"], AGENT, approve)
+        second.gateway("INTERACTION_CREATE", click)
+        await wait_for(lambda: _async(bool(router.clicks)), what="the click routed")
+        record = await answered(api, click)
+
+    assert router.clicks[0].workflow_id == f"discord-{GUILD}-{thread_id}"
+    assert record.callbacks[0]["type"] == CLICK_UPDATE
+    edited = api.message(thread_id, escalation["id"])
+    assert edited is not None and edited["components"] == []
+
+
+async def test_a_click_without_the_role_is_refused_privately(bot: Bot) -> None:
+    thread_id = await bot.open_conversation()
+    escalation = await post_escalation(bot.api, thread_id, "Refund $250.00?")
+    approve = custom_ids(escalation)[0]
+
+    click = bot.api.component_interaction(thread_id, escalation["id"], STRANGER, approve)
+    bot.gateway("INTERACTION_CREATE", click)
+    record = await answered(bot.api, click)
+
+    [callback] = record.callbacks
+    assert callback["type"] == MESSAGE_REPLY
+    assert callback["data"]["flags"] & EPHEMERAL
+    assert "mallory" in callback["data"]["content"]
+    assert "Nothing changed" in callback["data"]["content"]
+    assert f"<@&{APPROVER_ROLE}>" in callback["data"]["content"]
+    assert callback["data"]["allowed_mentions"] == {"parse": []}
+    assert bot.router.clicks == []
+    unchanged = bot.api.message(thread_id, escalation["id"])
+    assert unchanged == escalation  # buttons still there for someone who may press them
+
+
+async def test_a_role_removed_a_moment_ago_is_seen_at_the_next_click(bot: Bot) -> None:
+    thread_id = await bot.open_conversation()
+    escalation = await post_escalation(bot.api, thread_id, "Refund $250.00?")
+    bot.api.set_member_roles(GUILD, AGENT, ())  # an admin takes the role away in Discord
+
+    click = bot.api.component_interaction(
+        thread_id, escalation["id"], AGENT, custom_ids(escalation)[0]
+    )
+    bot.gateway("INTERACTION_CREATE", click)
+    record = await answered(bot.api, click)
+    assert record.callbacks[0]["data"]["flags"] & EPHEMERAL
+    assert bot.router.clicks == []
+
+
+@pytest.mark.parametrize("allowed", [True, False])
+async def test_a_slow_pre_check_defers_and_answers_later(
+    api: FakeDiscordAPI,
+    settings: DiscordSettings,
+    router: RecordingRouter,
+    commands: Commands,
+    store: GrantStore,
+    allowed: bool,
+) -> None:
+    release = asyncio.Event()
+
+    async def slow_check(actor: Actor) -> bool:
+        await release.wait()
+        return allowed
+
+    async with connected(api, settings, router, commands, store, can_approve=slow_check) as bot:
+        bot.client.response_budget = 0.05
+        thread_id = await bot.open_conversation()
+        escalation = await post_escalation(api, thread_id, "Refund $250.00?")
+        click = api.component_interaction(
+            thread_id, escalation["id"], AGENT, custom_ids(escalation)[0]
+        )
+        bot.gateway("INTERACTION_CREATE", click)
+        record = await answered(api, click)  # the deferral, while the check is still running
+        assert [c["type"] for c in record.callbacks] == [CLICK_DEFER]
+        release.set()
+
+        if allowed:
+            await wait_for(lambda: _async(bool(router.clicks)), what="the click routed")
+            [edit] = await wait_for(
+                lambda: _async(api.requests_to(EDIT_ORIGINAL_ROUTE)), what="the message edited"
+            )
+            assert edit.json["components"] == []
+            edited = api.message(thread_id, escalation["id"])
+            assert edited is not None and edited["components"] == []
+        else:
+            record = await answered(api, click, followups=1)
+            assert record.followups[0]["flags"] & EPHEMERAL
+            assert router.clicks == []
+            assert api.message(thread_id, escalation["id"]) == escalation
+
+
+async def test_a_click_on_a_finished_conversation_says_so(bot: Bot) -> None:
+    thread_id = await bot.open_conversation()
+    escalation = await post_escalation(bot.api, thread_id, "Refund $250.00?")
+    bot.router.click_result = Routed.CLOSED
+
+    click = bot.api.component_interaction(
+        thread_id, escalation["id"], AGENT, custom_ids(escalation)[0]
+    )
+    bot.gateway("INTERACTION_CREATE", click)
+    record = await answered(bot.api, click, followups=1)
+
+    assert record.followups[0]["flags"] & EPHEMERAL
+    assert "already finished" in record.followups[0]["content"]
+    edited = bot.api.message(thread_id, escalation["id"])
+    assert edited is not None and "already finished" in edited["content"]
+
+
+async def test_a_click_the_router_cannot_take_puts_the_buttons_back(bot: Bot) -> None:
+    thread_id = await bot.open_conversation()
+    escalation = await post_escalation(bot.api, thread_id, "Refund $250.00?")
+    bot.router.click_error = RuntimeError("Temporal refused the signal")
+
+    click = bot.api.component_interaction(
+        thread_id, escalation["id"], AGENT, custom_ids(escalation)[0]
+    )
+    bot.gateway("INTERACTION_CREATE", click)
+    record = await answered(bot.api, click, followups=1)
+
+    assert record.followups[0]["flags"] & EPHEMERAL
+    restored = bot.api.message(thread_id, escalation["id"])
+    assert restored is not None
+    assert restored["content"] == escalation["content"]
+    assert custom_ids(restored) == custom_ids(escalation)
+
+
+# -- application commands -----------------------------------------------------------------------
+
+
+async def run_command(
+    bot: Bot,
+    name: str,
+    user_id: int,
+    channel_id: int = SUPPORT,
+    options: dict[str, str | int | bool] | None = None,
+) -> str:
+    """Run a slash command; returns the (ephemeral) text the caller saw."""
+    payload = bot.api.command_interaction(name, channel_id, user_id, options)
+    bot.gateway("INTERACTION_CREATE", payload)
+    record = interaction(bot.api, payload)
+
+    async def probe() -> bool:
+        if not record.callbacks:
+            return False
+        return record.callbacks[0]["type"] == MESSAGE_REPLY or bool(record.followups)
+
+    await wait_for(probe, timeout=10, what=f"/{name} answered")
+    first = record.callbacks[0]
+    assert first["data"]["flags"] & EPHEMERAL, f"/{name} must answer privately"
+    if first["type"] == MESSAGE_REPLY:
+        assert first["data"]["allowed_mentions"] == {"parse": []}
+        return str(first["data"]["content"])
+    assert first["type"] == DEFERRED_REPLY
+    [followup] = record.followups
+    assert followup["flags"] & EPHEMERAL
+    [request] = [r for r in bot.api.requests_to(FOLLOWUP_ROUTE) if r.path.endswith(record.token)]
+    assert request.json["allowed_mentions"] == {"parse": []}
+    return str(followup["content"])
+
+
+async def test_commands_are_registered_from_the_manifest_at_login(bot: Bot) -> None:
+    [put] = bot.api.requests_to(GUILD_COMMANDS_ROUTE)
+    assert put.path == f"/applications/{bot.api.application['id']}/guilds/{GUILD}/commands"
+    assert put.json == list(load_manifest())
+    assert [c["name"] for c in bot.api.commands[GUILD]] == [
+        "crash-worker",
+        "refund-status",
+        "refund-release",
+        "refund-hold",
+        "refund-grant",
+        "refund-revoke",
+    ]
+    assert mismatches(bot.client.tree, load_manifest()) == []
+
+
+def test_the_manifest_offers_exactly_the_grantable_roles() -> None:
+    for name in ("refund-grant", "refund-revoke"):
+        [spec] = [c for c in load_manifest() if c["name"] == name]
+        [role] = [o for o in spec["options"] if o["name"] == "role"]
+        assert tuple(c["value"] for c in role["choices"]) == GRANTABLE_ROLES
+
+
+async def test_crash_worker(bot: Bot, restart: FakeRestart) -> None:
+    refused = await run_command(bot, "crash-worker", STRANGER)
+    assert "needs the presenter role" in refused and restart.calls == 0
+
+    text = await run_command(bot, "crash-worker", PRESENTER)
+    assert restart.calls == 1
+    assert "old pid 4100, new pid 4200" in text
+
+
+async def test_refund_status_in_a_thread_reads_that_conversation(
+    bot: Bot, temporal: StubTemporal
+) -> None:
+    thread_id = await bot.open_conversation()
+    workflow_id = f"discord-{GUILD}-{thread_id}"
+
+    refused = await run_command(bot, "refund-status", STRANGER, thread_id)
+    assert "needs the presenter or refund_approver role" in refused
+    assert temporal.calls == []
+
+    text = await run_command(bot, "refund-status", PRESENTER, thread_id)
+    assert ("fetch_history", workflow_id, "") in temporal.calls
+    assert workflow_id in text
+
+
+async def test_refund_status_outside_a_thread_takes_the_conversation(
+    bot: Bot, temporal: StubTemporal
+) -> None:
+    thread_id = await bot.open_conversation()
+    workflow_id = f"discord-{GUILD}-{thread_id}"
+
+    asked = await run_command(bot, "refund-status", PRESENTER, SUPPORT)
+    assert asked == discord_client.WHICH_CONVERSATION
+
+    link = f"https://discord.com/channels/{GUILD}/{thread_id}"
+    for given in (str(thread_id), link, workflow_id):
+        temporal.calls.clear()
+        await run_command(bot, "refund-status", PRESENTER, SUPPORT, {"conversation": given})
+        assert temporal.calls == [("fetch_history", workflow_id, "")], given
+
+
+async def test_refund_release(bot: Bot, temporal: StubTemporal) -> None:
+    thread_id = await bot.open_conversation()
+    workflow_id = f"discord-{GUILD}-{thread_id}"
+    temporal.running.add(workflow_id)
+
+    refused = await run_command(bot, "refund-release", STRANGER, thread_id)
+    assert "needs the presenter role" in refused and temporal.calls == []
+
+    text = await run_command(bot, "refund-release", PRESENTER, thread_id)
+    assert temporal.calls == [("signal", workflow_id, "release")]
+    assert text == f"Released {workflow_id}: the refund goes ahead."
+
+
+async def test_refund_hold(bot: Bot, hold: HoldSwitch) -> None:
+    refused = await run_command(bot, "refund-hold", STRANGER, options={"state": "on"})
+    assert "needs the presenter role" in refused
+    assert await hold.enabled() is False
+
+    text = await run_command(bot, "refund-hold", PRESENTER, options={"state": "on"})
+    assert text.endswith("on.") and await hold.enabled() is True
+    shown = await run_command(bot, "refund-hold", PRESENTER)
+    assert shown.endswith("on.")
+    await run_command(bot, "refund-hold", PRESENTER, options={"state": "off"})
+    assert await hold.enabled() is False
+
+
+async def test_refund_grant(bot: Bot, store: GrantStore) -> None:
+    options: dict[str, str | int | bool] = {"user": STRANGER, "role": "presenter", "limit": "$500"}
+    refused = await run_command(bot, "refund-grant", PRESENTER, options=options)
+    assert "needs the admin role" in refused
+    assert await store.live_grant(discord_actor(STRANGER), "presenter") is None
+
+    text = await run_command(bot, "refund-grant", ADMIN, options=options)
+    grant = await store.live_grant(discord_actor(STRANGER), "presenter")
+    assert grant is not None and grant.limit_cents == 50000
+    assert "Granted presenter to mallory" in text
+
+
+async def test_refund_revoke(bot: Bot, store: GrantStore) -> None:
+    options: dict[str, str | int | bool] = {"user": PRESENTER, "role": "presenter"}
+    refused = await run_command(bot, "refund-revoke", STRANGER, options=options)
+    assert "needs the admin role" in refused
+    assert await store.live_grant(discord_actor(PRESENTER), "presenter") is not None
+
+    text = await run_command(bot, "refund-revoke", ADMIN, options=options)
+    assert await store.live_grant(discord_actor(PRESENTER), "presenter") is None
+    assert text.startswith("Revoked presenter from pat")
+
+
+async def test_a_failing_command_still_answers_privately(bot: Bot, temporal: StubTemporal) -> None:
+    thread_id = await bot.open_conversation()
+    temporal.fail_with = RPCError("permission denied", RPCStatusCode.PERMISSION_DENIED, b"")
+    text = await run_command(bot, "refund-release", PRESENTER, thread_id)
+    assert text == discord_client.FAILED
+
+
+# -- sync-commands, the role grant source, settings -----------------------------------------------
+
+
+@pytest.mark.parametrize("guild_id", [GUILD, None])
+async def test_sync_commands_registers_the_manifest(
+    api: FakeDiscordAPI, settings: DiscordSettings, guild_id: int | None
+) -> None:
+    names = await sync_commands(settings.model_copy(update={"guild_id": guild_id}))
+    assert names == [c["name"] for c in load_manifest()]
+    route = GUILD_COMMANDS_ROUTE if guild_id else GLOBAL_COMMANDS_ROUTE
+    [put] = api.requests_to(route)
+    assert put.json == list(load_manifest())
+    assert put.path.startswith(f"/applications/{api.application['id']}/")
+    assert api.requests_to("GET /oauth2/applications/@me")
+
+
+async def test_sync_commands_rejects_a_bad_token(
+    api: FakeDiscordAPI, settings: DiscordSettings
+) -> None:
+    with pytest.raises(discord.LoginFailure):
+        await sync_commands(settings.model_copy(update={"token": SecretStr("wrong")}))
+
+
+@pytest.mark.parametrize("configured", [str(APPROVER_ROLE), APPROVER_ROLE_NAME])
+async def test_role_grants_read_current_roles(
+    api: FakeDiscordAPI, settings: DiscordSettings, store: GrantStore, configured: str
+) -> None:
+    role_settings = settings.model_copy(
+        update={"approver_role": configured, "approver_role_limit_cents": 25000}
+    )
+    grants = DiscordRoleGrants(role_settings, store)
+    try:
+        grant = await grants.live_grant(discord_actor(AGENT), "refund_approver")
+        assert grant is not None and grant.limit_cents == 25000 and grant.role == "refund_approver"
+        assert grant.grant_id == APPROVER_ROLE
+        assert await grants.live_grant(discord_actor(STRANGER), "refund_approver") is None
+
+        api.set_member_roles(GUILD, AGENT, ())
+        assert await grants.live_grant(discord_actor(AGENT), "refund_approver") is None
+        api.remove_member(GUILD, AGENT)
+        assert await grants.live_grant(discord_actor(AGENT), "refund_approver") is None
+    finally:
+        await grants.close()
+    by_name = configured == APPROVER_ROLE_NAME
+    assert bool(api.requests_to(ROLES_ROUTE)) is by_name
+
+
+async def test_role_grants_leave_other_roles_to_the_store(
+    api: FakeDiscordAPI, settings: DiscordSettings, store: GrantStore
+) -> None:
+    grants = DiscordRoleGrants(settings, store)
+    try:
+        presenter = await grants.live_grant(discord_actor(PRESENTER), "presenter")
+        assert presenter is not None and presenter.platform == "discord"
+        local = Actor(platform="local", user_id="support")
+        assert await grants.live_grant(local, "refund_approver") is None  # store, unseeded
+    finally:
+        await grants.close()
+    assert api.requests_to(MEMBER_ROUTE) == []
+
+
+async def test_without_a_role_the_store_decides(
+    api: FakeDiscordAPI, settings: DiscordSettings, store: GrantStore
+) -> None:
+    grants = DiscordRoleGrants(settings.model_copy(update={"approver_role": None}), store)
+    assert await grants.live_grant(discord_actor(AGENT), "refund_approver") is None
+    await store.grant(discord_actor(AGENT), "refund_approver", 1000, by=discord_actor(ADMIN))
+    grant = await grants.live_grant(discord_actor(AGENT), "refund_approver")
+    assert grant is not None and grant.limit_cents == 1000
+    assert api.requests_to(MEMBER_ROUTE) == []
+
+
+def test_a_role_needs_a_guild(settings: DiscordSettings, store: GrantStore) -> None:
+    with pytest.raises(ValueError, match="DISCORD_GUILD_ID"):
+        DiscordRoleGrants(settings.model_copy(update={"guild_id": None}), store)
+
+
+def test_a_blank_role_limit_means_the_default(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("DISCORD_APPROVER_ROLE_LIMIT_CENTS", "")
+    assert DiscordSettings(_env_file=None).approver_role_limit_cents == (  # type: ignore[call-arg]
+        DEFAULT_APPROVER_ROLE_LIMIT_CENTS
+    )
+    monkeypatch.setenv("DISCORD_APPROVER_ROLE_LIMIT_CENTS", "50000")
+    assert DiscordSettings(_env_file=None).approver_role_limit_cents == 50000  # type: ignore[call-arg]
+
+
+def test_the_client_asks_for_the_intents_it_needs(
+    settings: DiscordSettings, router: RecordingRouter, commands: Commands
+) -> None:
+    client = build_client(settings, router, commands, can_approve=_allow)  # type: ignore[arg-type]
+    assert (
+        client.intents.guilds and client.intents.guild_messages and client.intents.message_content
+    )
+    assert not client.intents.members and not client.intents.presences  # nothing else privileged
+    assert client.allowed_mentions is not None and client.allowed_mentions.to_dict() == {
+        "parse": []
+    }
+
+
+async def test_serve_closes_the_client_when_login_fails(
+    api: FakeDiscordAPI, settings: DiscordSettings, router: RecordingRouter, commands: Commands
+) -> None:
+    bad = settings.model_copy(update={"token": SecretStr("wrong")})
+    client = build_client(bad, router, commands, can_approve=_allow)  # type: ignore[arg-type]
+    with pytest.raises(discord.LoginFailure):
+        await serve(client, bad)
+    assert client.is_closed()
+    assert "wrong" not in json.dumps([r.path for r in api.requests])
+
+
+def test_build_client_needs_a_grant_source(
+    settings: DiscordSettings, router: RecordingRouter, commands: Commands
+) -> None:
+    with pytest.raises(ValueError, match="grants"):
+        build_client(settings, router, commands)  # type: ignore[arg-type]
+
+
+def test_the_manifest_is_valid_json_for_discord() -> None:
+    manifest = json.loads(MANIFEST_PATH.read_text())
+    for command in manifest:
+        assert 1 <= len(command["description"]) <= 100
+        required = [o.get("required", False) for o in command["options"]]
+        assert required == sorted(required, reverse=True), "required options come first"
+
+
+async def _allow(actor: Actor) -> bool:
+    return True
+
+
+async def _async(value: Any) -> Any:
+    return value

@@ -1,0 +1,75 @@
+"""issue_refund in Stripe test mode: the real stripe SDK over real HTTP to a local stand-in."""
+
+from __future__ import annotations
+
+import pytest
+from temporalio.exceptions import ApplicationError
+from temporalio.testing import ActivityEnvironment
+
+from agent.activities.refund import RefundActivities
+from agent.effect_owner import refunds_at_owner
+from agent.models import RefundRequest
+from agent.settings import AgentSettings
+from agent.stores.ledger import Ledger
+from tests.fakes.stripe_api import FakeStripe
+
+REQUEST = RefundRequest(
+    idempotency_key="refund-bot-abc123",
+    workflow_id="slack-T1-C2-1.2",
+    order_number="1234",
+    payment_ref="pi_demo_1234",
+    amount_cents=8000,
+    currency="usd",
+)
+
+
+def _activities(stripe: FakeStripe, tmp_path) -> tuple[RefundActivities, AgentSettings]:
+    settings = AgentSettings(
+        _env_file=None,  # type: ignore[call-arg]
+        data_dir=tmp_path,
+        stripe_api_key=stripe.api_key,
+        stripe_api_base=stripe.url,
+    )
+    return RefundActivities(settings, Ledger(settings.ledger_db)), settings
+
+
+async def test_one_refund_for_two_attempts_with_one_key(tmp_path) -> None:
+    async with FakeStripe() as stripe:
+        activities, settings = _activities(stripe, tmp_path)
+        first = await ActivityEnvironment().run(activities.issue_refund, REQUEST)
+        again = await ActivityEnvironment().run(activities.issue_refund, REQUEST)
+        owner = await refunds_at_owner(settings, REQUEST.workflow_id, REQUEST.payment_ref)
+    assert first.mode == "stripe" and first.status == "succeeded"
+    assert again.refund_id == first.refund_id
+    assert len(stripe.refunds) == 1
+    posts = [r for r in stripe.requests if r.method == "POST"]
+    assert [r.idempotency_key for r in posts] == [REQUEST.idempotency_key] * 2
+    assert posts[0].params["metadata[temporal_workflow_id]"] == REQUEST.workflow_id
+    assert owner.owner == "Stripe test mode" and len(owner.refunds) == 1
+    assert not (tmp_path / "ledger.sqlite").exists()  # Stripe owns the effect, not the ledger
+
+
+async def test_sdk_retries_are_off_so_a_5xx_is_a_temporal_retry(tmp_path) -> None:
+    async with FakeStripe() as stripe:
+        activities, _ = _activities(stripe, tmp_path)
+        stripe.fail_next(1)
+        with pytest.raises(Exception) as failure:
+            await ActivityEnvironment().run(activities.issue_refund, REQUEST)
+        assert not (isinstance(failure.value, ApplicationError) and failure.value.non_retryable), (
+            "a 5xx must stay retryable"
+        )
+        assert len(stripe.requests) == 1  # no hidden SDK retry
+        result = await ActivityEnvironment().run(activities.issue_refund, REQUEST)  # attempt 2
+    assert result.status == "succeeded" and len(stripe.refunds) == 1
+
+
+async def test_same_key_other_parameters_is_a_permanent_error(tmp_path) -> None:
+    async with FakeStripe() as stripe:
+        activities, _ = _activities(stripe, tmp_path)
+        await ActivityEnvironment().run(activities.issue_refund, REQUEST)
+        changed = REQUEST.model_copy(update={"amount_cents": 9000})
+        with pytest.raises(ApplicationError) as failure:
+            await ActivityEnvironment().run(activities.issue_refund, changed)
+    assert failure.value.non_retryable
+    assert "Stripe refused the refund" in str(failure.value)
+    assert stripe.api_key not in str(failure.value)
