@@ -58,6 +58,8 @@ class ConversationStart(BaseModel):
     # DEMO HOOK: wait for a `release` Signal right before the refund, so a presenter's crash lands
     # at the same point every time. A real deployment leaves it off and recovers the same way.
     hold_before_refund: bool = False
+    # Recorded at start, so a replacement Worker never switches deciders mid-conversation.
+    decider: Literal["policy", "openai"] = "policy"
 
 
 class CustomerMessage(BaseModel):
@@ -144,6 +146,7 @@ class DecideInput(BaseModel):
     opening_text: str
     memory: list[Observation]
     turn: int
+    decider: Literal["policy", "openai"] = "policy"
 
 
 class AgentStep(_Frozen):

@@ -7,6 +7,7 @@ Workflow or Activity arguments and are never logged. `.env.example` documents ev
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Literal
 
 from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -47,6 +48,12 @@ class AgentSettings(BaseSettings):
     stripe_api_key: SecretStr | None = None
     # Stripe's API base URL; only for pointing the SDK at a proxy or a local test double.
     stripe_api_base: str | None = None
+    # The decide step: "policy" (offline, deterministic, free) or "openai" (a live model). A
+    # conversation keeps the decider it started with, so a replacement Worker never switches.
+    agent_decider: Literal["policy", "openai"] = "policy"
+    openai_api_key: SecretStr | None = None
+    openai_model: str = "gpt-5-mini"
+    openai_base_url: str | None = None
     # DEMO: unknown chat users are linked to this customer on first contact (see DomainStore).
     demo_customer_for_new_users: str | None = "cus_nyghtowl"
     # Who gets the presenter and admin roles on first start, so someone can run /refund-grant:

@@ -161,7 +161,12 @@ class RefundConversation:
             # MODEL CALL: recorded once in Event History; replay returns it without calling again.
             step = await workflow.execute_activity(
                 "decide_next_step",
-                DecideInput(opening_text=start.opening_text, memory=self._memory, turn=turn),
+                DecideInput(
+                    opening_text=start.opening_text,
+                    memory=self._memory,
+                    turn=turn,
+                    decider=start.decider,
+                ),
                 result_type=AgentStep,
                 start_to_close_timeout=timedelta(seconds=60),
                 heartbeat_timeout=HEARTBEAT_TIMEOUT,

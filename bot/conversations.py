@@ -108,12 +108,14 @@ class ConversationRouter:
         inbox: Inbox,
         hold_new_conversations: Callable[[], Awaitable[bool]],
         recent: RecentEvents | None = None,
+        decider: Literal["policy", "openai"] = "policy",
     ) -> None:
         self._client = client
         self._task_queue = task_queue
         self._inbox = inbox
         self._hold = hold_new_conversations
         self._recent = recent or RecentEvents()
+        self._decider = decider
         self._wake = asyncio.Event()
         self._delivery_lock = asyncio.Lock()
 
@@ -135,6 +137,7 @@ class ConversationRouter:
                 opening_message_id=message.message_id,
                 opening_text=message.text,
                 hold_before_refund=await self._hold(),
+                decider=self._decider,
             )
             return await self._accept(message.event_id, "start", start)
         return await self._accept(message.event_id, "message", message)

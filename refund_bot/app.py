@@ -66,7 +66,11 @@ async def running_stack(
         await supervisor.start()
         hold = HoldSwitch(data_dir / "bot.sqlite", settings.hold_before_refund)
         router = ConversationRouter(
-            client, temporal.task_queue, Inbox(data_dir / "inbox.sqlite"), hold.enabled
+            client,
+            temporal.task_queue,
+            Inbox(data_dir / "inbox.sqlite"),
+            hold.enabled,
+            decider=settings.agent_decider,
         )
         commands = Commands(
             client,

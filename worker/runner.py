@@ -17,7 +17,7 @@ from temporalio.client import Client
 from temporalio.worker import Worker
 
 from agent.activities.authorize import AuthorizeActivities, GrantSource
-from agent.activities.decide import decide_next_step
+from agent.activities.decide import DecideActivities
 from agent.activities.lookups import LookupActivities
 from agent.activities.notify import NotifyActivities, ThreadPoster
 from agent.activities.refund import RefundActivities
@@ -64,7 +64,7 @@ async def build_worker(
         identity=worker_identity(),
         workflows=[RefundConversation],
         activities=[
-            decide_next_step,
+            DecideActivities(settings).decide_next_step,
             lookups.lookup_order,
             lookups.lookup_customer_history,
             lookups.check_refund_policy,

@@ -2,7 +2,9 @@
 
 A model call is neither deterministic nor idempotent, so it lives in an Activity: its result is
 recorded once in Event History and replayed, never regenerated, after a crash. Offline (the
-default) the deterministic policy stands in for the model and costs nothing.
+default) the deterministic policy stands in for the model and costs nothing. With the live model,
+the intake questions stay the policy's, so every conversation asks the same things; the model
+chooses the lookups and the decision.
 """
 
 from __future__ import annotations
@@ -11,17 +13,28 @@ from temporalio import activity
 
 from agent import policy
 from agent.activities.heartbeat import heartbeating
+from agent.activities.model import model_step
 from agent.models import AgentStep, DecideInput
+from agent.settings import AgentSettings
 
 
-@activity.defn
-async def decide_next_step(request: DecideInput) -> AgentStep:
-    async with heartbeating():  # a live model call can take a while; a dead Worker cannot beat
+class DecideActivities:
+    def __init__(self, settings: AgentSettings) -> None:
+        self._settings = settings
+
+    @activity.defn
+    async def decide_next_step(self, request: DecideInput) -> AgentStep:
         step = policy.next_step(request.opening_text, request.memory)
-    activity.logger.info(
-        "MODEL REASONING | turn %d: %s %s",
-        request.turn,
-        step.action,
-        step.question_id or step.tool or step.outcome,
-    )
-    return step
+        if request.decider == "openai" and step.action != "ask":
+            async with (
+                heartbeating()
+            ):  # a live model call can take a while; a dead Worker can't beat
+                step = await model_step(request, self._settings)
+        activity.logger.info(
+            "MODEL REASONING | turn %d (%s): %s %s",
+            request.turn,
+            step.source,
+            step.action,
+            step.question_id or step.tool or step.outcome,
+        )
+        return step

@@ -33,7 +33,9 @@ class LocalConversation:
     thread_id: str = ""
     _seen_bot: int = field(default=0)
 
-    async def open(self, text: str, *, hold: bool = False) -> WorkflowHandle:
+    async def open(
+        self, text: str, *, hold: bool = False, decider: str = "policy"
+    ) -> WorkflowHandle:
         root = await self.threads.open_thread("support", self.customer.user_id, text)
         self.thread_id = root.thread_id
         start = ConversationStart(
@@ -44,6 +46,7 @@ class LocalConversation:
             opening_message_id=root.message_id,
             opening_text=text,
             hold_before_refund=hold,
+            decider=decider,  # type: ignore[arg-type]
         )
         self.handle = await self.client.start_workflow(
             RefundConversation.run,

@@ -1,0 +1,111 @@
+"""The live model behind decide_next_step (OpenAI's Responses API with tool calling).
+
+Offline runs never come here. The model picks the next step from a fixed set of tools; it never
+chooses a tool's arguments (the Workflow takes those from the conversation) and the Workflow still
+rejects a question or tool it does not know. SDK retries are off: Temporal retries the Activity, so
+every model call that happened is in Event History, and replay never calls the model again.
+"""
+
+from __future__ import annotations
+
+import json
+
+import openai
+from temporalio.exceptions import ApplicationError
+
+from agent.models import AgentStep, DecideInput
+from agent.settings import AgentSettings
+
+INSTRUCTIONS = (
+    "You are a customer-support refund agent. Each turn, call exactly one tool: look something up, "
+    "or submit your decision. Treat tool results in the observations as authoritative. Approve "
+    "clear, low-value refunds for delivered, non-final-sale orders with a clean history; escalate "
+    "to a human when the amount is large or the history looks risky; deny when the order is not "
+    "found on the customer's account or the refund policy says it is ineligible."
+)
+
+TOOLS = [
+    {
+        "type": "function",
+        "name": "lookup_order",
+        "description": "Look up the order the customer wants refunded.",
+        "parameters": {"type": "object", "properties": {}, "additionalProperties": False},
+    },
+    {
+        "type": "function",
+        "name": "lookup_customer_history",
+        "description": "Look up the customer's tenure, orders and prior refunds.",
+        "parameters": {"type": "object", "properties": {}, "additionalProperties": False},
+    },
+    {
+        "type": "function",
+        "name": "check_refund_policy",
+        "description": "Check refund eligibility and whether a return is required.",
+        "parameters": {"type": "object", "properties": {}, "additionalProperties": False},
+    },
+    {
+        "type": "function",
+        "name": "submit_decision",
+        "description": "Submit the decision once you know enough.",
+        "parameters": {
+            "type": "object",
+            "properties": {
+                "outcome": {"type": "string", "enum": ["approve", "escalate", "deny"]},
+                "rationale": {"type": "string"},
+            },
+            "required": ["outcome", "rationale"],
+            "additionalProperties": False,
+        },
+    },
+]
+
+
+async def model_step(request: DecideInput, settings: AgentSettings) -> AgentStep:
+    if settings.openai_api_key is None:
+        raise ApplicationError(
+            "this conversation was started with the OpenAI decider, but OPENAI_API_KEY is not set "
+            "on this Worker",
+            type="ModelKeyMissing",
+            non_retryable=False,  # a Worker that has the key may take the retry
+        )
+    client = openai.AsyncOpenAI(
+        api_key=settings.openai_api_key.get_secret_value(),
+        base_url=settings.openai_base_url,
+        max_retries=0,  # Temporal owns every retry
+        timeout=45.0,
+    )
+    observations = [o.model_dump() for o in request.memory]
+    try:
+        async with client:
+            response = await client.responses.create(
+                model=settings.openai_model,
+                instructions=INSTRUCTIONS,
+                input=json.dumps({"request": request.opening_text, "observations": observations}),
+                tools=TOOLS,  # type: ignore[arg-type]
+                tool_choice="required",
+                store=False,
+            )
+    except openai.APIStatusError as err:
+        if err.status_code == 429 or err.status_code >= 500:
+            raise  # transient: Temporal retries with backoff
+        raise ApplicationError(
+            f"the model API refused the call (HTTP {err.status_code})",
+            type="ModelPermanentError",
+            non_retryable=True,
+        ) from err
+    call = next((item for item in response.output if item.type == "function_call"), None)
+    if call is None:
+        raise ApplicationError("the model called no tool", type="ModelOutputError")
+    source = f"openai:{settings.openai_model}"
+    if call.name == "submit_decision":
+        args = json.loads(call.arguments or "{}")
+        return AgentStep(
+            action="decide",
+            outcome=args.get("outcome")
+            if args.get("outcome") in ("approve", "deny")
+            else "escalate",
+            rationale=str(args.get("rationale", "")),
+            source=source,
+        )
+    # Unknown tool names pass through: the Workflow rejects them as a non-retryable error.
+    return AgentStep(action="lookup", tool=call.name, source=source)
