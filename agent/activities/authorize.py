@@ -11,14 +11,14 @@ from typing import Protocol
 
 from temporalio import activity
 
-from agent.models import AuthorizationDecision, AuthorizeInput
+from agent.models import Actor, AuthorizationDecision, AuthorizeInput, Role
 from agent.stores.grants import Grant, GrantStore
 
 
 class GrantSource(Protocol):
     """Answers "does this actor hold this role right now?", read live at every call."""
 
-    async def live_grant(self, actor, role) -> Grant | None: ...
+    async def live_grant(self, actor: Actor, role: Role) -> Grant | None: ...
 
 
 def _money(cents: int | None) -> str:

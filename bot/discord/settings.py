@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from pydantic import SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
@@ -13,35 +11,21 @@ DEFAULT_APPROVER_ROLE_LIMIT_CENTS = 100_000
 
 
 class DiscordSettings(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix="DISCORD_", env_file=".env", extra="ignore")
+    # env_ignore_empty: `DISCORD_TOKEN=` copied from .env.example means "Discord off", and a blank
+    # number means its default.
+    model_config = SettingsConfigDict(
+        env_prefix="DISCORD_", env_file=".env", extra="ignore", env_ignore_empty=True
+    )
 
     token: SecretStr | None = None  # the bot token; never logged, never an Activity argument
     support_channel_id: int | None = None
     guild_id: int | None = None  # application commands sync to this guild when set (instant)
     approver_role: str | None = None  # a role name or id, read later as a live grant source
-    # The refund limit of a grant that comes from holding `approver_role`. Always a number: a
-    # blank value means the default, never "no limit".
+    # The refund limit of a grant that comes from holding `approver_role`. Always a number.
     approver_role_limit_cents: int = DEFAULT_APPROVER_ROLE_LIMIT_CENTS
     # REST base URL including the API version, e.g. "http://127.0.0.1:8080/api/v10" for a proxy
     # or a local fake. None means Discord's own (discord.http.Route.BASE).
     api_url: str | None = None
-
-    @field_validator("*", mode="before")
-    @classmethod
-    def _blank_is_unset(cls, value: Any) -> Any:
-        # `DISCORD_TOKEN=` copied from .env.example must mean "Discord off", not "log in with ''",
-        # and `DISCORD_GUILD_ID=` must not fail int parsing.
-        if isinstance(value, str) and not value.strip():
-            return None
-        return value
-
-    @field_validator("approver_role_limit_cents", mode="before")
-    @classmethod
-    def _blank_limit_is_default(cls, value: Any) -> Any:
-        # Runs whichever of this and _blank_is_unset pydantic calls first, so it handles both.
-        if value is None or (isinstance(value, str) and not value.strip()):
-            return DEFAULT_APPROVER_ROLE_LIMIT_CENTS
-        return value
 
     @field_validator("approver_role_limit_cents")
     @classmethod
