@@ -21,16 +21,15 @@ import os
 import statistics
 import tempfile
 import time
-import uuid
 from pathlib import Path
 
 from temporalio.api.enums.v1 import EventType
 from temporalio.testing import WorkflowEnvironment
 
-from agent.settings import AgentSettings, TemporalSettings
 from agent.temporal_client import DATA_CONVERTER
 from refund_bot.wiring import local_thread_store
 from tests.support.conversation import LocalConversation
+from tests.support.stack import settings_for
 from worker.control import request_worker_restart
 from worker.runner import prepare_stores
 from worker.server import temporal_cli_path
@@ -48,8 +47,7 @@ async def _resume_seconds(conv: LocalConversation) -> float:
             released = event.event_time.ToDatetime()
         elif (
             event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
-            and event.activity_task_scheduled_event_attributes.activity_type.name
-            == "issue_refund"
+            and event.activity_task_scheduled_event_attributes.activity_type.name == "issue_refund"
         ):
             scheduled = event.event_time.ToDatetime()
     assert released and scheduled
@@ -59,14 +57,8 @@ async def _resume_seconds(conv: LocalConversation) -> float:
 async def drill(env: WorkflowEnvironment, reset_sticky: bool) -> tuple[float, float, float]:
     """One drill on a fresh data directory (the ledger refunds order 1234 once per payment)."""
     with tempfile.TemporaryDirectory() as tmp:
-        queue = f"bench-{uuid.uuid4().hex[:6]}"
-        temporal = TemporalSettings(
-            _env_file=None,  # type: ignore[call-arg]
-            address=env.client.service_client.config.target_host,
-            task_queue=queue,
-            control_task_queue=f"{queue}-control",
-        )
-        settings = AgentSettings(_env_file=None, data_dir=Path(tmp))  # type: ignore[call-arg]
+        temporal, settings = settings_for(env, Path(tmp))
+        queue = temporal.task_queue
         await prepare_stores(settings)
         supervisor = WorkerSupervisor(
             temporal,

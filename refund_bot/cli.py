@@ -94,17 +94,26 @@ def main(argv: list[str] | None = None) -> None:
         level=logging.INFO if args.verbose or args.command == "worker" else logging.WARNING,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
-    if args.command == "run":
-        asyncio.run(_run(args.local))
-    elif args.command == "demo":
-        sys.exit(asyncio.run(_demo()))
-    elif args.command == "worker":
-        asyncio.run(_worker())
-        # The Worker has shut down cleanly. Skip interpreter finalization: the SDK's native
-        # threads can outlive it and abort the process (temporalio/sdk-python#300).
-        logging.shutdown()
-        os._exit(0)
-    elif args.command == "discord":
-        asyncio.run(_discord_sync())
-    elif args.command == "status":
-        asyncio.run(_status(args.workflow_id))
+    commands_by_name = {
+        "run": lambda: _run(args.local),
+        "demo": _demo,
+        "worker": _worker,
+        "discord": _discord_sync,
+        "status": lambda: _status(args.workflow_id),
+    }
+    try:
+        code = asyncio.run(commands_by_name[args.command]()) or 0
+    except KeyboardInterrupt:
+        code = 130
+    except RuntimeError as err:
+        if not str(err).startswith("Failed client connect"):
+            raise
+        print(f"refund-bot: cannot reach Temporal at {TemporalSettings().address}", file=sys.stderr)
+        code = 1
+    # Everything has shut down cleanly. Skip interpreter finalization: the Temporal SDK's native
+    # threads can outlive it and abort the process (temporalio/sdk-python#300), which would turn a
+    # clean exit into SIGABRT.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    logging.shutdown()
+    os._exit(code)

@@ -18,10 +18,10 @@ from agent.effect_owner import refunds_at_owner
 from agent.history import what_survives
 from agent.models import ConversationView
 from agent.settings import AgentSettings, TemporalSettings
-from bot.conversations import ConversationRouter, InboundMessage
+from bot.conversations import ConversationRouter
 from bot.ids import workflow_id_for
 from bot.inbox import Inbox
-from bot.local.terminal import PEOPLE, render, thread_ref
+from bot.local.terminal import PEOPLE, inbound, render, thread_ref
 from bot.local.thread_store import LocalMessage, LocalThreadStore
 from refund_bot.app import Stack, running_stack
 from refund_bot.wiring import local_thread_store
@@ -52,16 +52,7 @@ async def _say(
     customer = PEOPLE["customer"]
     message = await threads.add_reply(thread, customer.user_id, text)
     print(f"[{thread}] {customer.label}: {text}", flush=True)
-    await router.on_message(
-        InboundMessage(
-            event_id=message.message_id,
-            thread=thread_ref(thread),
-            message_id=message.message_id,
-            author=customer,
-            text=text,
-            opens_thread=False,
-        )
-    )
+    await router.on_message(inbound(message, customer))
 
 
 async def _history_counts(stack: Stack, workflow_id: str) -> dict[str, int]:
@@ -93,16 +84,7 @@ async def demo(temporal: TemporalSettings, settings: AgentSettings) -> int:
         thread = root.thread_id
         workflow_id = workflow_id_for(thread_ref(thread))
         print(f"[{thread}] {customer.label}: {OPENING}", flush=True)
-        await router.on_message(
-            InboundMessage(
-                event_id=root.message_id,
-                thread=thread_ref(thread),
-                message_id=root.message_id,
-                author=customer,
-                text=OPENING,
-                opens_thread=True,
-            )
-        )
+        await router.on_message(inbound(root, customer))
         print(f"Workflow {workflow_id} (open it in the Web UI)", flush=True)
         seen = root.seq
         for answer in ANSWERS:

@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 from agent.stores.ledger import Ledger
-from bot.conversations import InboundMessage
 from bot.ids import workflow_id_for
-from bot.local.terminal import PEOPLE, thread_ref
+from bot.local.terminal import PEOPLE, inbound, thread_ref
 from refund_bot.wiring import local_thread_store
 from tests.support import pid_alive
 from tests.support.conditions import wait_for
@@ -108,16 +107,7 @@ async def test_hold_switch_decides_whether_new_conversations_hold(temporal_env, 
         assert "on" in (await stack.commands.refund_hold(PRESENTER, True)).text
         threads = local_thread_store(stack.settings)
         root = await threads.open_thread("support", CUSTOMER.user_id, "please refund order 1234")
-        await stack.router.on_message(
-            InboundMessage(
-                event_id=root.message_id,
-                thread=thread_ref(root.thread_id),
-                message_id=root.message_id,
-                author=CUSTOMER,
-                text=root.text,
-                opens_thread=True,
-            )
-        )
+        await stack.router.on_message(inbound(root, CUSTOMER))
         conv = LocalConversation(stack.client, threads, stack.temporal.task_queue)
         conv.thread_id = root.thread_id
         conv.handle = stack.client.get_workflow_handle(workflow_id_for(thread_ref(root.thread_id)))

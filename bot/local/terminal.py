@@ -46,6 +46,19 @@ def thread_ref(thread_id: str) -> ThreadRef:
     return ThreadRef(platform="local", workspace=LOCAL_WORKSPACE, channel=CHANNEL, thread=thread_id)
 
 
+def inbound(message: LocalMessage, author: Actor) -> InboundMessage:
+    """A message typed into the local channel, as the router takes it."""
+    return InboundMessage(
+        event_id=message.message_id,
+        thread=thread_ref(message.thread_id),
+        message_id=message.message_id,
+        author=author,
+        text=message.text,
+        # A thread's id is "t<seq of its root message>".
+        opens_thread=message.thread_id == f"t{message.seq}",
+    )
+
+
 def render(message: LocalMessage) -> str:
     who = "refund-bot" if message.author_is_bot else message.author
     lines = [f"[{message.thread_id}] {who}: {message.text}"]
@@ -128,16 +141,7 @@ class LocalChannel:
             self.say(f"[{self.thread}] {self.me.label} opened a thread: {text}")
         else:
             message = await self._threads.add_reply(self.thread, self.me.user_id, text)
-        routed = await self._router.on_message(
-            InboundMessage(
-                event_id=message.message_id,
-                thread=thread_ref(message.thread_id),
-                message_id=message.message_id,
-                author=self.me,
-                text=text,
-                opens_thread=message.seq == _root_seq(message),
-            )
-        )
+        routed = await self._router.on_message(inbound(message, self.me))
         if notice := NOTICES.get(routed):
             self.say(f"[{message.thread_id}] refund-bot (notice): {notice}")
         elif routed == Routed.UNKNOWN:
@@ -236,11 +240,6 @@ class LocalChannel:
             self.say("! usage: /refund-revoke @user role")
             return
         self._reply(await self._commands.refund_revoke(self.me, target, role))
-
-
-def _root_seq(message: LocalMessage) -> int:
-    # A thread's id is "t<seq of its root message>".
-    return int(message.thread_id.removeprefix("t"))
 
 
 async def _stdin_reader() -> asyncio.StreamReader:
