@@ -34,7 +34,7 @@ def test_env_example_documents_every_setting() -> None:
     assert documented - known == set(), ".env.example names settings nobody reads"
 
 
-def test_a_copy_of_env_example_runs_offline(monkeypatch) -> None:  # noqa: ANN001
+def test_a_copy_of_env_example_runs_offline(monkeypatch) -> None:
     for cls in CLASSES:
         for name in _env_names(cls):
             monkeypatch.delenv(name, raising=False)
