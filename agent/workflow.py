@@ -274,8 +274,11 @@ class RefundConversation:
             check = await self._authorize(approval.actor, "refund_approver", 0)
             if check.allowed:
                 raise _Declined
+            # The click's buttons are gone (the adapter replaced them): offer them again.
             await self._post(
-                "info", f"{approval.actor.label} can't decline this refund: {check.reason}."
+                "escalation",
+                f"{approval.actor.label} can't decline this refund: {check.reason}.",
+                actions=["approve", "deny"],
             )
 
     async def _hold_before_refund(self, order: OrderDetails) -> None:
@@ -306,9 +309,10 @@ class RefundConversation:
                 )
             else:
                 await self._post(
-                    "info",
+                    "escalation",
                     f"No refund yet: {check.reason}. Waiting for approval from a support agent "
                     "with a live refund grant.",
+                    actions=["approve", "deny"],
                 )
                 approver, role = await self._next_approval()
 

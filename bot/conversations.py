@@ -116,6 +116,7 @@ class ConversationRouter:
         self._hold = hold_new_conversations
         self._recent = recent or RecentEvents()
         self._decider = decider
+        self._in_flight: dict[str, asyncio.Future[None]] = {}
         self._wake = asyncio.Event()
         self._delivery_lock = asyncio.Lock()
 
@@ -126,8 +127,6 @@ class ConversationRouter:
     async def on_message(self, message: InboundMessage) -> Routed:
         if message.from_bot or message.edited_or_deleted:
             return Routed.IGNORED
-        if self._recent.seen(message.event_id):
-            return Routed.DUPLICATE
         message = message.model_copy(update={"text": cut(message.text)})
         if message.opens_thread:
             # Decided now, at arrival: a message kept in the inbox keeps the hold it arrived with.
@@ -143,11 +142,24 @@ class ConversationRouter:
         return await self._accept(message.event_id, "message", message)
 
     async def on_click(self, click: InboundClick) -> Routed:
-        if self._recent.seen(click.event_id):
-            return Routed.DUPLICATE
         return await self._accept(click.event_id, "click", click)
 
     async def _accept(self, event_id: str, kind: str, payload: BaseModel) -> Routed:
+        """Deliver (or queue) an event once: a redelivery of an accepted event is a duplicate; a
+        redelivery that arrives while the first is still being handled waits for its verdict."""
+        if (first := self._in_flight.get(event_id)) is not None:
+            await asyncio.wait({first})
+        if self._recent.seen(event_id):
+            return Routed.DUPLICATE
+        done = asyncio.get_running_loop().create_future()
+        self._in_flight[event_id] = done
+        try:
+            return await self._deliver_or_queue(event_id, kind, payload)
+        finally:
+            del self._in_flight[event_id]
+            done.set_result(None)
+
+    async def _deliver_or_queue(self, event_id: str, kind: str, payload: BaseModel) -> Routed:
         # Order matters: while anything waits in the inbox, later messages queue behind it.
         if await self._inbox.size() == 0:
             try:

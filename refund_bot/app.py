@@ -93,21 +93,26 @@ async def run(temporal: TemporalSettings, settings: AgentSettings, *, local: boo
         if stack.web_ui:
             print(f"Temporal Web UI: {stack.web_ui}", flush=True)
         platforms: list[asyncio.Task[None]] = []
+        sources = grant_sources(settings, slack, discord)
+        store = GrantStore(settings.grants_db)
         if slack.enabled:
             from bot.slack.app import build_app, serve
+            from bot.slack.links import order_finder
 
-            app = build_app(slack, stack.router, stack.commands)
+            app = build_app(
+                slack,
+                stack.router,
+                stack.commands,
+                find_by_order=order_finder(stack.client),
+                grants=sources.get("slack", store),
+            )
             platforms.append(asyncio.create_task(serve(app, slack), name="slack"))
         if discord.enabled:
             from bot.discord.client import build_client
             from bot.discord.client import serve as serve_discord
 
-            sources = grant_sources(settings, slack, discord)
             client = build_client(
-                discord,
-                stack.router,
-                stack.commands,
-                grants=sources.get("discord", GrantStore(settings.grants_db)),
+                discord, stack.router, stack.commands, grants=sources.get("discord", store)
             )
             platforms.append(asyncio.create_task(serve_discord(client, discord), name="discord"))
         if local or not platforms:

@@ -16,6 +16,7 @@ from bot.discord.grants import DiscordRoleGrants
 from bot.discord.outbound import DiscordThreadPoster
 from bot.discord.settings import DiscordSettings
 from bot.local.thread_store import LocalThreadStore
+from bot.slack.grants import SlackUserGroupGrants
 from bot.slack.outbound import SlackThreadPoster
 from bot.slack.settings import SlackSettings
 
@@ -52,4 +53,6 @@ def grant_sources(
     sources: dict[str, GrantSource] = {}
     if discord.enabled and discord.approver_role:
         sources["discord"] = DiscordRoleGrants(discord, store)
+    if slack.enabled and slack.approver_group:
+        sources["slack"] = SlackUserGroupGrants(slack, store)
     return sources

@@ -129,6 +129,7 @@ async def test_approval_without_a_grant_gives_no_refund(client, agent_settings, 
         await conv.click("approve", stranger)
         refusal = await conv.next_bot_message()
         assert "Marlow holds no live refund_approver grant" in refusal.text
+        assert refusal.actions == ["approve", "deny"]  # the buttons are offered again
         assert (await conv.view()).phase == "waiting_for_approval"
         await conv.click("deny", stranger)  # a deny needs a grant too
         assert "can't decline" in (await conv.next_bot_message()).text

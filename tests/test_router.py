@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass, field
 from types import SimpleNamespace
 from typing import Any
@@ -221,3 +222,28 @@ async def test_message_in_a_finished_conversation_gets_closed(router, temporal) 
     other = THREAD.model_copy(update={"thread": "999.1"})
     stray = message("e3").model_copy(update={"thread": other})
     assert await router.on_message(stray) == Routed.UNKNOWN
+
+
+async def test_a_redelivery_during_the_first_delivery_waits_for_its_verdict(
+    router, temporal
+) -> None:
+    await router.on_message(message("e1", "refund 1234", opens=True))
+    release = asyncio.Event()
+    original = temporal.get_workflow_handle
+
+    def slow(workflow_id: str) -> Any:
+        handle = original(workflow_id)
+
+        async def signal(*args: Any, **kwargs: Any) -> None:
+            await release.wait()  # Temporal is slow to answer the first delivery
+            await handle.signal(*args, **kwargs)
+
+        return SimpleNamespace(signal=signal)
+
+    temporal.get_workflow_handle = slow
+    first = asyncio.create_task(router.on_message(message("e2", "Yes")))
+    retry = asyncio.create_task(router.on_message(message("e2", "Yes")))  # X-Slack-Retry-Num: 1
+    await asyncio.sleep(0)  # let both reach the router before Temporal answers
+    release.set()
+    assert sorted([await first, await retry]) == [Routed.DUPLICATE, Routed.SIGNALLED]
+    assert [c[2] for c in temporal.calls] == ["customer_message", "customer_message"]  # start + 1

@@ -11,7 +11,10 @@ SLACK_API_URL = "https://slack.com/api/"
 
 
 class SlackSettings(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix="SLACK_", env_file=".env", extra="ignore")
+    # env_ignore_empty: `SLACK_BOT_TOKEN=` copied from .env.example means "Slack off".
+    model_config = SettingsConfigDict(
+        env_prefix="SLACK_", env_file=".env", extra="ignore", env_ignore_empty=True
+    )
 
     bot_token: SecretStr | None = None  # xoxb-…; never logged, never an Activity argument
     app_token: SecretStr | None = None  # xapp-…; set means Socket Mode instead of HTTP
@@ -24,21 +27,11 @@ class SlackSettings(BaseSettings):
     # The refund limit a member of `approver_group` approves up to; None means no limit.
     approver_group_limit_cents: int | None = None
 
-    @field_validator("*", mode="before")
-    @classmethod
-    def _blank_is_unset(cls, value: Any) -> Any:
-        # `SLACK_BOT_TOKEN=` copied from .env.example must mean "Slack off", not "log in with ''".
-        if isinstance(value, str) and not value.strip():
-            return None
-        return value
-
     @field_validator("api_url", mode="before")
     @classmethod
-    def _default_and_trailing_slash(cls, value: Any) -> Any:
-        # A blank SLACK_API_URL means Slack's own. The SDK joins method names with urljoin, which
-        # drops the last path segment unless the base ends in "/".
-        if value is None or (isinstance(value, str) and not value.strip()):
-            return SLACK_API_URL
+    def _trailing_slash(cls, value: Any) -> Any:
+        # The SDK joins method names with urljoin, which drops the last path segment unless the
+        # base ends in "/".
         if isinstance(value, str):
             value = value.strip()
             return value if value.endswith("/") else value + "/"

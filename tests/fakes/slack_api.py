@@ -3,8 +3,9 @@
 It models only what refund-bot calls: auth.test, chat.postMessage, chat.update, chat.postEphemeral,
 conversations.replies and usergroups.users.list, with Slack's payload shapes, its HTTP-200-with-
 `ok: false` errors, bearer token checks, cursor pagination and 429 + Retry-After; plus the
-`response_url` webhooks Slack hands out with slash commands and interactions. Use it as an async
-context manager:
+`response_url` webhooks Slack hands out with slash commands and interactions, and Socket Mode
+(apps.connections.open with the app-level token, then a WebSocket that says hello, sends envelopes
+and records the app's acks). Use it as an async context manager:
 
     async with FakeSlackApi() as slack:
         root = slack.add_message("C0SUPPORT", "my order arrived broken")
@@ -25,7 +26,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from aiohttp import web
+from aiohttp import WSMsgType, web
 
 JsonDict = dict[str, Any]
 
@@ -83,6 +84,7 @@ class FakeSlackApi:
         self,
         *,
         token: str = "xoxb-fake-0000-token",
+        app_token: str = "xapp-1-A0FAKE-0000-fake",
         team_id: str = "T0FAKE",
         team: str = "Fake Workspace",
         bot_user_id: str = "U0REFUNDBOT",
@@ -92,6 +94,7 @@ class FakeSlackApi:
         channels_without_bot: Iterable[str] = (),
     ) -> None:
         self.token = token
+        self.app_token = app_token
         self.team_id = team_id
         self.team = team
         self.bot_user_id = bot_user_id
@@ -108,6 +111,10 @@ class FakeSlackApi:
         self.usergroups: dict[str, list[str]] = {}  # user-group id (S…) -> member ids
         self._messages: dict[str, list[_Message]] = {}
         self._hooks: dict[str, int] = {}  # response_url path -> uses left
+        # Socket Mode: the app's acks as received (envelope_id, payload?, "at": monotonic time).
+        self.socket_acks: list[JsonDict] = []
+        self._tickets: set[str] = set()
+        self._sockets: list[web.WebSocketResponse] = []
         self._faults: dict[str, deque[_Fault]] = {}
         self._clock_us = int(time.time() * 1_000_000)
         self._runner: web.AppRunner | None = None
@@ -126,6 +133,7 @@ class FakeSlackApi:
         app = web.Application()
         app.router.add_route("*", "/api/{method}", self._handle)
         app.router.add_post("/hooks/{kind}/{team}/{hook}/{secret}", self._handle_hook)
+        app.router.add_get("/link/", self._handle_socket)
         self._runner = web.AppRunner(app, access_log=None)
         await self._runner.setup()
         site = web.TCPSite(self._runner, "127.0.0.1", 0)
@@ -133,6 +141,8 @@ class FakeSlackApi:
         self._port = self._runner.addresses[0][1]
 
     async def stop(self) -> None:
+        for socket in list(self._sockets):
+            await socket.close()
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None
@@ -230,8 +240,12 @@ class FakeSlackApi:
         token = auth.removeprefix("Bearer ").strip() if auth.startswith("Bearer ") else body_token
         if not token:
             return 200, {"ok": False, "error": "not_authed"}, {}
-        if token != self.token:
-            return 200, {"ok": False, "error": "invalid_auth"}, {}
+        # Socket Mode's method takes the app-level token only; every other method the bot token.
+        expected = self.app_token if method in _APP_TOKEN_METHODS else self.token
+        if token != expected:
+            wrong_kind = token in (self.token, self.app_token)
+            error = "not_allowed_token_type" if wrong_kind else "invalid_auth"
+            return 200, {"ok": False, "error": error}, {}
 
         queue = self._faults.get(method)
         if queue:
@@ -260,6 +274,65 @@ class FakeSlackApi:
             return web.Response(status=400, text="no_text")
         self.responses.append({**body, "url": str(request.url), "kind": request.match_info["kind"]})
         return web.Response(text="ok")
+
+    # -- Socket Mode -------------------------------------------------------------------------
+
+    @property
+    def socket_connections(self) -> int:
+        return len(self._sockets)
+
+    async def socket_send(
+        self,
+        envelope_type: str,
+        payload: JsonDict,
+        *,
+        retry_attempt: int = 0,
+        retry_reason: str = "",
+    ) -> str:
+        """Send one envelope (events_api, slash_commands, interactive) to the connected app."""
+        if not self._sockets:
+            raise RuntimeError("no Socket Mode connection")
+        envelope_id = str(uuid.uuid4())
+        envelope: JsonDict = {
+            "envelope_id": envelope_id,
+            "payload": payload,
+            "type": envelope_type,
+            "accepts_response_payload": envelope_type != "events_api",
+        }
+        if envelope_type == "events_api":
+            envelope.update(retry_attempt=retry_attempt, retry_reason=retry_reason)
+        await self._sockets[-1].send_json(envelope)
+        return envelope_id
+
+    def _apps_connections_open(self, params: JsonDict) -> JsonDict:
+        ticket = uuid.uuid4().hex
+        self._tickets.add(ticket)
+        host = self.url.removeprefix("http://").removesuffix("/api/")
+        return {"url": f"ws://{host}/link/?ticket={ticket}&app_id={self.app_id}"}
+
+    async def _handle_socket(self, request: web.Request) -> web.StreamResponse:
+        ticket = request.query.get("ticket", "")
+        if ticket not in self._tickets:
+            return web.Response(status=401, text="invalid ticket")
+        self._tickets.discard(ticket)  # a WSS URL is good for one connection
+        socket = web.WebSocketResponse()
+        await socket.prepare(request)
+        self._sockets.append(socket)
+        try:
+            await socket.send_json(
+                {
+                    "type": "hello",
+                    "num_connections": len(self._sockets),
+                    "debug_info": {"host": "fake-slack", "approximate_connection_time": 18060},
+                    "connection_info": {"app_id": self.app_id},
+                }
+            )
+            async for message in socket:
+                if message.type == WSMsgType.TEXT:
+                    self.socket_acks.append({**json.loads(message.data), "at": time.monotonic()})
+        finally:
+            self._sockets.remove(socket)
+        return socket
 
     # -- methods -----------------------------------------------------------------------------
 
@@ -435,7 +508,9 @@ _METHODS = {
     "chat.postEphemeral": FakeSlackApi._chat_post_ephemeral,
     "conversations.replies": FakeSlackApi._conversations_replies,
     "usergroups.users.list": FakeSlackApi._usergroups_users_list,
+    "apps.connections.open": FakeSlackApi._apps_connections_open,
 }
+_APP_TOKEN_METHODS = frozenset({"apps.connections.open"})
 
 
 async def _read_params(request: web.Request) -> tuple[JsonDict, str | None]:
