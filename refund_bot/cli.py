@@ -6,6 +6,7 @@ refund-bot demo      the unattended story, start to finish, on embedded defaults
 refund-bot worker    one Worker (the supervisor runs this as its child)
 refund-bot status ID what survives of a conversation, read from Event History (no Worker needed)
 refund-bot discord sync-commands   register the Discord application commands
+refund-bot stripe-setup            pay the demo orders in Stripe test mode (once, sk_test_ key)
 """
 
 from __future__ import annotations
@@ -73,6 +74,18 @@ async def _discord_sync() -> None:
     print(f"Registered {len(names)} Discord commands: {', '.join(names)}")
 
 
+async def _stripe_setup() -> int:
+    from agent.stripe_setup import create_test_payments
+
+    _, settings = _settings()
+    if settings.stripe_api_key is None:
+        print("refund-bot: set STRIPE_API_KEY (a sk_test_ key) first", file=sys.stderr)
+        return 1
+    for order_number, intent in await create_test_payments(settings):
+        print(f"order {order_number}: paid in Stripe test mode by {intent}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="refund-bot", description=__doc__.split("\n")[0])
     parser.add_argument("-v", "--verbose", action="store_true")
@@ -83,6 +96,7 @@ def main(argv: list[str] | None = None) -> None:
     )
     commands.add_parser("demo", help="the unattended crash-and-resume story")
     commands.add_parser("worker", help="run one Worker")
+    commands.add_parser("stripe-setup", help="pay the demo orders in Stripe test mode")
     discord = commands.add_parser("discord", help="Discord set-up")
     discord.add_subparsers(dest="discord_command", required=True).add_parser(
         "sync-commands", help="register the commands in manifests/discord-commands.json"
@@ -99,6 +113,7 @@ def main(argv: list[str] | None = None) -> None:
         "demo": _demo,
         "worker": _worker,
         "discord": _discord_sync,
+        "stripe-setup": _stripe_setup,
         "status": lambda: _status(args.workflow_id),
     }
     try:

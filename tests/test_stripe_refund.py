@@ -11,7 +11,11 @@ from agent.effect_owner import refunds_at_owner
 from agent.models import RefundRequest
 from agent.settings import AgentSettings
 from agent.stores.ledger import Ledger
+from agent.stripe_setup import create_test_payments
+from bot.local.thread_store import LocalThreadStore
 from tests.fakes.stripe_api import FakeStripe
+from tests.support.conversation import LocalConversation
+from tests.support.inproc import running_worker
 
 REQUEST = RefundRequest(
     idempotency_key="refund-bot-abc123",
@@ -73,3 +77,26 @@ async def test_same_key_other_parameters_is_a_permanent_error(tmp_path) -> None:
     assert failure.value.non_retryable
     assert "Stripe refused the refund" in str(failure.value)
     assert stripe.api_key not in str(failure.value)
+
+
+async def test_a_conversation_in_stripe_test_mode(client, tmp_path) -> None:
+    """stripe-setup pays the demo orders in test mode; a conversation then refunds at Stripe."""
+    async with FakeStripe() as stripe:
+        _, settings = _activities(stripe, tmp_path)
+        created = dict(await create_test_payments(settings))
+        assert dict(await create_test_payments(settings)) == {}  # the second run changes nothing
+        assert set(created) == {"1234", "4500", "3003", "7777"}
+        assert all(stripe.payment_intents[pi]["status"] == "succeeded" for pi in created.values())
+
+        threads = LocalThreadStore(tmp_path / "threads.sqlite")
+        async with running_worker(client, settings, threads) as queue:
+            conv = LocalConversation(client, threads, queue)
+            handle = await conv.open("please refund order 1234")
+            for answer in ("Yes", "Split seam"):
+                await conv.next_bot_message()
+                await conv.reply(answer)
+            outcome = await handle.result()
+    assert outcome.status == "refunded" and outcome.refund and outcome.refund.mode == "stripe"
+    (refund,) = stripe.refunds.values()
+    assert refund["payment_intent"] == created["1234"] and refund["amount"] == 8000
+    assert refund["metadata"]["temporal_workflow_id"] == handle.id

@@ -10,6 +10,8 @@ from dataclasses import dataclass
 from datetime import date, timedelta
 from pathlib import Path
 
+import aiosqlite
+
 from agent.models import Actor, CustomerHistory, OrderDetails
 from agent.stores.db import open_db
 
@@ -73,6 +75,19 @@ SEED_ORDERS = (
 
 # Local platform identities: the terminal support channel's demo users.
 SEED_ACCOUNTS = (("local", "customer", DEMO_CUSTOMER), ("local", "marlow", "cus_marlow"))
+
+
+def _order(row: aiosqlite.Row) -> OrderDetails:
+    return OrderDetails(
+        order_number=row["order_number"],
+        item=row["item"],
+        amount_cents=row["amount_cents"],
+        currency=row["currency"],
+        status=row["status"],
+        purchased_at=row["purchased_at"],
+        final_sale=bool(row["final_sale"]),
+        payment_ref=row["payment_ref"],
+    )
 
 
 class DomainStore:
@@ -153,18 +168,7 @@ class DomainStore:
                 (order_number, customer_id),
             )
             row = await cursor.fetchone()
-        if row is None:
-            return None
-        return OrderDetails(
-            order_number=row["order_number"],
-            item=row["item"],
-            amount_cents=row["amount_cents"],
-            currency=row["currency"],
-            status=row["status"],
-            purchased_at=row["purchased_at"],
-            final_sale=bool(row["final_sale"]),
-            payment_ref=row["payment_ref"],
-        )
+        return None if row is None else _order(row)
 
     async def history_for(self, actor: Actor, today: date | None = None) -> CustomerHistory | None:
         customer_id = await self.customer_id_for(actor)
@@ -199,6 +203,23 @@ class DomainStore:
             orders=orders,
             prior_refunds=refunds,
         )
+
+    async def set_payment_ref(self, order_number: str, payment_ref: str) -> None:
+        async with open_db(self._path, SCHEMA) as db:
+            await db.execute(
+                "UPDATE orders SET payment_ref = ? WHERE order_number = ?",
+                (payment_ref, order_number),
+            )
+            await db.commit()
+
+    async def orders_paid_offline(self) -> list[OrderDetails]:
+        """Orders whose payment exists only in the offline ledger (the seed's pi_demo_…)."""
+        async with open_db(self._path, SCHEMA) as db:
+            cursor = await db.execute(
+                "SELECT * FROM orders WHERE payment_ref LIKE 'pi~_demo~_%' ESCAPE '~' "
+                "ORDER BY order_number"
+            )
+            return [_order(row) for row in await cursor.fetchall()]
 
     async def payments(self) -> list[tuple[str, int, str]]:
         """(payment_ref, amount_cents, currency) of every order: the ledger seeds its charges."""

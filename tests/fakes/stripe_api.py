@@ -29,6 +29,7 @@ class FakeStripe:
     api_key: str = "sk_test_fake_key"
     requests: list[RecordedRequest] = field(default_factory=list)
     refunds: dict[str, dict[str, Any]] = field(default_factory=dict)
+    payment_intents: dict[str, dict[str, Any]] = field(default_factory=dict)
     _by_key: dict[str, tuple[dict[str, str], dict[str, Any]]] = field(default_factory=dict)
     _fail_next: int = 0
     _ids: itertools.count = field(default_factory=lambda: itertools.count(1))
@@ -42,6 +43,7 @@ class FakeStripe:
         app = web.Application()
         app.router.add_post("/v1/refunds", self._create)
         app.router.add_get("/v1/refunds", self._list)
+        app.router.add_post("/v1/payment_intents", self._payment_intent)
         self._runner = web.AppRunner(app)
         await self._runner.setup()
         site = web.TCPSite(self._runner, "127.0.0.1", 0)
@@ -99,6 +101,27 @@ class FakeStripe:
         if key:
             self._by_key[key] = (params, refund)  # type: ignore[assignment]
         return web.json_response(refund)
+
+    async def _payment_intent(self, request: web.Request) -> web.Response:
+        params = dict(await request.post())
+        key = request.headers.get("Idempotency-Key")
+        self.requests.append(RecordedRequest("POST", request.path, params, key))  # type: ignore[arg-type]
+        if not self._authorized(request):
+            return self._error(401, "invalid_request_error", "Invalid API Key provided")
+        if key and key in self._by_key:
+            return web.json_response(self._by_key[key][1], headers={"Idempotent-Replayed": "true"})
+        intent = {
+            "id": f"pi_fake_{next(self._ids)}",
+            "object": "payment_intent",
+            "amount": int(params["amount"]),
+            "currency": params["currency"],
+            "status": "succeeded" if params.get("confirm") == "true" else "requires_confirmation",
+            "payment_method": params.get("payment_method"),
+        }
+        self.payment_intents[intent["id"]] = intent
+        if key:
+            self._by_key[key] = (params, intent)  # type: ignore[assignment]
+        return web.json_response(intent)
 
     async def _list(self, request: web.Request) -> web.Response:
         self.requests.append(RecordedRequest("GET", request.path, dict(request.query), None))
