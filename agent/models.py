@@ -284,6 +284,6 @@ class ConversationView(BaseModel):
 
 
 class ConversationOutcome(BaseModel):
-    status: Literal["refunded", "denied", "declined", "failed"]
+    status: Literal["refunded", "denied", "declined", "expired", "failed"]
     message: str
     refund: RefundResult | None = None

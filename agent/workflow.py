@@ -118,7 +118,6 @@ class RefundConversation:
         self._start = start
         self._memory: list[Observation] = []
         self._phase: Phase = "deciding"
-        self._last_step: AgentStep | None = None
         self._pending_question: str | None = None
         self._decision: str | None = None
         self._refund: RefundResult | None = None
@@ -145,13 +144,13 @@ class RefundConversation:
             else:
                 approver, role = await self._escalate(order, step.rationale)
             await self._hold_before_refund(order)
-            approver, role = await self._authorized(order, approver, role)
+            await self._authorized(order, approver, role)
             return await self._refund_order(order)
         except _Declined:
             return await self._close("declined", "A support agent declined this refund.")
         except _Idle:
             return await self._close(
-                "declined",
+                "expired",
                 "I haven't heard back, so I've closed this request. Write again any time.",
             )
 
@@ -172,7 +171,6 @@ class RefundConversation:
                 heartbeat_timeout=HEARTBEAT_TIMEOUT,
                 retry_policy=DECIDE_RETRY,
             )
-            self._last_step = step
             workflow.logger.info(
                 "EXECUTION STATE | turn=%d step=%s %s",
                 turn,
@@ -294,14 +292,12 @@ class RefundConversation:
         self._phase = "held_before_refund"  # set once nothing is in flight: only the wait remains
         await workflow.wait_condition(lambda: self._released)
 
-    async def _authorized(
-        self, order: OrderDetails, approver: Actor, role: Role
-    ) -> tuple[Actor, Role]:
-        """Loop until a live grant covers the refund; each miss is told in the thread."""
+    async def _authorized(self, order: OrderDetails, approver: Actor, role: Role) -> None:
+        """Return once a live grant covers the refund; each miss is told in the thread."""
         while True:
             check = await self._authorize(approver, role, order.amount_cents)
             if check.allowed:
-                return approver, role
+                return
             if approver == AGENT_PRINCIPAL:
                 await self._post("info", f"I can't refund this on my own: {check.reason}.")
                 approver, role = await self._escalate(
