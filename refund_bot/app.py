@@ -118,10 +118,14 @@ async def run(temporal: TemporalSettings, settings: AgentSettings, *, local: boo
         if local or not platforms:
             channel = LocalChannel(local_thread_store(settings), stack.router, stack.commands)
             platforms.append(asyncio.create_task(channel.run(), name="local"))
-        # Until one platform ends (the terminal's /quit) or fails; then stop everything in order.
-        done, pending = await asyncio.wait(platforms, return_when=asyncio.FIRST_COMPLETED)
-        for task in pending:
-            task.cancel()
+        # Until one platform ends (the terminal's /quit) or fails, or run() itself is cancelled;
+        # then stop every platform before the stack (Worker, Temporal) stops underneath them.
+        try:
+            done, _ = await asyncio.wait(platforms, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for task in platforms:
+                task.cancel()
+            await asyncio.gather(*platforms, return_exceptions=True)
         for task in done:
-            if task.exception() is not None:
+            if not task.cancelled() and task.exception() is not None:
                 raise task.exception()  # type: ignore[misc]
