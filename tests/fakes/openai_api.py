@@ -14,6 +14,8 @@ from typing import Any
 
 from aiohttp import web
 
+from tests.fakes.loopback import serve_on_loopback
+
 
 @dataclass
 class FakeOpenAI:
@@ -31,12 +33,8 @@ class FakeOpenAI:
     async def __aenter__(self) -> FakeOpenAI:
         app = web.Application()
         app.router.add_post("/v1/responses", self._responses)
-        self._runner = web.AppRunner(app)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, "127.0.0.1", 0)
-        await site.start()
-        port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-        self.url = f"http://127.0.0.1:{port}/v1"
+        self._runner, base = await serve_on_loopback(app)
+        self.url = f"{base}/v1"
         return self
 
     async def __aexit__(self, *_: object) -> None:

@@ -15,6 +15,8 @@ from typing import Any
 
 from aiohttp import web
 
+from tests.fakes.loopback import serve_on_loopback
+
 
 @dataclass
 class RecordedRequest:
@@ -44,12 +46,7 @@ class FakeStripe:
         app.router.add_post("/v1/refunds", self._create)
         app.router.add_get("/v1/refunds", self._list)
         app.router.add_post("/v1/payment_intents", self._payment_intent)
-        self._runner = web.AppRunner(app)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, "127.0.0.1", 0)
-        await site.start()
-        port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-        self.url = f"http://127.0.0.1:{port}"
+        self._runner, self.url = await serve_on_loopback(app)
         return self
 
     async def __aexit__(self, *_: object) -> None:
