@@ -23,6 +23,8 @@ from agent.models import (
 # Refunds at or below this clear without a human, for customers with at most one prior refund.
 AUTO_APPROVE_LIMIT_CENTS = 10000
 MAX_PRIOR_REFUNDS_FOR_AUTO = 1
+# After this many answers without an order number, the agent stops asking and says so.
+MAX_ORDER_NUMBER_ASKS = 3
 
 QUESTIONS: dict[str, str] = {
     "order_number": "Which order would you like refunded? Please send the order number.",
@@ -34,7 +36,9 @@ ORDER_NUMBER_RETRY = (
     "(digits only, for example 1234)"
 )
 
-_ORDER_NUMBER = re.compile(r"(?<![\w.])#?(\d{3,12})(?![\w.])")
+# A standalone run of 3 to 12 digits, or one right after "#": not part of a word, a phone number
+# (555-0100) or a decimal (2.50); a full stop after it ends a sentence.
+_ORDER_NUMBER = re.compile(r"(?:#|(?<![\w\-.]))(\d{3,12})(?![\w\-]|\.\d)")
 
 
 def find_order_number(text: str) -> str | None:
@@ -69,6 +73,13 @@ def next_step(opening_text: str, memory: Sequence[Observation]) -> AgentStep:
     order_number = order_number_from(opening_text, memory)
     if order_number is None:
         asked = _answered(memory, "order_number")
+        if len(asked) >= MAX_ORDER_NUMBER_ASKS:
+            return AgentStep(
+                action="decide",
+                outcome="deny",
+                rationale="I still couldn't find an order number. Please write again with it, "
+                "for example: please refund order 1234.",
+            )
         return _ask("order_number", ORDER_NUMBER_RETRY if asked else None)
     for question_id in ("item_opened", "damage"):
         if not _answered(memory, question_id):

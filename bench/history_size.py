@@ -2,8 +2,9 @@
 
 Working memory is re-sent to decide_next_step on every turn, so history grows with the square of
 the turn count; MAX_TURNS bounds it. This counts the bytes of every payload (data and metadata) in
-the committed histories and in one conversation that runs to MAX_TURNS (a customer who never gives
-an order number: 10 decide turns, 9 questions asked).
+the committed histories and in the offline policy's longest conversation (9 decide turns, one
+under MAX_TURNS): the order number found only on the third ask, two questions, three lookups, an
+escalation approved, the refund.
 
     uv run python -m bench.history_size
 """
@@ -24,7 +25,7 @@ from agent.settings import AgentSettings
 from agent.temporal_client import DATA_CONVERTER
 from agent.workflow import MAX_TURNS
 from bot.local.thread_store import LocalThreadStore
-from tests.support.conversation import LocalConversation
+from tests.support.conversation import SUPPORT, LocalConversation
 from tests.support.inproc import running_worker
 from worker.server import temporal_cli_path
 
@@ -51,7 +52,7 @@ def report(name: str, history: WorkflowHistory) -> None:
     print(f"  {name:<28} {len(history.events):4d} events  {size:6,d} payload bytes", flush=True)
 
 
-async def longest_conversation() -> WorkflowHistory:
+async def longest_conversation() -> tuple[int, WorkflowHistory]:
     env = await WorkflowEnvironment.start_local(
         dev_server_existing_path=str(temporal_cli_path()), data_converter=DATA_CONVERTER
     )
@@ -61,18 +62,29 @@ async def longest_conversation() -> WorkflowHistory:
         async with env, running_worker(env.client, settings, threads) as queue:
             conv = LocalConversation(env.client, threads, queue)
             handle = await conv.open("I want my money back")
-            for turn in range(MAX_TURNS - 1):
+            for answer in ("the green one", "the big one, sorry", "4500", "Yes", "Split seam"):
                 await conv.next_bot_message()
-                await conv.reply(f"it was the green one, sorry ({turn})")
-            await conv.next_bot_message()  # "Something went wrong on our side..."
-            return await handle.fetch_history()
+                await conv.reply(answer)
+            await conv.next_bot_message()  # the escalation
+            await conv.click("approve", SUPPORT)
+            outcome = await handle.result()
+            assert outcome.status == "refunded", outcome
+            history = await handle.fetch_history()
+            turns = sum(
+                1
+                for e in history.events
+                if e.activity_task_scheduled_event_attributes.activity_type.name
+                == "decide_next_step"
+            )
+            return turns, history
 
 
 async def main() -> None:
     print("Payload bytes written to Event History:")
     for path in sorted(HISTORIES.glob("*.json")):
         report(path.stem, WorkflowHistory.from_json(path.stem, path.read_text()))
-    report(f"{MAX_TURNS} turns (the bound)", await longest_conversation())
+    turns, history = await longest_conversation()
+    report(f"longest: {turns} of {MAX_TURNS} turns", history)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,117 @@
+"""The offline decision policy: pure, deterministic, and the order of its questions."""
+
+from __future__ import annotations
+
+import pytest
+
+from agent.models import (
+    Answer,
+    CustomerHistory,
+    HistoryLookup,
+    Observation,
+    OrderDetails,
+    OrderLookup,
+    PolicyCheck,
+    PolicyLookup,
+)
+from agent.policy import find_order_number, next_step
+
+
+def _answer(question_id: str, text: str) -> Answer:
+    return Answer(question_id=question_id, text=text, message_id=f"m-{question_id}-{text}")  # type: ignore[arg-type]
+
+
+def _order(number: str = "1234", cents: int = 8000, final_sale: bool = False) -> OrderLookup:
+    return OrderLookup(
+        order_number=number,
+        order=OrderDetails(
+            order_number=number,
+            item="plush python",
+            amount_cents=cents,
+            currency="usd",
+            status="delivered",
+            purchased_at="2026-11-17",
+            final_sale=final_sale,
+            payment_ref=f"pi_demo_{number}",
+        ),
+    )
+
+
+HISTORY = HistoryLookup(
+    history=CustomerHistory(
+        customer_id="cus_nyghtowl",
+        display_name="Nyghtowl",
+        tenure_days=824,
+        orders=3,
+        prior_refunds=["2025-07-17, laptop stickers, 1800 cents"],
+    )
+)
+ANSWERS: list[Observation] = [_answer("item_opened", "Yes"), _answer("damage", "Split seam")]
+
+
+@pytest.mark.parametrize(
+    ("text", "number"),
+    [
+        ("please refund order 1234", "1234"),
+        ("Refund #4500 please", "4500"),
+        ("order no. 3003.", "3003"),
+        ("order#7777 broke", "7777"),
+        ("it cost 2.500 and arrived in a1234 box", None),
+        ("my order 12 arrived", None),  # too short to be an order number
+        ("call me at 555-0100 about v2.1", None),
+        ("no number here", None),
+    ],
+)
+def test_order_numbers_are_found_in_text(text: str, number: str | None) -> None:
+    assert find_order_number(text) == number
+
+
+def test_asks_for_the_order_number_then_the_two_questions_then_looks_up() -> None:
+    memory: list[Observation] = []
+    assert next_step("I want a refund", memory).question_id == "order_number"
+    memory.append(_answer("order_number", "1234"))
+    assert next_step("I want a refund", memory).question_id == "item_opened"
+    memory.append(_answer("item_opened", "Yes"))
+    assert next_step("I want a refund", memory).question_id == "damage"
+    memory.append(_answer("damage", "Split seam"))
+    assert next_step("I want a refund", memory).tool == "lookup_order"
+    memory.append(_order())
+    assert next_step("I want a refund", memory).tool == "lookup_customer_history"
+    memory.append(HISTORY)
+    step = next_step("I want a refund", memory)
+    assert (step.action, step.outcome) == ("decide", "approve")
+
+
+def test_stops_asking_for_an_order_number_after_three_tries() -> None:
+    memory: list[Observation] = [_answer("order_number", "the green one")]
+    assert "couldn't find an order number" in (next_step("help", memory).question or "")
+    memory += [_answer("order_number", "the big one"), _answer("order_number", "dunno")]
+    step = next_step("help", memory)
+    assert (step.action, step.outcome) == ("decide", "deny")
+
+
+def test_large_refunds_check_policy_then_escalate() -> None:
+    memory = [*ANSWERS, _order("4500", 45000), HISTORY]
+    assert next_step("refund order 4500", memory).tool == "check_refund_policy"
+    eligible = PolicyCheck(order_number="4500", eligible=True, return_required=True, reason="ok")
+    step = next_step("refund order 4500", [*memory, PolicyLookup(policy=eligible)])
+    assert step.outcome == "escalate" and "$100.00 limit" in step.rationale
+
+
+def test_ineligible_orders_are_denied_and_unknown_ones_too() -> None:
+    memory = [*ANSWERS, _order("3003", 3500, final_sale=True), HISTORY]
+    final = PolicyCheck(
+        order_number="3003",
+        eligible=False,
+        return_required=False,
+        reason="final-sale items cannot be refunded",
+    )
+    step = next_step("refund 3003", [*memory, PolicyLookup(policy=final)])
+    assert step.outcome == "deny" and "final-sale" in step.rationale
+    unknown = next_step("refund 9999", [*ANSWERS, OrderLookup(order_number="9999", order=None)])
+    assert unknown.outcome == "deny" and "couldn't find order 9999" in unknown.rationale
+
+
+def test_the_policy_is_deterministic() -> None:
+    memory = [*ANSWERS, _order(), HISTORY]
+    assert next_step("refund 1234", memory) == next_step("refund 1234", list(memory))
