@@ -27,7 +27,7 @@ from agent.settings import AgentSettings
 from agent.stores.grants import GrantStore
 from bot.commands import GRANTABLE_ROLES, Commands
 from bot.conversations import MAX_SIGNAL_TEXT, NOTICES, InboundClick, InboundMessage, Routed
-from bot.discord import client as discord_client
+from bot.discord import replies, slash_commands
 from bot.discord.client import RefundBotClient, build_client, serve
 from bot.discord.commands_spec import MANIFEST_PATH, load_manifest, mismatches, sync_commands
 from bot.discord.grants import DiscordRoleGrants
@@ -757,7 +757,7 @@ async def test_refund_status_outside_a_thread_takes_the_conversation(
     workflow_id = f"discord-{GUILD}-{thread_id}"
 
     asked = await run_command(bot, "refund-status", PRESENTER, SUPPORT)
-    assert asked == discord_client.WHICH_CONVERSATION
+    assert asked == slash_commands.WHICH_CONVERSATION
 
     link = f"https://discord.com/channels/{GUILD}/{thread_id}"
     for given in (str(thread_id), link, workflow_id):
@@ -819,7 +819,7 @@ async def test_a_failing_command_still_answers_privately(bot: Bot, temporal: Stu
     thread_id = await bot.open_conversation()
     temporal.fail_with = RPCError("permission denied", RPCStatusCode.PERMISSION_DENIED, b"")
     text = await run_command(bot, "refund-release", PRESENTER, thread_id)
-    assert text == discord_client.FAILED
+    assert text == replies.FAILED
 
 
 # -- sync-commands, the role grant source, settings -----------------------------------------------

@@ -33,8 +33,10 @@ from bot.conversations import NOTICES, ConversationRouter, InboundClick, Inbound
 from bot.dedup import RecentEvents
 from bot.ids import workflow_id_for
 from bot.inbox import Inbox
-from bot.slack import app as slack_app
-from bot.slack.app import build_app, http_web_app, parse_grant_args, serve
+from bot.keyed_locks import KeyedLocks
+from bot.slack import commands as slack_commands
+from bot.slack.app import EVENTS_PATH, build_app, http_web_app, serve
+from bot.slack.commands import parse_grant_args
 from bot.slack.grants import SlackUserGroupGrants
 from bot.slack.links import parse_mention, parse_order_number, parse_thread_link
 from bot.slack.outbound import SlackThreadPoster
@@ -1021,28 +1023,28 @@ def test_manifest_matches_the_app(name: str) -> None:
     text = (Path(__file__).parent.parent / "manifests" / name).read_text()
     commands = set(re.findall(r"^\s*- command: (/\S+)$", text, re.M))
     assert commands == {
-        slack_app.CRASH_WORKER,
-        slack_app.REFUND_STATUS,
-        slack_app.REFUND_RELEASE,
-        slack_app.REFUND_HOLD,
-        slack_app.REFUND_GRANT,
-        slack_app.REFUND_REVOKE,
+        slack_commands.CRASH_WORKER,
+        slack_commands.REFUND_STATUS,
+        slack_commands.REFUND_RELEASE,
+        slack_commands.REFUND_HOLD,
+        slack_commands.REFUND_GRANT,
+        slack_commands.REFUND_REVOKE,
     }
     shortcuts = set(re.findall(r"^\s*callback_id: (\S+)$", text, re.M))
-    assert shortcuts == {slack_app.STATUS_SHORTCUT, slack_app.RELEASE_SHORTCUT}
+    assert shortcuts == {slack_commands.STATUS_SHORTCUT, slack_commands.RELEASE_SHORTCUT}
     assert re.search(r"^\s*- message\.channels$", text, re.M)
     assert re.search(r"^\s*- message\.groups$", text, re.M)
     http = "socket_mode_enabled: false" in text
     assert http == (name == "slack-app-http.yaml")
     urls = re.findall(r"(?:url|request_url): (\S+)$", text, re.M)
     if http:  # every command, the events and interactivity: one endpoint
-        assert urls == [f"https://YOUR-HOST{slack_app.EVENTS_PATH}"] * (len(commands) + 2)
+        assert urls == [f"https://YOUR-HOST{EVENTS_PATH}"] * (len(commands) + 2)
     else:
         assert urls == []
 
 
 async def test_keyed_locks_forget_free_keys() -> None:
-    locks = slack_app.KeyedLocks()
+    locks = KeyedLocks()
     order: list[str] = []
 
     async def use(key: str, name: str, hold: float) -> None:

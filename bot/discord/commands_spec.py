@@ -1,7 +1,7 @@
 """The Discord application commands: manifests/discord-commands.json, and registering it.
 
 The manifest is the one source of truth. It is Discord's own application command JSON (the body of
-a bulk overwrite), so `sync_commands` sends it as it is, and the client builds its discord.py
+a bulk overwrite), so `sync_commands` sends it as it is, and slash_commands builds its discord.py
 commands from it: names, descriptions and choices come from the manifest, and `mismatches` checks
 that the handlers' parameters (types, required) agree with it, so the two cannot drift apart.
 
@@ -51,8 +51,9 @@ def load_manifest(path: Path = MANIFEST_PATH) -> tuple[dict[str, Any], ...]:
     return tuple(commands)
 
 
-def command_spec(name: str, manifest: tuple[dict[str, Any], ...] | None = None) -> dict[str, Any]:
-    for command in manifest if manifest is not None else load_manifest():
+def command_spec(name: str, manifest: tuple[dict[str, Any], ...]) -> dict[str, Any]:
+    """One command's definition from the manifest, by name."""
+    for command in manifest:
         if command["name"] == name:
             return command
     raise KeyError(f"/{name} is not in {MANIFEST_PATH.name}")

@@ -1,40 +1,32 @@
 """DiscordRoleGrants: "may approve refunds" read from a Discord guild role, live.
 
 With DISCORD_APPROVER_ROLE set (a role's id, or its name; all digits is read as an id), the
-guild owns the refund_approver fact for Discord users: whoever holds that role right now may
-approve, up to DISCORD_APPROVER_ROLE_LIMIT_CENTS. The member's roles are read over REST at every
-call (GET /guilds/{guild}/members/{user}), never from the gateway's member cache, so a role removed
-a second ago counts as removed. Every other role (presenter, admin, the agent's refund_agent) and
-every non-Discord actor is answered by the fallback source, the grants store.
+guild owns the refund_approver fact for Discord users, up to DISCORD_APPROVER_ROLE_LIMIT_CENTS.
+The shared rules (what the role answers, what the fallback answers, the Grant it builds) are
+bot.membership_grants'; this module only asks Discord whether a member holds the role right now.
+The member's roles are read over REST at every call (GET /guilds/{guild}/members/{user}), never
+from the gateway's member cache, so a role removed a second ago counts as removed.
 
-It serves both processes: the Worker's authorize_refund (platform_sources={"discord": ...}) and the
-bot's pre-check on a button click. In the Worker it logs in over REST on first use; in the bot it
-may share the gateway client's HTTPClient instead.
+In the Worker it logs in over REST on first use; in the bot it may share the gateway client's
+HTTPClient instead.
 """
 
 from __future__ import annotations
 
 import asyncio
-import logging
-from datetime import UTC, datetime
 from typing import Any
 
 import discord
 from discord.http import HTTPClient
 
 from agent.activities.authorize import GrantSource
-from agent.models import Actor, Role
-from agent.stores.grants import Grant
 from bot.discord.outbound import RoutedHTTPClient
 from bot.discord.settings import DiscordSettings
-
-log = logging.getLogger(__name__)
-
-ROLE_GRANTED: Role = "refund_approver"
+from bot.membership_grants import MembershipGrants
 
 
-class DiscordRoleGrants:
-    """Implements agent.activities.authorize.GrantSource."""
+class DiscordRoleGrants(MembershipGrants):
+    """refund_approver from DISCORD_APPROVER_ROLE; every other question to `fallback`."""
 
     def __init__(
         self,
@@ -43,14 +35,19 @@ class DiscordRoleGrants:
         *,
         http: HTTPClient | None = None,
     ) -> None:
-        self._fallback = fallback
-        self._role = settings.approver_role.strip() if settings.approver_role else None
-        self._limit = settings.approver_role_limit_cents
+        role = settings.approver_role.strip() if settings.approver_role else None
+        super().__init__(
+            fallback,
+            platform="discord",
+            group=role,
+            limit_cents=settings.approver_role_limit_cents,
+            granted_by_kind="discord-role",
+        )
         self._guild_id = settings.guild_id
-        if self._role is not None and self._guild_id is None:
+        if role is not None and self._guild_id is None:
             # The Actor carries no guild, so the role's guild must come from settings.
             raise ValueError("DISCORD_APPROVER_ROLE needs DISCORD_GUILD_ID (the role's server)")
-        if self._role is not None and http is None and settings.token is None:
+        if role is not None and http is None and settings.token is None:
             raise ValueError("DISCORD_APPROVER_ROLE needs DISCORD_TOKEN to read members' roles")
         self._settings = settings
         self._http = http
@@ -60,43 +57,31 @@ class DiscordRoleGrants:
     @property
     def role(self) -> str | None:
         """The configured approver role (id or name), or None when the store decides."""
-        return self._role
+        return self._group
 
-    async def live_grant(self, actor: Actor, role: Role) -> Grant | None:
-        if self._role is None or role != ROLE_GRANTED or actor.platform != "discord":
-            return await self._fallback.live_grant(actor, role)
+    async def _membership(self, user_id: str) -> int | None:
+        """The id of the approver role if the member holds it now (it is the grant id), or None."""
         assert self._guild_id is not None
         http = await self._client()
-        # AUTHORIZATION STATE: the member's roles as Discord holds them now.
         try:
-            member = await http.get_member(self._guild_id, int(actor.user_id))
+            member = await http.get_member(self._guild_id, int(user_id))
         except discord.NotFound:
             return None  # not (or no longer) a member of the guild
         except ValueError:
             return None  # a user id that is no snowflake cannot be a member
-        role_id = await self._matching_role(http, {int(r) for r in member.get("roles", [])})
-        if role_id is None:
-            return None
-        return Grant(
-            grant_id=role_id,  # the role that grants it; there is no store row
-            platform="discord",
-            user_id=actor.user_id,
-            role=ROLE_GRANTED,
-            limit_cents=self._limit,
-            granted_at=datetime.now(UTC).isoformat(timespec="seconds"),  # read at, not given at
-            granted_by=f"discord-role:{self._role}",
-        )
+        return await self._matching_role(http, {int(r) for r in member.get("roles", [])})
 
     async def _matching_role(self, http: HTTPClient, held: set[int]) -> int | None:
-        assert self._role is not None and self._guild_id is not None
-        if self._role.isdigit():  # all digits: a role id (Developer Mode > Copy Role ID)
-            return int(self._role) if int(self._role) in held else None
+        role = self._group
+        assert role is not None and self._guild_id is not None
+        if role.isdigit():  # all digits: a role id (Developer Mode > Copy Role ID)
+            return int(role) if int(role) in held else None
         # A name: look the guild's roles up now, so a renamed role stops matching at once. Names
         # are not unique in Discord; any role of that name counts, which is why an id is better.
         roles: list[dict[str, Any]] = await http.get_roles(self._guild_id)
-        for role in roles:
-            if role["name"] == self._role and int(role["id"]) in held:
-                return int(role["id"])
+        for guild_role in roles:
+            if guild_role["name"] == role and int(guild_role["id"]) in held:
+                return int(guild_role["id"])
         return None
 
     async def _client(self) -> HTTPClient:

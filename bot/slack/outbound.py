@@ -213,13 +213,25 @@ async def _call(
         raise _application_error(method, channel, exc) from exc
 
 
+def slack_error_code(exc: SlackApiError) -> str:
+    """Slack's error code ("channel_not_found", …), or http_<status> when the body has none."""
+    data = exc.response.data if isinstance(exc.response.data, dict) else {}
+    return str(data.get("error") or f"http_{exc.response.status_code}")
+
+
+def is_transient(exc: SlackApiError) -> bool:
+    """Whether the same call may succeed later: HTTP 429 or 5xx, or a documented transient code."""
+    status = int(exc.response.status_code)
+    return status == 429 or status >= 500 or slack_error_code(exc) in TRANSIENT_SLACK_ERRORS
+
+
 def _application_error(method: str, channel: str, exc: SlackApiError) -> ApplicationError:
     # Built only from the method, the channel, the status and Slack's error code: never from the
     # request, whose headers hold the token.
     response = exc.response
     status = int(response.status_code)
     data = response.data if isinstance(response.data, dict) else {}
-    code = str(data.get("error") or f"http_{status}")
+    code = slack_error_code(exc)
     where = f"Slack {method} (channel {channel})"
 
     if status == 429 or code == "ratelimited":
@@ -229,7 +241,7 @@ def _application_error(method: str, channel: str, exc: SlackApiError) -> Applica
             type=RATE_LIMITED_ERROR_TYPE,
             next_retry_delay=timedelta(seconds=wait) if wait else None,
         )
-    if status >= 500 or code in TRANSIENT_SLACK_ERRORS:
+    if is_transient(exc):
         return ApplicationError(
             f"{where} failed: {code} (HTTP {status})", type=TRANSIENT_ERROR_TYPE
         )

@@ -1,0 +1,221 @@
+"""The slash commands' handlers: /crash-worker and /refund-…, answered privately to the caller.
+
+    /crash-worker, /refund-… -> bot.commands.Commands -> ephemeral answer
+
+Names, descriptions, choices and permissions come from the manifest (commands_spec); here are only
+the handlers, whose parameters commands_spec.mismatches checks against it. Every answer is
+ephemeral: only the caller sees it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any
+
+import discord
+from discord import app_commands
+
+from agent.models import Actor, ThreadRef
+from bot.commands import CommandReply
+from bot.discord.actors import actor_for
+from bot.discord.commands_spec import command_spec
+from bot.discord.replies import FAILED, finished_within, tell_privately
+from bot.ids import workflow_id_for
+
+if TYPE_CHECKING:
+    from bot.discord.client import RefundBotClient
+
+log = logging.getLogger(__name__)
+
+Command = app_commands.Command[Any, ..., None]
+
+WHICH_CONVERSATION = (
+    "Which conversation? Run this inside the conversation's thread, or give `conversation:` a "
+    "thread link, a thread id or a Workflow ID."
+)
+OUT_OF_DATE = "This command is out of date here; run `refund-bot discord sync-commands`."
+_LINK = re.compile(r"channels/(\d+)/(\d+)(?:/(\d+))?")
+
+
+def build_commands(client: RefundBotClient, manifest: tuple[dict[str, Any], ...]) -> list[Command]:
+    """The handlers as discord.py commands, described by the manifest."""
+
+    async def crash_worker(interaction: discord.Interaction) -> None:
+        actor = actor_for(interaction.user)
+        await _answer(client, interaction, lambda: client.commands.crash_worker(actor), defer=True)
+
+    async def refund_status(
+        interaction: discord.Interaction, conversation: str | None = None
+    ) -> None:
+        await _answer_for_conversation(
+            client, interaction, conversation, client.commands.refund_status, defer=True
+        )
+
+    async def refund_release(
+        interaction: discord.Interaction, conversation: str | None = None
+    ) -> None:
+        await _answer_for_conversation(
+            client, interaction, conversation, client.commands.refund_release, defer=False
+        )
+
+    async def refund_hold(interaction: discord.Interaction, state: str | None = None) -> None:
+        actor = actor_for(interaction.user)
+        enabled = None if state is None else state == "on"
+        await _answer(
+            client, interaction, lambda: client.commands.refund_hold(actor, enabled), defer=False
+        )
+
+    async def refund_grant(
+        interaction: discord.Interaction, user: discord.User, role: str, limit: str | None = None
+    ) -> None:
+        actor, target = actor_for(interaction.user), actor_for(user)
+        await _answer(
+            client,
+            interaction,
+            lambda: client.commands.refund_grant(actor, target, role, limit),
+            defer=False,
+        )
+
+    async def refund_revoke(
+        interaction: discord.Interaction, user: discord.User, role: str
+    ) -> None:
+        actor, target = actor_for(interaction.user), actor_for(user)
+        await _answer(
+            client,
+            interaction,
+            lambda: client.commands.refund_revoke(actor, target, role),
+            defer=False,
+        )
+
+    handlers: dict[str, Callable[..., Awaitable[None]]] = {
+        "crash-worker": crash_worker,
+        "refund-status": refund_status,
+        "refund-release": refund_release,
+        "refund-hold": refund_hold,
+        "refund-grant": refund_grant,
+        "refund-revoke": refund_revoke,
+    }
+    return [_command(command_spec(name, manifest), handler) for name, handler in handlers.items()]
+
+
+async def on_command_error(
+    interaction: discord.Interaction, error: app_commands.AppCommandError
+) -> None:
+    """The command tree's error handler: log it, and tell the caller."""
+    # CommandNotFound / CommandSignatureMismatch: Discord holds definitions other than the
+    # manifest's (run sync-commands). Anything else is a bug; either way the caller hears.
+    log.error("Discord command failed: %s", error, exc_info=error)
+    text = FAILED
+    if isinstance(error, app_commands.CommandNotFound | app_commands.CommandSignatureMismatch):
+        text = OUT_OF_DATE
+    try:
+        await tell_privately(interaction, text)
+    except discord.HTTPException:
+        log.warning("could not tell the caller", exc_info=True)
+
+
+def conversation_for(
+    interaction: discord.Interaction, given: str | None, support_channel_id: int
+) -> str | None:
+    """The Workflow ID a command means: `given` (link, thread id or Workflow ID), else the
+    thread the command was run in."""
+    guild = str(interaction.guild_id) if interaction.guild_id else None
+    text = (given or "").strip()
+    if text:
+        link = _LINK.search(text)
+        if link:
+            link_guild, channel, message = link.groups()
+            # A link to the opening message in the support channel names its thread too:
+            # a thread on a message has the message's id.
+            on_opening = message is not None and int(channel) == support_channel_id
+            return _workflow_id(link_guild, message if on_opening else channel, support_channel_id)
+        if text.isdigit() and guild:
+            return _workflow_id(guild, text, support_channel_id)
+        return text  # a Workflow ID
+    channel = interaction.channel
+    if isinstance(channel, discord.Thread) and guild:
+        return _workflow_id(guild, str(channel.id), support_channel_id)
+    return None
+
+
+async def _answer(
+    client: RefundBotClient,
+    interaction: discord.Interaction,
+    work: Callable[[], Awaitable[CommandReply]],
+    *,
+    defer: bool,
+) -> None:
+    """Run a command and show its reply to the caller only. `defer`: known to be slow."""
+    if defer:
+        await interaction.response.defer(ephemeral=True, thinking=True)
+    task = asyncio.ensure_future(work())
+    if not defer and not await finished_within(task, client.response_budget):
+        await interaction.response.defer(ephemeral=True, thinking=True)
+    try:
+        reply = await task
+    except Exception:
+        name = interaction.command.name if interaction.command else "command"
+        log.exception("/%s failed", name)
+        reply = CommandReply(ok=False, text=FAILED)
+    await tell_privately(interaction, reply.text)
+
+
+async def _answer_for_conversation(
+    client: RefundBotClient,
+    interaction: discord.Interaction,
+    given: str | None,
+    work: Callable[[Actor, str], Awaitable[CommandReply]],
+    *,
+    defer: bool,
+) -> None:
+    workflow_id = conversation_for(interaction, given, client.support_channel_id)
+    if workflow_id is None:
+        await tell_privately(interaction, WHICH_CONVERSATION)
+        return
+    actor = actor_for(interaction.user)
+    await _answer(client, interaction, lambda: work(actor, workflow_id), defer=defer)
+
+
+def _workflow_id(guild: str, thread: str, support_channel_id: int) -> str:
+    return workflow_id_for(
+        ThreadRef(
+            platform="discord", workspace=guild, channel=str(support_channel_id), thread=thread
+        )
+    )
+
+
+def _command(spec: dict[str, Any], callback: Callable[..., Awaitable[None]]) -> Command:
+    """One discord.py command from its manifest entry and its handler."""
+    options = spec.get("options") or []
+    if options:
+        callback = app_commands.describe(**{o["name"]: o["description"] for o in options})(callback)
+    choices = {
+        o["name"]: [app_commands.Choice(name=c["name"], value=c["value"]) for c in o["choices"]]
+        for o in options
+        if o.get("choices")
+    }
+    if choices:
+        callback = app_commands.choices(**choices)(callback)
+    command: Command = app_commands.Command(
+        name=spec["name"],
+        description=spec["description"],
+        callback=callback,
+        nsfw=spec.get("nsfw", False),
+    )
+    contexts = spec.get("contexts")
+    if contexts is not None:
+        command.allowed_contexts = app_commands.AppCommandContext(
+            guild=0 in contexts, dm_channel=1 in contexts, private_channel=2 in contexts
+        )
+    installs = spec.get("integration_types", [0])
+    command.allowed_installs = app_commands.AppInstallationType(
+        guild=0 in installs, user=1 in installs
+    )
+    permissions = spec.get("default_member_permissions")
+    command.default_permissions = (
+        None if permissions is None else discord.Permissions(int(permissions))
+    )
+    return command

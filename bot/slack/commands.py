@@ -1,0 +1,211 @@
+"""The /refund-… slash commands and the message shortcuts: Slack's front to bot.commands.
+
+    /refund-… commands, message shortcuts -> Commands -> ephemeral answer
+
+A slash command names its conversation in its text (a thread link, an order number or a Workflow
+ID: `resolve_conversation`); a message shortcut is run on a message, whose thread is the
+conversation. Every listener acks first, and the answer is seen only by whoever asked.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from slack_bolt.async_app import AsyncApp
+from slack_bolt.context.ack.async_ack import AsyncAck
+from slack_bolt.context.respond.async_respond import AsyncRespond
+from slack_sdk.web.async_client import AsyncWebClient
+
+from agent.models import Actor
+from bot.commands import CommandReply, Commands
+from bot.slack.links import (
+    FindByOrder,
+    conversation_prefix,
+    parse_mention,
+    parse_order_number,
+    parse_thread_link,
+    thread_workflow_id,
+)
+from bot.slack.render import escape
+from bot.slack.replies import post_ephemeral
+
+log = logging.getLogger(__name__)
+
+# Slash commands and their Slack names (manifests/slack-app*.yaml register the same set).
+CRASH_WORKER = "/crash-worker"
+REFUND_STATUS = "/refund-status"
+REFUND_RELEASE = "/refund-release"
+REFUND_HOLD = "/refund-hold"
+REFUND_GRANT = "/refund-grant"
+REFUND_REVOKE = "/refund-revoke"
+# Message shortcuts' callback ids.
+STATUS_SHORTCUT = "refund_status"
+RELEASE_SHORTCUT = "refund_release"
+
+_FAILED = "That command failed on our side; the bot's log has the details."
+_WHICH_CONVERSATION = (
+    "Which conversation? Give the thread's link (⋯ on any message > Copy link) or the order "
+    "number, e.g. `{command} 4500`. The message shortcuts do the same from inside the thread."
+)
+
+# A slash command's work: (who ran it, its text, the workspace) -> the answer.
+CommandWork = Callable[[Actor, str, str], Awaitable[CommandReply]]
+# A message shortcut's work: (who ran it, the Workflow ID of the message's thread) -> the answer.
+ShortcutWork = Callable[[Actor, str], Awaitable[CommandReply]]
+
+
+def register_commands(app: AsyncApp, commands: Commands, find_by_order: FindByOrder | None) -> None:
+    """Answer every slash command and message shortcut through `commands`.
+
+    `find_by_order(team_id, order_number)` lets /refund-status and /refund-release take an order
+    number; without it they take a thread link or a Workflow ID only.
+    """
+
+    async def status(actor: Actor, text: str, team_id: str) -> CommandReply:
+        target = await resolve_conversation(text, team_id, REFUND_STATUS, find_by_order)
+        if isinstance(target, CommandReply):
+            return target
+        return await commands.refund_status(actor, target)
+
+    async def release(actor: Actor, text: str, team_id: str) -> CommandReply:
+        target = await resolve_conversation(text, team_id, REFUND_RELEASE, find_by_order)
+        if isinstance(target, CommandReply):
+            return target
+        return await commands.refund_release(actor, target)
+
+    async def crash(actor: Actor, text: str, team_id: str) -> CommandReply:
+        return await commands.crash_worker(actor)
+
+    async def hold(actor: Actor, text: str, team_id: str) -> CommandReply:
+        choice = text.strip().lower()
+        if choice not in ("", "on", "off"):
+            return CommandReply(ok=False, text=f"Usage: {REFUND_HOLD} [on|off]")
+        return await commands.refund_hold(actor, None if not choice else choice == "on")
+
+    async def grant(actor: Actor, text: str, team_id: str) -> CommandReply:
+        parsed = parse_grant_args(text)
+        if parsed is None:
+            return CommandReply(
+                ok=False,
+                text=f"Usage: {REFUND_GRANT} @user refund_approver|presenter|admin [limit]",
+            )
+        target, role, limit = parsed
+        return await commands.refund_grant(actor, target, role, limit)
+
+    async def revoke(actor: Actor, text: str, team_id: str) -> CommandReply:
+        parsed = parse_grant_args(text)
+        if parsed is None or parsed[2] is not None:
+            return CommandReply(ok=False, text=f"Usage: {REFUND_REVOKE} @user role")
+        target, role, _ = parsed
+        return await commands.refund_revoke(actor, target, role)
+
+    for name, work in (
+        (CRASH_WORKER, crash),
+        (REFUND_STATUS, status),
+        (REFUND_RELEASE, release),
+        (REFUND_HOLD, hold),
+        (REFUND_GRANT, grant),
+        (REFUND_REVOKE, revoke),
+    ):
+        app.command(name)(_command_listener(name, work))
+
+    # Message shortcuts: the conversation is the thread of the message they were run on.
+    async def shortcut_status(actor: Actor, workflow_id: str) -> CommandReply:
+        return await commands.refund_status(actor, workflow_id)
+
+    async def shortcut_release(actor: Actor, workflow_id: str) -> CommandReply:
+        return await commands.refund_release(actor, workflow_id)
+
+    app.message_shortcut(STATUS_SHORTCUT)(_shortcut_listener(STATUS_SHORTCUT, shortcut_status))
+    app.message_shortcut(RELEASE_SHORTCUT)(_shortcut_listener(RELEASE_SHORTCUT, shortcut_release))
+
+
+def parse_grant_args(text: str) -> tuple[Actor, str, str | None] | None:
+    """`<@U123|sam> refund_approver 500` -> (Actor, role text, limit text or None)."""
+    words = text.split()
+    if len(words) not in (2, 3):
+        return None
+    target = parse_mention(words[0])
+    if target is None:
+        return None
+    return target, words[1], words[2] if len(words) == 3 else None
+
+
+async def resolve_conversation(
+    text: str, team_id: str, command: str, find_by_order: FindByOrder | None
+) -> str | CommandReply:
+    """A command's argument -> the Workflow ID it names, or the reply explaining why not."""
+    text = text.strip()
+    if not text:
+        return CommandReply(ok=False, text=_WHICH_CONVERSATION.format(command=command))
+    thread = parse_thread_link(text, team_id)
+    if thread is not None:
+        return thread_workflow_id(team_id, thread.channel, thread.thread)
+    if text.startswith(conversation_prefix(team_id)) and " " not in text:
+        return text  # a Workflow ID, as /refund-status prints it
+    order = parse_order_number(text)
+    if order is None:
+        return CommandReply(ok=False, text=_WHICH_CONVERSATION.format(command=command))
+    if find_by_order is None:
+        return CommandReply(
+            ok=False, text="Finding a conversation by order number is off here; use the link."
+        )
+    workflow_id = await find_by_order(team_id, order)
+    if workflow_id is None:
+        return CommandReply(
+            ok=False,
+            text=f"No open conversation about order {order} (the agent may not have looked it "
+            "up yet). Use the thread's link instead.",
+        )
+    return workflow_id
+
+
+def _command_listener(name: str, work: CommandWork) -> Callable[..., Awaitable[None]]:
+    async def listener(ack: AsyncAck, command: dict[str, Any], respond: AsyncRespond) -> None:
+        await ack()  # first: the work below may take seconds (a Worker restart, a history read)
+        actor = Actor(
+            platform="slack",
+            user_id=command["user_id"],
+            display_name=command.get("user_name") or "",
+        )
+        text, team_id = command.get("text") or "", command.get("team_id") or ""
+        reply = await _reply_or_failure(f"command {name}", work(actor, text, team_id))
+        # Escaped: replies can quote customer text (answers), which must not ping anyone.
+        await respond(text=escape(reply.text), response_type="ephemeral")
+
+    listener.__name__ = f"command_{name.strip('/').replace('-', '_')}"
+    return listener
+
+
+def _shortcut_listener(name: str, work: ShortcutWork) -> Callable[..., Awaitable[None]]:
+    async def listener(
+        ack: AsyncAck, shortcut: dict[str, Any], client: AsyncWebClient, respond: AsyncRespond
+    ) -> None:
+        await ack()
+        user = shortcut.get("user") or {}
+        channel = (shortcut.get("channel") or {}).get("id") or ""
+        message = shortcut.get("message") or {}
+        root = message.get("thread_ts") or message.get("ts") or ""
+        team_id = (shortcut.get("team") or {}).get("id") or user.get("team_id") or ""
+        actor = Actor(
+            platform="slack",
+            user_id=user.get("id") or "",
+            display_name=user.get("username") or user.get("name") or "",
+        )
+        workflow_id = thread_workflow_id(team_id, channel, root)
+        reply = await _reply_or_failure(f"shortcut {name}", work(actor, workflow_id))
+        await post_ephemeral(client, respond, channel, actor.user_id, root, escape(reply.text))
+
+    listener.__name__ = f"shortcut_{name}"
+    return listener
+
+
+async def _reply_or_failure(what: str, work: Awaitable[CommandReply]) -> CommandReply:
+    # The exception's text stays in the log: it may name internals the asker should not see.
+    try:
+        return await work
+    except Exception:
+        log.exception("slack %s failed", what)
+        return CommandReply(ok=False, text=_FAILED)

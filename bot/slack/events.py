@@ -1,0 +1,88 @@
+"""Customer messages: which Slack message events reach the agent, and routing them in order.
+
+    customer message in the support channel -> ConversationRouter.on_message -> Signal(-with-start)
+
+`inbound_message` is the filter (pure: other channels, bots, edits and system notices are
+dropped); `register_message_events` adds the listener that routes what passes, one thread at a
+time, and posts the router's notice (if any) in the thread.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from slack_bolt.async_app import AsyncApp
+from slack_sdk.web.async_client import AsyncWebClient
+
+from agent.models import Actor, ThreadRef
+from bot.conversations import NOTICES, ConversationRouter, InboundMessage
+from bot.keyed_locks import KeyedLocks
+from bot.slack.replies import post_notice
+
+log = logging.getLogger(__name__)
+
+# Message subtypes a person writes. Every other subtype (message_changed, message_deleted,
+# bot_message, channel_join, …) is an edit, a deletion or a system notice and never reaches the
+# agent. thread_broadcast is a thread reply also shown in the channel: still the customer's answer.
+HUMAN_SUBTYPES = frozenset({"thread_broadcast", "file_share"})
+
+
+def register_message_events(
+    app: AsyncApp, router: ConversationRouter, support_channel: str
+) -> None:
+    """Route the support channel's customer messages to `router`, each thread in arrival order."""
+    thread_locks = KeyedLocks()
+
+    @app.event("message")
+    async def on_message(
+        body: dict[str, Any], event: dict[str, Any], client: AsyncWebClient
+    ) -> None:
+        inbound = inbound_message(body, event, support_channel)
+        if inbound is None:
+            return
+        # Bolt runs each event's listener as its own task; one thread's messages are routed one
+        # at a time, in arrival order, so a slow signal cannot be overtaken by the next answer.
+        async with thread_locks.hold(inbound.thread.thread):
+            routed = await router.on_message(inbound)
+        log.info("slack event %s in %s: %s", inbound.event_id, inbound.thread.thread, routed)
+        notice = NOTICES.get(routed)
+        if notice:
+            await post_notice(client, inbound.thread.channel, inbound.thread.thread, notice)
+
+
+def inbound_message(
+    body: dict[str, Any], event: dict[str, Any], support_channel: str
+) -> InboundMessage | None:
+    """A message event the agent should see, or None (other channels, bots, edits, notices)."""
+    if event.get("type") != "message" or event.get("channel") != support_channel:
+        return None
+    subtype = event.get("subtype")
+    if subtype is not None and subtype not in HUMAN_SUBTYPES:
+        return None
+    user, ts = event.get("user"), event.get("ts")
+    if event.get("bot_id") or event.get("bot_profile") or not user or not ts:
+        return None
+    team_id = body.get("team_id") or event.get("team") or ""
+    thread_ts = event.get("thread_ts")
+    opens = thread_ts is None or thread_ts == ts
+    return InboundMessage(
+        event_id=str(body.get("event_id") or f"{support_channel}-{ts}"),
+        thread=ThreadRef(
+            platform="slack",
+            workspace=team_id,
+            channel=support_channel,
+            thread=ts if opens else thread_ts,
+        ),
+        message_id=ts,
+        author=Actor(platform="slack", user_id=user, display_name=_display_name(event)),
+        text=event.get("text") or "",
+        opens_thread=opens,
+    )
+
+
+def _display_name(event: dict[str, Any]) -> str:
+    # Message events from people usually carry `user_profile`; no users.info call (or the
+    # users:read scope) just for a name. The id stands in when it is absent.
+    profile = event.get("user_profile") or {}
+    return profile.get("display_name") or profile.get("real_name") or event.get("user") or ""
