@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 from datetime import timedelta
+from typing import cast
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
@@ -42,6 +43,7 @@ with workflow.unsafe.imports_passed_through():
         Phase,
         PolicyInput,
         PolicyLookup,
+        QuestionId,
         RefundRequest,
         RefundResult,
         Role,
@@ -202,8 +204,10 @@ class RefundConversation:
         message = await self._next_customer_message()
         self._pending_question = None
         return Answer(
-            question_id=step.question_id, text=message.text, message_id=message.message_id
-        )  # type: ignore[arg-type]
+            question_id=cast(QuestionId, step.question_id),  # checked against KNOWN_QUESTIONS
+            text=message.text,
+            message_id=message.message_id,
+        )
 
     async def _next_customer_message(self) -> CustomerMessage:
         try:
