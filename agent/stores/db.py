@@ -8,6 +8,10 @@ from pathlib import Path
 
 import aiosqlite
 
+# (file, schema) pairs this process has already created: the schema runs once per file, not on
+# every Activity call. Another process creating the same tables is harmless (IF NOT EXISTS).
+_ready: set[tuple[str, str]] = set()
+
 
 @asynccontextmanager
 async def open_db(path: Path, schema: str) -> AsyncIterator[aiosqlite.Connection]:
@@ -16,11 +20,15 @@ async def open_db(path: Path, schema: str) -> AsyncIterator[aiosqlite.Connection
     WAL lets the bot, the terminal and the Worker read while another process writes; the busy
     timeout makes a writer wait for a lock instead of failing at once.
     """
-    path.parent.mkdir(parents=True, exist_ok=True)
+    key = (str(path), schema)
+    if key not in _ready:
+        path.parent.mkdir(parents=True, exist_ok=True)
     async with aiosqlite.connect(path, timeout=10) as db:
         db.row_factory = aiosqlite.Row
-        await db.execute("PRAGMA journal_mode=WAL")
         await db.execute("PRAGMA busy_timeout=10000")
-        await db.executescript(schema)
-        await db.commit()
+        if key not in _ready:
+            await db.execute("PRAGMA journal_mode=WAL")  # persistent: once per file is enough
+            await db.executescript(schema)
+            await db.commit()
+            _ready.add(key)
         yield db
