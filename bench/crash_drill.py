@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 import statistics
 import tempfile
 import time
@@ -31,6 +30,7 @@ from refund_bot.wiring import local_thread_store
 from tests.support.conversation import LocalConversation
 from tests.support.stack import settings_for
 from worker.control import request_worker_restart
+from worker.exit import exit_now
 from worker.runner import prepare_stores
 from worker.server import temporal_cli_path
 from worker.supervisor import WorkerSupervisor
@@ -109,5 +109,4 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--drills", type=int, default=5)
     asyncio.run(main(parser.parse_args().drills))
-    # Skip interpreter finalization, which the SDK's native threads can abort (sdk-python#300).
-    os._exit(0)
+    exit_now(0)

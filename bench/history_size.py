@@ -12,7 +12,6 @@ escalation approved, the refund.
 from __future__ import annotations
 
 import asyncio
-import os
 import tempfile
 from pathlib import Path
 
@@ -27,6 +26,7 @@ from agent.workflow import MAX_TURNS
 from bot.local.thread_store import LocalThreadStore
 from tests.support.conversation import SUPPORT, LocalConversation
 from tests.support.inproc import running_worker
+from worker.exit import exit_now
 from worker.server import temporal_cli_path
 
 HISTORIES = Path(__file__).parent.parent / "tests" / "histories"
@@ -89,4 +89,4 @@ async def main() -> None:
 
 if __name__ == "__main__":
     asyncio.run(main())
-    os._exit(0)  # skip finalization, which the SDK's native threads can abort (sdk-python#300)
+    exit_now(0)

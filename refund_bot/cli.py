@@ -14,12 +14,12 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
-import os
 import sys
 
 from pydantic import ValidationError
 
 from agent.settings import AgentSettings, TemporalSettings
+from worker.exit import exit_now
 
 
 def _settings() -> tuple[TemporalSettings, AgentSettings]:
@@ -125,10 +125,4 @@ def main(argv: list[str] | None = None) -> None:
             raise
         print(f"refund-bot: cannot reach Temporal at {TemporalSettings().address}", file=sys.stderr)
         code = 1
-    # Everything has shut down cleanly. Skip interpreter finalization: the Temporal SDK's native
-    # threads can outlive it and abort the process (temporalio/sdk-python#300), which would turn a
-    # clean exit into SIGABRT.
-    sys.stdout.flush()
-    sys.stderr.flush()
-    logging.shutdown()
-    os._exit(code)
+    exit_now(code)

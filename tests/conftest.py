@@ -10,6 +10,7 @@ from temporalio.testing import WorkflowEnvironment
 
 from agent.settings import AgentSettings
 from agent.temporal_client import DATA_CONVERTER
+from worker.exit import exit_now
 from worker.server import temporal_cli_path
 
 
@@ -39,17 +40,11 @@ def agent_settings(tmp_path) -> AgentSettings:
 
 @pytest.hookimpl(trylast=True)
 def pytest_unconfigure(config: pytest.Config) -> None:
-    # The last hook, after every report is written. Skip interpreter finalization: the Temporal
-    # SDK's native threads can outlive it and abort the process (temporalio/sdk-python#300),
-    # which would turn a green run into a failed one. The exit status is pytest's own.
-    import os
-    import sys
-
+    # The last hook, after every report is written: end with pytest's own status rather than
+    # risk the SDK aborting finalization and failing a green run (see worker/exit.py).
     status = getattr(config, "_refund_bot_exitstatus", None)
     if status is not None:
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(status)
+        exit_now(status)
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:

@@ -1,0 +1,20 @@
+"""Ending a process that used the Temporal SDK, with its own exit status.
+
+The SDK's native (Rust) threads can outlive interpreter finalization and abort the process
+(temporalio/sdk-python#300), turning a clean exit into SIGABRT. Once everything has shut down in
+order, a process that has used the SDK ends here instead of finalizing.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from typing import NoReturn
+
+
+def exit_now(code: int) -> NoReturn:
+    sys.stdout.flush()
+    sys.stderr.flush()
+    logging.shutdown()
+    os._exit(code)
