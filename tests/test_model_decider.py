@@ -15,7 +15,7 @@ def _settings(tmp_path, model: FakeOpenAI) -> AgentSettings:
         _env_file=None,  # type: ignore[call-arg]
         data_dir=tmp_path,
         openai_api_key=model.api_key,
-        openai_base_url=model.url,
+        openai_base_url=model.api_url,
         openai_model="test-model",
     )
 

@@ -370,6 +370,19 @@ class FakeDiscordAPI:
             return self._json(_CHANNEL_ERRORS[status], status, route)
         return await handler(request)
 
+    async def _message_body(
+        self, request: web.Request, route: str
+    ) -> dict[str, Any] | web.Response:
+        """A message payload as Discord checks it: a JSON object within its limits, or the 400
+        Discord would answer."""
+        body = await _json_body(request)
+        if not isinstance(body, dict):
+            return self._json({"message": "400: Bad Request", "code": 0}, 400, route)
+        errors = _validate(body)
+        if errors:
+            return self._json(_invalid_form(errors), 400, route)
+        return body
+
     def _json(self, data: Any, status: int = 200, route: str = "") -> web.Response:
         headers = {"Content-Type": "application/json", "Via": "1.1 google"}
         if route:
@@ -437,12 +450,9 @@ class FakeDiscordAPI:
 
     async def _create_message(self, request: web.Request) -> web.Response:
         route = MESSAGES_ROUTE
-        body = await _json_body(request)
-        if not isinstance(body, dict):
-            return self._json({"message": "400: Bad Request", "code": 0}, 400, route)
-        errors = _validate(body)
-        if errors:
-            return self._json(_invalid_form(errors), 400, route)
+        body = await self._message_body(request, route)
+        if isinstance(body, web.Response):
+            return body
         if not body.get("content") and not body.get("components") and not body.get("embeds"):
             return self._json(
                 {"message": "Cannot send an empty message", "code": 50006}, 400, route
@@ -482,15 +492,12 @@ class FakeDiscordAPI:
 
     async def _edit_message(self, request: web.Request) -> web.Response:
         route = "PATCH /channels/{channel_id}/messages/{message_id}"
-        body = await _json_body(request)
         message = self._find(self._channel(request), request.match_info["message_id"])
         if message is None:
             return self._json({"message": "Unknown Message", "code": 10008}, 404, route)
-        if not isinstance(body, dict):
-            return self._json({"message": "400: Bad Request", "code": 0}, 400, route)
-        errors = _validate(body)
-        if errors:
-            return self._json(_invalid_form(errors), 400, route)
+        body = await self._message_body(request, route)
+        if isinstance(body, web.Response):
+            return body
         if "content" in body:
             message["content"] = body["content"] or ""
         if "components" in body:
@@ -731,12 +738,9 @@ class FakeDiscordAPI:
         if interaction is None or not interaction.acknowledged:
             # Before the first response, the interaction's webhook does not exist yet.
             return self._json({"message": "Unknown Webhook", "code": 10015}, 404, route)
-        body = await _json_body(request)
-        if not isinstance(body, dict):
-            return self._json({"message": "400: Bad Request", "code": 0}, 400, route)
-        errors = _validate(body)
-        if errors:
-            return self._json(_invalid_form(errors), 400, route)
+        body = await self._message_body(request, route)
+        if isinstance(body, web.Response):
+            return body
         message = self._response_message(interaction, body)
         interaction.followups.append(message)
         return self._json(message, 200, route)
@@ -746,12 +750,9 @@ class FakeDiscordAPI:
         interaction = self._interaction(request)
         if interaction is None or not interaction.acknowledged:
             return self._json({"message": "Unknown Webhook", "code": 10015}, 404, route)
-        body = await _json_body(request)
-        if not isinstance(body, dict):
-            return self._json({"message": "400: Bad Request", "code": 0}, 400, route)
-        errors = _validate(body)
-        if errors:
-            return self._json(_invalid_form(errors), 400, route)
+        body = await self._message_body(request, route)
+        if isinstance(body, web.Response):
+            return body
         if interaction.original is None:
             # A component interaction's original is the message the component sits on.
             return self._json(self._edit_stored(interaction, body), 200, route)

@@ -14,32 +14,24 @@ from typing import Any
 
 from aiohttp import web
 
-from tests.fakes.loopback import serve_on_loopback
+from tests.fakes.loopback import LoopbackFake
 
 
 @dataclass
-class FakeOpenAI:
+class FakeOpenAI(LoopbackFake):
+    """`url` is the server's base; the SDK's base_url is `api_url` (with /v1)."""
+
     api_key: str = "sk-fake-openai"
     decision: str = "approve"
     requests: list[dict[str, Any]] = field(default_factory=list)
-    _fail_next: int = 0
     _ids: itertools.count = field(default_factory=lambda: itertools.count(1))
-    _runner: web.AppRunner | None = None
-    url: str = ""
 
-    def fail_next(self, times: int) -> None:
-        self._fail_next = times
-
-    async def __aenter__(self) -> FakeOpenAI:
-        app = web.Application()
+    def routes(self, app: web.Application) -> None:
         app.router.add_post("/v1/responses", self._responses)
-        self._runner, base = await serve_on_loopback(app)
-        self.url = f"{base}/v1"
-        return self
 
-    async def __aexit__(self, *_: object) -> None:
-        assert self._runner is not None
-        await self._runner.cleanup()
+    @property
+    def api_url(self) -> str:
+        return f"{self.url}/v1"
 
     def _next_call(self, observations: list[dict[str, Any]]) -> tuple[str, dict[str, Any]]:
         done = {o["kind"] for o in observations}
@@ -54,8 +46,7 @@ class FakeOpenAI:
         if request.headers.get("Authorization") != f"Bearer {self.api_key}":
             error = {"message": "Incorrect API key provided", "type": "invalid_request_error"}
             return web.json_response({"error": error}, status=401)
-        if self._fail_next:
-            self._fail_next -= 1
+        if self.take_failure():
             error = {"message": "The server had an error", "type": "server_error"}
             return web.json_response({"error": error}, status=500)
         name, args = self._next_call(json.loads(body["input"])["observations"])

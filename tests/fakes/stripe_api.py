@@ -15,7 +15,7 @@ from typing import Any
 
 from aiohttp import web
 
-from tests.fakes.loopback import serve_on_loopback
+from tests.fakes.loopback import LoopbackFake
 
 
 @dataclass
@@ -27,31 +27,18 @@ class RecordedRequest:
 
 
 @dataclass
-class FakeStripe:
+class FakeStripe(LoopbackFake):
     api_key: str = "sk_test_fake_key"
     requests: list[RecordedRequest] = field(default_factory=list)
     refunds: dict[str, dict[str, Any]] = field(default_factory=dict)
     payment_intents: dict[str, dict[str, Any]] = field(default_factory=dict)
     _by_key: dict[str, tuple[dict[str, str], dict[str, Any]]] = field(default_factory=dict)
-    _fail_next: int = 0
     _ids: itertools.count = field(default_factory=lambda: itertools.count(1))
-    _runner: web.AppRunner | None = None
-    url: str = ""
 
-    def fail_next(self, times: int) -> None:
-        self._fail_next = times
-
-    async def __aenter__(self) -> FakeStripe:
-        app = web.Application()
+    def routes(self, app: web.Application) -> None:
         app.router.add_post("/v1/refunds", self._create)
         app.router.add_get("/v1/refunds", self._list)
         app.router.add_post("/v1/payment_intents", self._payment_intent)
-        self._runner, self.url = await serve_on_loopback(app)
-        return self
-
-    async def __aexit__(self, *_: object) -> None:
-        assert self._runner is not None
-        await self._runner.cleanup()
 
     def _error(self, status: int, kind: str, message: str) -> web.Response:
         body = {"error": {"type": kind, "message": message}}
@@ -66,8 +53,7 @@ class FakeStripe:
         self.requests.append(RecordedRequest("POST", request.path, params, key))  # type: ignore[arg-type]
         if not self._authorized(request):
             return self._error(401, "invalid_request_error", "Invalid API Key provided")
-        if self._fail_next:
-            self._fail_next -= 1
+        if self.take_failure():
             return self._error(500, "api_error", "Something went wrong on Stripe's end.")
         if key and key in self._by_key:
             first_params, first_response = self._by_key[key]
