@@ -12,22 +12,16 @@ escalation approved, the refund.
 from __future__ import annotations
 
 import asyncio
-import tempfile
 from pathlib import Path
 
 from google.protobuf.message import Message
 from temporalio.api.common.v1 import Payload
 from temporalio.client import WorkflowHistory
-from temporalio.testing import WorkflowEnvironment
 
-from agent.settings import AgentSettings
-from agent.temporal_client import DATA_CONVERTER
 from agent.workflow import MAX_TURNS
-from bot.local.thread_store import LocalThreadStore
 from tests.support.conversation import SUPPORT, LocalConversation
-from tests.support.inproc import running_worker
+from tests.support.inproc import standalone_agent
 from worker.exit import exit_now
-from worker.server import temporal_cli_path
 
 HISTORIES = Path(__file__).parent.parent / "tests" / "histories"
 
@@ -53,30 +47,23 @@ def report(name: str, history: WorkflowHistory) -> None:
 
 
 async def longest_conversation() -> tuple[int, WorkflowHistory]:
-    env = await WorkflowEnvironment.start_local(
-        dev_server_existing_path=str(temporal_cli_path()), data_converter=DATA_CONVERTER
-    )
-    with tempfile.TemporaryDirectory() as tmp:
-        settings = AgentSettings(_env_file=None, data_dir=Path(tmp))  # type: ignore[call-arg]
-        threads = LocalThreadStore(Path(tmp) / "threads.sqlite")
-        async with env, running_worker(env.client, settings, threads) as queue:
-            conv = LocalConversation(env.client, threads, queue)
-            handle = await conv.open("I want my money back")
-            for answer in ("the green one", "the big one, sorry", "4500", "Yes", "Split seam"):
-                await conv.next_bot_message()
-                await conv.reply(answer)
-            await conv.next_bot_message()  # the escalation
-            await conv.click("approve", SUPPORT)
-            outcome = await handle.result()
-            assert outcome.status == "refunded", outcome
-            history = await handle.fetch_history()
-            turns = sum(
-                1
-                for e in history.events
-                if e.activity_task_scheduled_event_attributes.activity_type.name
-                == "decide_next_step"
-            )
-            return turns, history
+    async with standalone_agent() as (client, threads, queue):
+        conv = LocalConversation(client, threads, queue)
+        handle = await conv.open("I want my money back")
+        for answer in ("the green one", "the big one, sorry", "4500", "Yes", "Split seam"):
+            await conv.next_bot_message()
+            await conv.reply(answer)
+        await conv.next_bot_message()  # the escalation
+        await conv.click("approve", SUPPORT)
+        outcome = await handle.result()
+        assert outcome.status == "refunded", outcome
+        history = await handle.fetch_history()
+        turns = sum(
+            1
+            for e in history.events
+            if e.activity_task_scheduled_event_attributes.activity_type.name == "decide_next_step"
+        )
+        return turns, history
 
 
 async def main() -> None:

@@ -7,48 +7,35 @@ Run it when the Workflow changes on purpose (and version the change with workflo
 from __future__ import annotations
 
 import asyncio
-import tempfile
 from pathlib import Path
 
-from temporalio.testing import WorkflowEnvironment
-
-from agent.settings import AgentSettings
-from agent.temporal_client import DATA_CONVERTER
-from bot.local.thread_store import LocalThreadStore
 from tests.support.conversation import SUPPORT, LocalConversation
-from tests.support.inproc import running_worker
-from worker.server import temporal_cli_path
+from tests.support.inproc import standalone_agent
 
 HERE = Path(__file__).parent
 
 
 async def record() -> None:
-    env = await WorkflowEnvironment.start_local(
-        dev_server_existing_path=str(temporal_cli_path()), data_converter=DATA_CONVERTER
-    )
-    with tempfile.TemporaryDirectory() as tmp:
-        settings = AgentSettings(_env_file=None, data_dir=Path(tmp))  # type: ignore[call-arg]
-        threads = LocalThreadStore(Path(tmp) / "threads.sqlite")
-        async with env, running_worker(env.client, settings, threads) as tq:
-            for name, text, approve in (
-                ("auto_approved", "please refund order 1234", False),
-                ("escalated", "please refund order 4500", True),
-            ):
-                conv = LocalConversation(env.client, threads, tq)
-                handle = await conv.open(text, hold=True)
+    async with standalone_agent() as (client, threads, tq):
+        for name, text, approve in (
+            ("auto_approved", "please refund order 1234", False),
+            ("escalated", "please refund order 4500", True),
+        ):
+            conv = LocalConversation(client, threads, tq)
+            handle = await conv.open(text, hold=True)
+            await conv.next_bot_message()
+            await conv.reply("Yes")
+            await conv.next_bot_message()
+            await conv.reply("Split seam")
+            if approve:
                 await conv.next_bot_message()
-                await conv.reply("Yes")
-                await conv.next_bot_message()
-                await conv.reply("Split seam")
-                if approve:
-                    await conv.next_bot_message()
-                    await conv.click("approve", SUPPORT)
-                await conv.wait_phase("held_before_refund")
-                await handle.signal("release")
-                await handle.result()
-                history = await handle.fetch_history()
-                (HERE / f"{name}.json").write_text(history.to_json())
-                print(f"recorded {name}.json ({len(history.events)} events)")
+                await conv.click("approve", SUPPORT)
+            await conv.wait_phase("held_before_refund")
+            await handle.signal("release")
+            await handle.result()
+            history = await handle.fetch_history()
+            (HERE / f"{name}.json").write_text(history.to_json())
+            print(f"recorded {name}.json ({len(history.events)} events)")
 
 
 if __name__ == "__main__":

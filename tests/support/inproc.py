@@ -1,16 +1,21 @@
-"""An in-process Worker for tests that do not need to kill it."""
+"""An in-process Worker, for tests that do not need to kill it and for recording scripts."""
 
 from __future__ import annotations
 
+import tempfile
 import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from pathlib import Path
 
 from temporalio.client import Client
+from temporalio.testing import WorkflowEnvironment
 
 from agent.settings import AgentSettings
+from agent.temporal_client import DATA_CONVERTER
 from bot.local.thread_store import LocalThreadStore
 from worker.runner import build_worker
+from worker.server import temporal_cli_path
 
 
 @asynccontextmanager
@@ -21,3 +26,17 @@ async def running_worker(
     worker = await build_worker(client, task_queue, settings, {"local": threads})
     async with worker:
         yield task_queue
+
+
+@asynccontextmanager
+async def standalone_agent() -> AsyncIterator[tuple[Client, LocalThreadStore, str]]:
+    """For scripts outside pytest: a dev server of its own, a fresh data directory and an
+    in-process Worker. Yields the client, the local thread store and the task queue."""
+    env = await WorkflowEnvironment.start_local(
+        dev_server_existing_path=str(temporal_cli_path()), data_converter=DATA_CONVERTER
+    )
+    with tempfile.TemporaryDirectory() as tmp:
+        settings = AgentSettings(_env_file=None, data_dir=Path(tmp))  # type: ignore[call-arg]
+        threads = LocalThreadStore(Path(tmp) / "threads.sqlite")
+        async with env, running_worker(env.client, settings, threads) as task_queue:
+            yield env.client, threads, task_queue
