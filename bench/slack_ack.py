@@ -31,7 +31,6 @@ from aiohttp import web
 from bot.commands import CommandReply
 from bot.conversations import InboundClick, InboundMessage, Routed
 from bot.slack.app import build_app, http_web_app
-from bot.slack.settings import SlackSettings
 from tests.fakes.slack_api import Delivery, FakeSlackApi, SlackSender, signed_headers
 from tests.support.conditions import wait_for
 
@@ -80,13 +79,7 @@ async def run(requests: int, burst: int, delay: float) -> None:
         os.environ.pop(name, None)  # everything here is on loopback
     async with FakeSlackApi() as slack:
         router = SlowRouter(delay)
-        settings = SlackSettings(
-            _env_file=None,  # type: ignore[call-arg]
-            bot_token=slack.token,
-            signing_secret=SECRET,
-            support_channel=CHANNEL,
-            api_url=slack.url,
-        )
+        settings = slack.app_settings(signing_secret=SECRET, support_channel=CHANNEL)
         app = build_app(settings, router, SlowCommands(router))  # type: ignore[arg-type]
         runner = web.AppRunner(http_web_app(app), access_log=None)
         await runner.setup()

@@ -145,14 +145,7 @@ async def slack(monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[FakeSlackApi]:
 
 
 def settings_for(slack: FakeSlackApi, **overrides: Any) -> SlackSettings:
-    values: dict[str, Any] = {
-        "bot_token": slack.token,
-        "signing_secret": SECRET,
-        "support_channel": CHANNEL,
-        "api_url": slack.url,
-        **overrides,
-    }
-    return SlackSettings(_env_file=None, **values)
+    return slack.app_settings(**{"signing_secret": SECRET, "support_channel": CHANNEL, **overrides})
 
 
 @pytest.fixture

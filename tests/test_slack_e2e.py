@@ -29,7 +29,6 @@ from bot.conversations import ConversationRouter, InboundClick, InboundMessage, 
 from bot.slack.app import build_app, http_web_app
 from bot.slack.links import order_finder
 from bot.slack.render import APPROVE_ACTION_ID, METADATA_EVENT_TYPE
-from bot.slack.settings import SlackSettings
 from refund_bot.app import Stack
 from tests.fakes.slack_api import Delivery, FakeSlackApi, SlackSender, signed_headers
 from tests.support.conditions import wait_for
@@ -130,13 +129,7 @@ async def slack_e2e(temporal_env: WorkflowEnvironment, data_dir: Path) -> AsyncI
     async with FakeSlackApi(team_id=TEAM) as slack:
         worker_env = {"SLACK_BOT_TOKEN": slack.token, "SLACK_API_URL": slack.url, **_NO_PROXY}
         async with supervised_stack(temporal_env, data_dir, worker_env) as stack:
-            settings = SlackSettings(
-                _env_file=None,  # type: ignore[call-arg]
-                bot_token=slack.token,
-                signing_secret=SECRET,
-                support_channel=CHANNEL,
-                api_url=slack.url,
-            )
+            settings = slack.app_settings(signing_secret=SECRET, support_channel=CHANNEL)
             router = CountingRouter(stack.router)
             app = build_app(
                 settings,

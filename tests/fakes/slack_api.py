@@ -28,6 +28,8 @@ from typing import Any
 
 from aiohttp import WSMsgType, web
 
+from bot.slack.settings import SlackSettings
+
 JsonDict = dict[str, Any]
 
 # How many times one response_url accepts a message.
@@ -155,6 +157,19 @@ class FakeSlackApi:
         await self.stop()
 
     # -- arranging and asserting -------------------------------------------------------------
+
+    def app_settings(
+        self, *, signing_secret: str, support_channel: str, **overrides: Any
+    ) -> SlackSettings:
+        """The bot's Slack settings, pointed at this fake (HTTP mode: no app token)."""
+        values: dict[str, Any] = {
+            "bot_token": self.token,
+            "signing_secret": signing_secret,
+            "support_channel": support_channel,
+            "api_url": self.url,
+            **overrides,
+        }
+        return SlackSettings(_env_file=None, **values)  # type: ignore[call-arg]
 
     def add_message(
         self, channel: str, text: str, *, user: str = "U0CUSTOMER", thread_ts: str | None = None
