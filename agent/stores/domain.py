@@ -135,23 +135,22 @@ class DomainStore:
                 )
             await db.commit()
 
-    async def customer_id_for(self, actor: Actor) -> str | None:
-        async with open_db(self._path, SCHEMA) as db:
-            cursor = await db.execute(
-                "SELECT customer_id FROM accounts WHERE platform = ? AND user_id = ?",
-                (actor.platform, actor.user_id),
-            )
-            row = await cursor.fetchone()
-            if row is not None:
-                return str(row["customer_id"])
-            if self._link_new_users_to is None:
-                return None
-            await db.execute(
-                "INSERT OR IGNORE INTO accounts VALUES (?, ?, ?)",
-                (actor.platform, actor.user_id, self._link_new_users_to),
-            )
-            await db.commit()
-            return self._link_new_users_to
+    async def _customer_id(self, db: aiosqlite.Connection, actor: Actor) -> str | None:
+        cursor = await db.execute(
+            "SELECT customer_id FROM accounts WHERE platform = ? AND user_id = ?",
+            (actor.platform, actor.user_id),
+        )
+        row = await cursor.fetchone()
+        if row is not None:
+            return str(row["customer_id"])
+        if self._link_new_users_to is None:
+            return None
+        await db.execute(
+            "INSERT OR IGNORE INTO accounts VALUES (?, ?, ?)",
+            (actor.platform, actor.user_id, self._link_new_users_to),
+        )
+        await db.commit()
+        return self._link_new_users_to
 
     async def order_for(self, order_number: str, actor: Actor) -> OrderDetails | None:
         """The order, only if it is on this actor's account.
@@ -159,10 +158,10 @@ class DomainStore:
         Another customer's order returns None, exactly as an unknown one does, so the answer never
         reveals that an order number exists.
         """
-        customer_id = await self.customer_id_for(actor)
-        if customer_id is None:
-            return None
         async with open_db(self._path, SCHEMA) as db:
+            customer_id = await self._customer_id(db, actor)
+            if customer_id is None:
+                return None
             cursor = await db.execute(
                 "SELECT * FROM orders WHERE order_number = ? AND customer_id = ?",
                 (order_number, customer_id),
@@ -171,11 +170,11 @@ class DomainStore:
         return None if row is None else _order(row)
 
     async def history_for(self, actor: Actor, today: date | None = None) -> CustomerHistory | None:
-        customer_id = await self.customer_id_for(actor)
-        if customer_id is None:
-            return None
         today = today or date.today()
         async with open_db(self._path, SCHEMA) as db:
+            customer_id = await self._customer_id(db, actor)
+            if customer_id is None:
+                return None
             cursor = await db.execute(
                 "SELECT * FROM customers WHERE customer_id = ?", (customer_id,)
             )
