@@ -84,7 +84,6 @@ class Approval(BaseModel):
 # ---------------------------------------------------------------------------------------------
 
 QuestionId = Literal["order_number", "item_opened", "damage"]
-ToolName = Literal["lookup_order", "lookup_customer_history", "check_refund_policy"]
 
 
 class OrderDetails(_Frozen):
