@@ -37,6 +37,7 @@ from bot.discord.replies import NO_PINGS, RESPONSE_BUDGET
 from bot.discord.settings import DiscordSettings
 from bot.discord.slash_commands import build_commands, on_command_error
 from bot.keyed_locks import KeyedLocks
+from bot.platform_health import PlatformHealth
 
 log = logging.getLogger(__name__)
 
@@ -70,6 +71,8 @@ class RefundBotClient(discord.Client):
         self.response_budget = RESPONSE_BUDGET
         self._sync_commands = sync_commands
         self._in_arrival_order = KeyedLocks()
+        # What the gateway last did; serve() and on_ready() keep it current.
+        self.health = PlatformHealth("discord")
         if settings.api_url is not None:
             routed = RoutedHTTPClient(
                 self.http.loop, base_url=settings.api_url, max_ratelimit_timeout=None
@@ -123,6 +126,7 @@ class RefundBotClient(discord.Client):
 
     async def on_ready(self) -> None:
         log.info("Discord: logged in as %s in %d guild(s)", self.user, len(self.guilds))
+        self.health.connected()
         if self.get_channel(self.support_channel_id) is None:
             log.warning(
                 "Discord: support channel %s is not visible to the bot; check "
@@ -182,8 +186,12 @@ def build_client(
     return RefundBotClient(settings, router, commands, can_approve, sync_commands=sync_commands)
 
 
-async def serve(client: discord.Client, settings: DiscordSettings) -> None:
+async def serve(
+    client: discord.Client, settings: DiscordSettings, health: PlatformHealth | None = None
+) -> None:
     """Log in, connect to the gateway and handle events until cancelled; then close."""
+    if health is not None and isinstance(client, RefundBotClient):
+        client.health = health
     if settings.token is None:
         raise ValueError("DISCORD_TOKEN is not set: Discord is not configured")
     try:

@@ -27,6 +27,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 from agent.activities.authorize import GrantSource
 from bot.commands import Commands
 from bot.conversations import ConversationRouter
+from bot.platform_health import PlatformHealth
 from bot.slack.actions import register_decision_actions
 from bot.slack.commands import register_commands
 from bot.slack.events import register_message_events
@@ -97,13 +98,17 @@ def http_web_app(app: AsyncApp) -> web.Application:
     return web_app
 
 
-async def serve(app: AsyncApp, settings: SlackSettings) -> None:
+async def serve(
+    app: AsyncApp, settings: SlackSettings, health: PlatformHealth | None = None
+) -> None:
     """Serve Slack until cancelled: Socket Mode with SLACK_APP_TOKEN, else HTTP on SLACK_PORT."""
+    health = health or PlatformHealth("slack")
     if settings.app_token is not None:
         handler = AsyncSocketModeHandler(app, settings.app_token.get_secret_value())
         try:
             await handler.connect_async()
             log.info("slack: Socket Mode connected")
+            health.connected()
             await asyncio.Event().wait()
         finally:
             await handler.close_async()
@@ -114,6 +119,7 @@ async def serve(app: AsyncApp, settings: SlackSettings) -> None:
     try:
         await web.TCPSite(runner, "0.0.0.0", settings.port).start()
         log.info("slack: HTTP mode on :%d%s", settings.port, EVENTS_PATH)
+        health.connected()
         await asyncio.Event().wait()
     finally:
         await runner.cleanup()
