@@ -2,21 +2,33 @@
 
 An adapter turns its platform's events into `InboundMessage` / `InboundClick` and hands them here.
 The router drops what must never reach the agent (bots, edits, deletions, redeliveries), derives the
-Workflow ID from the thread, and starts (signal-with-start) or signals the conversation. When
-Temporal cannot be reached, the message is kept in the local inbox and delivered later, in order.
-The adapter shows the customer the notice that goes with the result.
+Workflow ID from the thread, and starts (signal-with-start) or signals the conversation. The adapter
+shows the customer the notice that goes with the result.
+
+    adapter (after its platform's ack) -> on_message / on_click -> Temporal
+                                                   ... fails, for any reason -> inbox -> retried
+
+The platform has acknowledged the event before the router sees it (Slack never sends an
+acknowledged envelope again; Discord's gateway sends once), so an event the router cannot deliver
+now is never handed back: it is kept in the local inbox and delivered later, in order within its
+conversation. If Temporal is unreachable, everything waits and is retried with backoff; an entry
+that fails on its own is retried with backoff and, after MAX_ATTEMPTS (or at once if it can never
+be read again), kept as a dead letter with its error, so it holds back nothing for ever.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import time
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from datetime import timedelta
 from enum import StrEnum
 from typing import Literal
 
-from pydantic import BaseModel
+from pydantic import BaseModel, ValidationError
 from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.common import WorkflowIDReusePolicy
 from temporalio.exceptions import WorkflowAlreadyStartedError
@@ -33,7 +45,8 @@ from agent.models import (
 from agent.workflow import RefundConversation
 from bot.dedup import RecentEvents
 from bot.ids import workflow_id_for
-from bot.inbox import Inbox
+from bot.inbox import Inbox, Pending
+from bot.reconnect import Backoff, one_line
 
 log = logging.getLogger(__name__)
 
@@ -42,7 +55,22 @@ MAX_SIGNAL_TEXT = MAX_TEXT_CHARS
 # How long one call to Temporal may take before the message goes to the inbox instead. Short, so
 # an adapter's reply to the customer never waits on a Temporal that is down.
 RPC_TIMEOUT = timedelta(seconds=5)
-_UNREACHABLE = {RPCStatusCode.UNAVAILABLE, RPCStatusCode.DEADLINE_EXCEEDED, RPCStatusCode.CANCELLED}
+# Answers that say Temporal itself cannot be used right now (down, overloaded, this client not let
+# in): no entry can be delivered, so none is blamed for it; everything waits.
+_UNREACHABLE = {
+    RPCStatusCode.UNAVAILABLE,
+    RPCStatusCode.DEADLINE_EXCEEDED,
+    RPCStatusCode.CANCELLED,
+    RPCStatusCode.RESOURCE_EXHAUSTED,
+    RPCStatusCode.UNAUTHENTICATED,
+    RPCStatusCode.PERMISSION_DENIED,
+}
+# An inbox entry that fails on its own is tried this many times, waiting INBOX_RETRY between
+# attempts (2 s doubling to 5 min: about 15 minutes in all), then kept as a dead letter.
+MAX_ATTEMPTS = 10
+INBOX_RETRY = Backoff(first=2.0, cap=300.0, jitter=False)
+# While Temporal is unreachable, the inbox is tried again after this (doubling, capped).
+UNREACHABLE_RETRY = Backoff(first=1.0, cap=30.0, jitter=False)
 
 
 class InboundMessage(BaseModel):
@@ -71,12 +99,16 @@ class InboundClick(BaseModel):
 class Routed(StrEnum):
     STARTED = "started"
     SIGNALLED = "signalled"
-    QUEUED = "queued"  # Temporal unreachable: kept in the inbox
+    QUEUED = "queued"  # not delivered now (Temporal unreachable, or any failure): kept in the inbox
     DUPLICATE = "duplicate"
     IGNORED = "ignored"  # bots, edits, deletions: never reach the agent
     CLOSED = "closed"  # the thread's conversation has finished
     UNKNOWN = "unknown"  # a thread that is no conversation of ours
 
+
+# What the adapter tells the customer when the router could not even keep the message (its inbox
+# cannot be written): the one case in which a message is not kept, so the customer is asked again.
+NOT_KEPT = "Sorry, I could not pass that message on to the agent. Please send it again in a moment."
 
 # What the adapter tells the customer, by result (None: say nothing).
 NOTICES: dict[Routed, str | None] = {
@@ -93,11 +125,39 @@ def cut(text: str) -> str:
     return text if len(text) <= MAX_SIGNAL_TEXT else text[: MAX_SIGNAL_TEXT - 1] + "…"
 
 
+def _workflow_of(kind: str, payload: BaseModel) -> str:
+    if isinstance(payload, InboundClick):
+        return payload.workflow_id
+    assert isinstance(payload, ConversationStart | InboundMessage), kind
+    return workflow_id_for(payload.thread)
+
+
+def _decode(pending: Pending) -> BaseModel:
+    if pending.kind == "start":
+        return ConversationStart.model_validate_json(pending.payload)
+    if pending.kind == "message":
+        return InboundMessage.model_validate_json(pending.payload)
+    if pending.kind == "click":
+        return InboundClick.model_validate_json(pending.payload)
+    raise ValueError(f"unknown kind {pending.kind!r}")
+
+
+@dataclass(frozen=True)
+class _Round:
+    """What one pass over the inbox did."""
+
+    delivered: int
+    unreachable: bool  # stopped early: Temporal could not be reached
+    next_retry_at: float | None  # the earliest time an entry waiting on its own retry is due
+
+
 def _unreachable(err: BaseException) -> bool:
     if isinstance(err, RPCError):
         return err.status in _UNREACHABLE
     # The SDK raises RuntimeError("Failed client connect") for a lazy client that cannot connect.
-    return isinstance(err, RuntimeError | ConnectionError | TimeoutError)
+    if isinstance(err, RuntimeError):
+        return str(err).startswith("Failed client connect")
+    return isinstance(err, ConnectionError | TimeoutError)
 
 
 class ConversationRouter:
@@ -109,6 +169,10 @@ class ConversationRouter:
         hold_new_conversations: Callable[[], Awaitable[bool]],
         recent: RecentEvents | None = None,
         decider: Literal["policy", "openai"] = "policy",
+        *,
+        max_attempts: int = MAX_ATTEMPTS,
+        inbox_retry: Backoff = INBOX_RETRY,
+        unreachable_retry: Backoff = UNREACHABLE_RETRY,
     ) -> None:
         self._client = client
         self._task_queue = task_queue
@@ -119,6 +183,9 @@ class ConversationRouter:
         self._in_flight: dict[str, asyncio.Future[None]] = {}
         self._wake = asyncio.Event()
         self._delivery_lock = asyncio.Lock()
+        self._max_attempts = max_attempts
+        self._inbox_retry = inbox_retry
+        self._unreachable_retry = unreachable_retry
 
     # ------------------------------------------------------------------------------------------
     # From the adapters
@@ -141,6 +208,11 @@ class ConversationRouter:
             return await self._accept(message.event_id, "start", start)
         return await self._accept(message.event_id, "message", message)
 
+    def seen(self, event_id: str) -> bool:
+        """Whether this event was accepted already (signalled or queued): an adapter can drop a
+        redelivery before it does any work of its own for it."""
+        return self._recent.seen(event_id)
+
     async def on_click(self, click: InboundClick) -> Routed:
         return await self._accept(click.event_id, "click", click)
 
@@ -160,18 +232,32 @@ class ConversationRouter:
             done.set_result(None)
 
     async def _deliver_or_queue(self, event_id: str, kind: str, payload: BaseModel) -> Routed:
-        # Order matters: while anything waits in the inbox, later messages queue behind it.
-        if await self._inbox.size() == 0:
+        workflow_id = _workflow_of(kind, payload)
+        failure: str | None = None  # why this event failed on its own (not counted: unreachable)
+        # Order matters: while the conversation has anything in the inbox, the rest queues behind.
+        if not await self._inbox.holds(workflow_id):
             try:
                 routed = await self._deliver(kind, payload)
             except Exception as err:
+                # Kept all the same: the platform has had its ack and will not send it again.
                 if not _unreachable(err):
-                    raise  # not accepted: a platform retry of this event will be processed
-                log.warning("Temporal unreachable (%s); keeping %s in the inbox", err, kind)
+                    failure = one_line(err)
+                if isinstance(err, RPCError | ConnectionError | TimeoutError | RuntimeError):
+                    log.warning(
+                        "could not deliver a %s to %s now (%s); kept in the inbox",
+                        kind,
+                        workflow_id,
+                        one_line(err),
+                    )
+                else:  # not an answer from Temporal: perhaps a bug, so the traceback too
+                    log.exception(
+                        "could not deliver a %s to %s; kept in the inbox", kind, workflow_id
+                    )
             else:
                 self._recent.accept(event_id)
                 return routed
-        await self._inbox.put(kind, payload)
+        retry_at = None if failure is None else time.time() + self._inbox_retry.delay(1)
+        await self._inbox.put(kind, payload, workflow_id, failure=failure, retry_at=retry_at)
         self._recent.accept(event_id)
         self._wake.set()
         return Routed.QUEUED
@@ -248,38 +334,96 @@ class ConversationRouter:
     # ------------------------------------------------------------------------------------------
 
     async def deliver_pending(self) -> int:
-        """Deliver kept messages in order; stop at the first that still cannot be delivered."""
-        delivered = 0
+        """One pass over the inbox: deliver what is due, each conversation's entries in order.
+        Returns how many were delivered."""
+        return (await self._delivery_round()).delivered
+
+    async def _delivery_round(self) -> _Round:
+        delivered, next_retry_at = 0, None
         async with self._delivery_lock:
+            now = time.time()
+            held: set[str] = set()  # conversations with an earlier entry still waiting
             for pending in await self._inbox.pending():
-                payload: BaseModel
-                if pending.kind == "start":
-                    payload = ConversationStart.model_validate_json(pending.payload)
-                elif pending.kind == "message":
-                    payload = InboundMessage.model_validate_json(pending.payload)
-                else:
-                    payload = InboundClick.model_validate_json(pending.payload)
+                try:
+                    payload = _decode(pending)
+                except (ValidationError, ValueError) as err:
+                    # Written by another version, say: no retry will ever read it.
+                    await self._bury(pending, f"cannot be read: {one_line(err)}", attempted=False)
+                    continue
+                workflow_id = _workflow_of(pending.kind, payload)
+                if workflow_id in held:
+                    continue
+                if pending.retry_at is not None and pending.retry_at > now:
+                    held.add(workflow_id)
+                    next_retry_at = min(next_retry_at or pending.retry_at, pending.retry_at)
+                    continue
                 try:
                     routed = await self._deliver(pending.kind, payload)
                 except Exception as err:
                     if _unreachable(err):
-                        break
-                    # A message Temporal refuses for good would block every later one; log it.
-                    log.exception("dropping undeliverable inbox entry %d", pending.seq)
-                    routed = Routed.IGNORED
-                log.info("inbox entry %d delivered: %s", pending.seq, routed)
+                        log.info("Temporal unreachable (%s); the inbox waits", one_line(err))
+                        return _Round(delivered, True, next_retry_at)
+                    held.add(workflow_id)
+                    retry_at = await self._failed(pending, workflow_id, err)
+                    if retry_at is not None:
+                        next_retry_at = min(next_retry_at or retry_at, retry_at)
+                    continue
+                log.info("inbox entry %d delivered to %s: %s", pending.seq, workflow_id, routed)
                 await self._inbox.remove(pending.seq)
                 delivered += 1
-        return delivered
+        return _Round(delivered, False, next_retry_at)
 
-    async def run_delivery(self, retry_every: float = 2.0) -> None:
-        """Background task: deliver the inbox whenever something is queued, retrying until it
-        empties."""
+    async def _failed(self, pending: Pending, workflow_id: str, err: Exception) -> float | None:
+        """Record a failed attempt: when to try again, or None once it is a dead letter."""
+        attempts = pending.attempts + 1
+        why = one_line(err)
+        if attempts >= self._max_attempts:
+            await self._bury(pending, why)
+            return None
+        delay = self._inbox_retry.delay(attempts)
+        log.warning(
+            "inbox entry %d (a %s for %s) failed, attempt %d of %d (%s); next try in %.0fs",
+            pending.seq,
+            pending.kind,
+            workflow_id,
+            attempts,
+            self._max_attempts,
+            why,
+            delay,
+        )
+        await self._inbox.failed(pending.seq, why, time.time() + delay)
+        return time.time() + delay
+
+    async def _bury(self, pending: Pending, why: str, *, attempted: bool = True) -> None:
+        await self._inbox.bury(pending.seq, why, attempted=attempted)
+        log.error(
+            "inbox entry %d (a %s for %s, queued %s) will not be delivered: %s; kept as a dead "
+            "letter in the inbox",
+            pending.seq,
+            pending.kind,
+            pending.workflow_id or "?",
+            pending.queued_at,
+            why,
+        )
+
+    async def run_delivery(self) -> None:
+        """Background task: deliver the inbox whenever something is queued or due; while Temporal
+        is unreachable, try again with backoff."""
+        depth = await self._inbox.depth()
+        if depth.dead:
+            log.warning("inbox: %s (see the dead_letters table of the inbox database)", depth)
+        unreachable = 0
         while True:
-            if await self._inbox.size():
-                await self.deliver_pending()
             self._wake.clear()
-            if await self._inbox.size():
-                await asyncio.sleep(retry_every)
-            else:
+            round_ = await self._delivery_round()
+            unreachable = unreachable + 1 if round_.unreachable else 0
+            wait: float | None = None
+            if round_.unreachable:
+                wait = self._unreachable_retry.delay(unreachable)
+            elif round_.next_retry_at is not None:
+                wait = max(0.0, round_.next_retry_at - time.time())
+            if wait is None:
                 await self._wake.wait()
+            else:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._wake.wait(), timeout=wait)

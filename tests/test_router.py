@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import sqlite3
+import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
@@ -13,7 +16,7 @@ from temporalio.common import WorkflowIDReusePolicy
 from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
-from agent.models import Actor, ThreadRef
+from agent.models import Actor, ConversationStart, ThreadRef
 from bot.conversations import (
     MAX_SIGNAL_TEXT,
     ConversationRouter,
@@ -24,6 +27,8 @@ from bot.conversations import (
 from bot.dedup import RecentEvents
 from bot.ids import workflow_id_for
 from bot.inbox import Inbox
+from bot.reconnect import Backoff
+from tests.support.conditions import wait_for
 
 CUSTOMER = Actor(platform="slack", user_id="U0CUSTOMER", display_name="Nyghtowl")
 THREAD = ThreadRef(platform="slack", workspace="T1", channel="C2", thread="1732860000.000100")
@@ -41,10 +46,15 @@ class FakeTemporal:
     down: bool = False
     finished: set[str] = field(default_factory=set)
     started: set[str] = field(default_factory=set)
+    failing: dict[str, BaseException] = field(default_factory=dict)  # workflow id -> raised
+    attempts: list[str] = field(default_factory=list)  # workflow ids, every call made
 
     async def start_workflow(self, _run: Any, start: Any, **kwargs: Any) -> None:
+        self.attempts.append(kwargs["id"])
         if self.down:
             raise _unavailable()
+        if kwargs["id"] in self.failing:
+            raise self.failing[kwargs["id"]]
         assert kwargs["id_reuse_policy"] == WorkflowIDReusePolicy.REJECT_DUPLICATE
         if kwargs["id"] in self.finished:  # what REJECT_DUPLICATE does for a closed Workflow ID
             raise WorkflowAlreadyStartedError(kwargs["id"], "RefundConversation")
@@ -53,8 +63,11 @@ class FakeTemporal:
 
     def get_workflow_handle(self, workflow_id: str) -> Any:
         async def signal(name: str, arg: Any, rpc_timeout: Any = None) -> None:
+            self.attempts.append(workflow_id)
             if self.down:
                 raise _unavailable()
+            if workflow_id in self.failing:
+                raise self.failing[workflow_id]
             if workflow_id in self.finished or workflow_id not in self.started:
                 raise RPCError("workflow execution already completed", RPCStatusCode.NOT_FOUND, b"")
             self.calls.append(("signal", workflow_id, name, arg))
@@ -83,7 +96,7 @@ def router(temporal: FakeTemporal, tmp_path) -> ConversationRouter:
 def message(event_id: str, text: str = "Yes", *, opens: bool = False, **kw: Any) -> InboundMessage:
     return InboundMessage(
         event_id=event_id,
-        thread=THREAD,
+        thread=kw.pop("thread", THREAD),
         message_id=f"m-{event_id}",
         author=kw.pop("author", CUSTOMER),
         text=text,
@@ -195,22 +208,167 @@ async def test_the_inbox_survives_a_bot_restart(temporal, tmp_path) -> None:
     assert temporal.calls[0][0] == "start"
 
 
-async def test_a_failed_first_delivery_is_processed_on_retry(router, temporal) -> None:
+async def test_a_delivery_that_fails_after_the_ack_is_kept_not_raised(temporal, tmp_path) -> None:
+    # The platform has acknowledged the event: raising would lose it (Slack Socket Mode never sends
+    # an acknowledged envelope again). Any failure, not only "unreachable", keeps it.
+    router = quick_router(temporal, tmp_path)
     await router.on_message(message("e1", "refund 1234", opens=True))
-    boom = RPCError("invalid argument", RPCStatusCode.INVALID_ARGUMENT, b"")
-    original = temporal.get_workflow_handle
+    wid = workflow_id_for(THREAD)
+    temporal.failing[wid] = RPCError("internal error", RPCStatusCode.INTERNAL, b"")
+    assert await router.on_message(message("e2", "Yes")) == Routed.QUEUED
+    temporal.failing[wid] = KeyError("a bug in our own code")
+    assert await router.on_message(message("e3", "Split seam")) == Routed.QUEUED
+    # The platform's own retry of an event kept in the inbox is a duplicate, not a second copy.
+    assert await router.on_message(message("e2", "Yes")) == Routed.DUPLICATE
+    assert router.seen("e2") and router.seen("e3")
 
-    def failing(workflow_id: str) -> Any:
-        async def signal(*_: Any, **__: Any) -> None:
-            raise boom
+    del temporal.failing[wid]
+    assert await router.deliver_pending() == 2
+    assert [c[3].text for c in temporal.calls[1:]] == ["Yes", "Split seam"]
+    assert await router_inbox(tmp_path).size() == 0
 
-        return SimpleNamespace(signal=signal)
 
-    temporal.get_workflow_handle = failing
-    with pytest.raises(RPCError):
-        await router.on_message(message("e2", "Yes"))
-    temporal.get_workflow_handle = original
-    assert await router.on_message(message("e2", "Yes")) == Routed.SIGNALLED
+async def test_an_entry_that_keeps_failing_becomes_a_dead_letter_and_blocks_nothing(
+    temporal, tmp_path, caplog
+) -> None:
+    router = quick_router(temporal, tmp_path, max_attempts=3)
+    poisoned = THREAD.model_copy(update={"thread": "1732860000.000200"})
+    poisoned_wid = workflow_id_for(poisoned)
+    await router.on_message(message("a1", "refund 1234", opens=True))
+    await router.on_message(message("p1", "refund 4500", opens=True, thread=poisoned))
+    temporal.failing[poisoned_wid] = RPCError("workflow id too long", RPCStatusCode.INTERNAL, b"")
+
+    assert await router.on_message(message("p2", "Yes", thread=poisoned)) == Routed.QUEUED
+    # Queued behind its own conversation's failing entry, in order ...
+    assert await router.on_message(message("p3", "Split seam", thread=poisoned)) == Routed.QUEUED
+    # ... while another conversation is not held back, neither live nor in the inbox.
+    assert await router.on_message(message("a2", "Yes")) == Routed.SIGNALLED
+
+    inbox = router_inbox(tmp_path)
+    await router.deliver_pending()  # attempt 2 of p2 (the live one was 1); p3 waits behind it
+    [first, second] = await inbox.pending()
+    assert (first.attempts, second.attempts) == (2, 0)
+    assert first.last_error == "RPCError: workflow id too long"
+    await router.deliver_pending()  # attempt 3: the last
+    [dead] = await inbox.dead_letters()
+    assert dead.kind == "message" and dead.workflow_id == poisoned_wid and dead.attempts == 3
+    assert dead.error == "RPCError: workflow id too long"
+    assert InboundMessage.model_validate_json(dead.payload).text == "Yes"  # kept whole
+    assert "will not be delivered" in caplog.text and "dead letter" in caplog.text
+
+    # The dead letter no longer holds its conversation back: once Temporal takes it, the next
+    # entry goes through.
+    del temporal.failing[poisoned_wid]
+    assert await router.deliver_pending() == 1
+    assert temporal.calls[-1][1:3] == (poisoned_wid, "customer_message")
+    assert temporal.calls[-1][3].text == "Split seam"
+    depth = await inbox.depth()
+    assert (depth.waiting, depth.dead) == (0, 1) and str(depth) == "0 waiting, 1 dead letter"
+
+
+async def test_a_failed_entry_waits_for_its_retry_time(temporal, tmp_path) -> None:
+    hour = Backoff(first=3600, cap=3600, jitter=False)
+    router = quick_router(temporal, tmp_path, inbox_retry=hour)
+    await router.on_message(message("e1", "refund 1234", opens=True))
+    wid = workflow_id_for(THREAD)
+    temporal.failing[wid] = RPCError("internal error", RPCStatusCode.INTERNAL, b"")
+    assert await router.on_message(message("e2", "Yes")) == Routed.QUEUED  # attempt 1 failed
+    del temporal.failing[wid]
+    tried = len(temporal.attempts)
+    assert await router.deliver_pending() == 0
+    assert len(temporal.attempts) == tried  # not tried again before its time
+    [waiting] = await router_inbox(tmp_path).pending()
+    assert waiting.attempts == 1 and waiting.last_error == "RPCError: internal error"
+    assert waiting.retry_at is not None and waiting.retry_at > time.time() + 3000
+
+
+async def test_while_temporal_is_unreachable_no_entry_is_blamed(temporal, tmp_path) -> None:
+    router = quick_router(temporal, tmp_path, max_attempts=2)
+    temporal.down = True
+    assert await router.on_message(message("e1", "refund 1234", opens=True)) == Routed.QUEUED
+    for _ in range(5):
+        assert await router.deliver_pending() == 0
+    [kept] = await router_inbox(tmp_path).pending()
+    assert kept.attempts == 0 and await router_inbox(tmp_path).dead_letters() == []
+
+
+async def test_an_entry_that_cannot_be_read_is_a_dead_letter_at_once(temporal, tmp_path) -> None:
+    router = quick_router(temporal, tmp_path)
+    inbox = router_inbox(tmp_path)
+    # Written by some other version of the bot: the stored payload is no InboundMessage.
+    await inbox.put("message", Actor(platform="slack", user_id="U1"), "slack-T1-C2-1")
+    assert await router.on_message(message("e1", "refund 1234", opens=True)) == Routed.STARTED
+    assert await router.deliver_pending() == 0
+    [dead] = await inbox.dead_letters()
+    assert dead.attempts == 0 and dead.error.startswith("cannot be read: ValidationError")
+    assert temporal.attempts == [workflow_id_for(THREAD)]  # never sent to Temporal
+
+
+async def test_the_delivery_task_retries_until_temporal_is_back(temporal, tmp_path) -> None:
+    router = quick_router(temporal, tmp_path)
+    temporal.down = True
+    assert await router.on_message(message("e1", "refund 1234", opens=True)) == Routed.QUEUED
+    delivery = asyncio.create_task(router.run_delivery())
+    try:
+        tries = await wait_for(lambda: len(temporal.attempts) >= 3, what="the inbox retried")
+        assert tries
+        temporal.down = False  # no new message wakes it: the retry alone delivers
+        await wait_for(lambda: bool(temporal.calls), what="the kept opening delivered")
+        assert await wait_for(lambda: _empty(tmp_path), what="the inbox empty")
+    finally:
+        delivery.cancel()
+
+
+async def test_an_inbox_from_an_older_version_is_read_and_delivered(temporal, tmp_path) -> None:
+    path = tmp_path / "inbox.sqlite"
+    start = ConversationStart(
+        thread=THREAD,
+        customer=CUSTOMER,
+        opening_message_id="m-old",
+        opening_text="refund 1234",
+        hold_before_refund=False,
+    )
+    with sqlite3.connect(path) as db:  # the inbox table as the first release created it
+        db.execute(
+            "CREATE TABLE inbox (seq INTEGER PRIMARY KEY AUTOINCREMENT, kind TEXT NOT NULL, "
+            "payload TEXT NOT NULL, queued_at TEXT NOT NULL)"
+        )
+        db.execute(
+            "INSERT INTO inbox (kind, payload, queued_at) VALUES ('start', ?, '2025-01-01')",
+            (start.model_dump_json(),),
+        )
+    router = quick_router(temporal, tmp_path)
+    # Until it is delivered, the old entry (whose conversation the table did not record) holds
+    # back every conversation, as every entry did then.
+    other = THREAD.model_copy(update={"thread": "1732860000.000300"})
+    assert await router.on_message(message("n1", "hi", opens=True, thread=other)) == Routed.QUEUED
+    assert await router.deliver_pending() == 2
+    assert [c[1] for c in temporal.calls] == [workflow_id_for(THREAD), workflow_id_for(other)]
+
+
+def quick_router(temporal: FakeTemporal, tmp_path: Path, **kwargs: Any) -> ConversationRouter:
+    """A router whose inbox retries at once (no waiting between attempts) unless told otherwise."""
+
+    async def no_hold() -> bool:
+        return False
+
+    kwargs.setdefault("inbox_retry", Backoff(first=0, cap=0, jitter=False))
+    kwargs.setdefault("unreachable_retry", Backoff(first=0.01, cap=0.05, jitter=False))
+    return ConversationRouter(
+        temporal,  # type: ignore[arg-type]
+        "refund-bot",
+        Inbox(tmp_path / "inbox.sqlite"),
+        no_hold,
+        **kwargs,
+    )
+
+
+def router_inbox(tmp_path: Path) -> Inbox:
+    return Inbox(tmp_path / "inbox.sqlite")
+
+
+async def _empty(tmp_path: Path) -> bool:
+    return await router_inbox(tmp_path).size() == 0
 
 
 async def test_message_in_a_finished_conversation_gets_closed(router, temporal) -> None:

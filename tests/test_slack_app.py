@@ -29,11 +29,19 @@ from temporalio.service import RPCError, RPCStatusCode
 from agent.models import Actor, MessageKey, OutboundMessage, ThreadRef
 from agent.stores.grants import Grant
 from bot.commands import CommandReply
-from bot.conversations import NOTICES, ConversationRouter, InboundClick, InboundMessage, Routed
+from bot.conversations import (
+    NOT_KEPT,
+    NOTICES,
+    ConversationRouter,
+    InboundClick,
+    InboundMessage,
+    Routed,
+)
 from bot.dedup import RecentEvents
 from bot.ids import workflow_id_for
 from bot.inbox import Inbox
 from bot.keyed_locks import KeyedLocks
+from bot.reconnect import Backoff
 from bot.slack import commands as slack_commands
 from bot.slack.app import EVENTS_PATH, build_app, http_web_app, serve
 from bot.slack.commands import parse_grant_args
@@ -74,11 +82,14 @@ class RecordingRouter:
     result: Routed | None = None
     gate: asyncio.Event | None = None  # when set, on_message waits for it (a slow Temporal)
     slow_text: str | None = None  # …only for the message with this text, when set
+    error: Exception | None = None  # raised by on_message (the router could not keep it)
 
     async def on_message(self, message: InboundMessage) -> Routed:
         if self.gate is not None and self.slow_text in (None, message.text):
             await self.gate.wait()
         self.messages.append(message)
+        if self.error is not None:
+            raise self.error
         return self.result or (Routed.STARTED if message.opens_thread else Routed.SIGNALLED)
 
     async def on_click(self, click: InboundClick) -> Routed:
@@ -299,7 +310,7 @@ class EdgeTemporal:
     def _maybe_fail(self) -> None:
         if self.fail_next:
             self.fail_next = False
-            # Not "unreachable": the router does not accept the event, so a retry must work.
+            # Not "unreachable": a failure of this one request.
             raise RPCError("internal error", RPCStatusCode.INTERNAL, b"")
 
     async def start_workflow(self, _run: Any, _start: Any, **kwargs: Any) -> None:
@@ -318,7 +329,7 @@ class EdgeTemporal:
 @pytest.fixture
 async def real_router_app(
     slack: FakeSlackApi, tmp_path: Any
-) -> tuple[AsyncApp, EdgeTemporal, SlackSender]:
+) -> tuple[AsyncApp, EdgeTemporal, SlackSender, ConversationRouter]:
     temporal = EdgeTemporal()
 
     async def hold() -> bool:
@@ -330,9 +341,10 @@ async def real_router_app(
         Inbox(tmp_path / "inbox.sqlite"),
         hold,
         RecentEvents(),
+        inbox_retry=Backoff(first=0, cap=0, jitter=False),  # the inbox may retry at once
     )
     app = build_app(settings_for(slack), router, RecordingCommands())  # type: ignore[arg-type]
-    return app, temporal, SlackSender(slack)
+    return app, temporal, SlackSender(slack), router
 
 
 async def _dispatch(app: AsyncApp, delivery: Delivery, **sign: Any) -> BoltResponse:
@@ -341,7 +353,7 @@ async def _dispatch(app: AsyncApp, delivery: Delivery, **sign: Any) -> BoltRespo
 
 
 async def test_a_retry_after_acceptance_is_applied_once(real_router_app) -> None:
-    app, temporal, sender = real_router_app
+    app, temporal, sender, _ = real_router_app
     root = sender.post(CHANNEL, "refund 1234")
     reply = sender.post(CHANNEL, "Yes", thread_ts=root.payload["event"]["ts"])
     # Back to back: the thread's messages are still routed in arrival order.
@@ -370,26 +382,40 @@ async def test_a_retry_after_acceptance_is_applied_once(real_router_app) -> None
     assert temporal.calls == [("start", wid), ("customer_message", wid), ("customer_message", wid)]
 
 
-async def test_a_retry_of_a_delivery_that_failed_before_acceptance_is_processed(
-    real_router_app,
+async def test_an_acked_message_whose_delivery_fails_is_kept_and_delivered_once(
+    real_router_app, slack: FakeSlackApi
 ) -> None:
-    app, temporal, sender = real_router_app
+    app, temporal, sender, router = real_router_app
     root = sender.post(CHANNEL, "refund 1234")
     temporal.fail_next = True
-    await _dispatch(app, root)  # acked; the router's start fails; nothing was accepted
+    # Acked at once; then the router's start fails. Slack will not send the event again on its own
+    # (in Socket Mode never), so the router keeps it rather than hand the failure back.
+    assert (await _dispatch(app, root)).status == 200
 
-    async def failed_once() -> bool:
-        return not temporal.fail_next
+    async def told() -> list[JsonDict]:
+        return [m for m in slack.thread(CHANNEL, root.payload["event"]["ts"]) if m.get("bot_id")]
 
-    await wait_for(failed_once, timeout=5, what="the failed first delivery")
-    assert temporal.calls == []
-    await _dispatch(app, root, retry_num=1)
-
-    async def started() -> bool:
-        return bool(temporal.calls)
-
-    await wait_for(started, timeout=5, what="the retried start")
+    [notice] = await wait_for(told, timeout=5, what="the customer told it is kept")
+    assert notice["text"] == NOTICES[Routed.QUEUED]
+    assert temporal.calls == [] and not temporal.fail_next
+    # Slack's own retry of the same event changes nothing: it was accepted when it was kept.
+    assert (await _dispatch(app, root, retry_num=1)).status == 200
+    assert await router.deliver_pending() == 1
     assert [kind for kind, _ in temporal.calls] == ["start"]
+    assert await router.deliver_pending() == 0 and [k for k, _ in temporal.calls] == ["start"]
+
+
+async def test_a_message_the_router_cannot_even_keep_is_answered(harness: Harness) -> None:
+    harness.router.error = OSError("disk full")  # the inbox cannot be written
+    root = harness.sender.post(CHANNEL, "refund 1234")
+    assert (await harness.deliver(root)).status == 200
+
+    async def told() -> list[JsonDict]:
+        ts = root.payload["event"]["ts"]
+        return [m for m in harness.slack.thread(CHANNEL, ts) if m.get("bot_id")]
+
+    [notice] = await wait_for(told, timeout=5, what="the customer asked to send it again")
+    assert notice["text"] == NOT_KEPT
 
 
 # ---------------------------------------------------------------------------------------------

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 import discord
 
 from agent.models import ThreadRef
-from bot.conversations import NOTICES, InboundMessage, cut
+from bot.conversations import NOT_KEPT, NOTICES, InboundMessage, cut
 from bot.discord.actors import actor_for
 from bot.discord.render import fit_content
 from bot.discord.replies import say
@@ -33,10 +33,6 @@ MaybeThread = discord.Thread | discord.PartialMessageable
 THREAD_ARCHIVE_MINUTES = 10080
 THREAD_ALREADY_EXISTS = 160004  # Discord's error code: this message already has a thread
 HUMAN_MESSAGE_TYPES = frozenset({discord.MessageType.default, discord.MessageType.reply})
-
-SORRY_NOT_PASSED_ON = (
-    "Sorry, I could not pass that message on to the agent. Please send it again in a moment."
-)
 
 
 def is_from_a_person(message: discord.Message, me: discord.ClientUser | None) -> bool:
@@ -89,7 +85,7 @@ async def route_customer_message(client: RefundBotClient, message: discord.Messa
         routed = await client.router.on_message(inbound)
     except Exception:
         log.exception("could not route Discord message %s", message.id)
-        await say(thread, SORRY_NOT_PASSED_ON)
+        await say(thread, NOT_KEPT)
         return
     notice = NOTICES.get(routed)
     if notice is not None:

@@ -16,7 +16,7 @@ from slack_bolt.async_app import AsyncApp
 from slack_sdk.web.async_client import AsyncWebClient
 
 from agent.models import Actor, ThreadRef
-from bot.conversations import NOTICES, ConversationRouter, InboundMessage
+from bot.conversations import NOT_KEPT, NOTICES, ConversationRouter, InboundMessage
 from bot.keyed_locks import KeyedLocks
 from bot.slack.replies import post_notice
 
@@ -43,8 +43,14 @@ def register_message_events(
             return
         # Bolt runs each event's listener as its own task; one thread's messages are routed one
         # at a time, in arrival order, so a slow signal cannot be overtaken by the next answer.
-        async with thread_locks.hold(inbound.thread.thread):
-            routed = await router.on_message(inbound)
+        try:
+            async with thread_locks.hold(inbound.thread.thread):
+                routed = await router.on_message(inbound)
+        except Exception:
+            # The router keeps whatever it cannot deliver; this is it failing to keep it.
+            log.exception("could not route Slack event %s", inbound.event_id)
+            await post_notice(client, inbound.thread.channel, inbound.thread.thread, NOT_KEPT)
+            return
         log.info("slack event %s in %s: %s", inbound.event_id, inbound.thread.thread, routed)
         notice = NOTICES.get(routed)
         if notice:
