@@ -26,9 +26,9 @@ from agent.models import Actor, MessageKey, OutboundMessage, ThreadRef
 from agent.settings import AgentSettings
 from agent.stores.grants import GrantStore
 from bot.commands import GRANTABLE_ROLES, Commands
-from bot.conversations import MAX_SIGNAL_TEXT, NOTICES, InboundClick, InboundMessage, Routed
+from bot.conversations import MAX_SIGNAL_TEXT, NOTICES, InboundClick, Routed
 from bot.discord import replies, slash_commands
-from bot.discord.client import RefundBotClient, build_client, serve
+from bot.discord.client import RefundBotClient, build_client
 from bot.discord.commands_spec import MANIFEST_PATH, load_manifest, mismatches, sync_commands
 from bot.discord.grants import DiscordRoleGrants
 from bot.discord.outbound import DiscordThreadPoster
@@ -48,22 +48,23 @@ from tests.fakes.discord_api import (
     THREADS_ROUTE,
     FakeDiscordAPI,
     Interaction,
-    _user,
 )
 from tests.support.conditions import wait_for
-
-GUILD = 1170000000000000007
-SUPPORT = 1170000000000000009
-OTHER = 1170000000000000011
-APPROVER_ROLE = 1170000000000000100
-APPROVER_ROLE_NAME = "Refund Approver"
-
-CUSTOMER = 1180000000000000101
-AGENT = 1180000000000000102  # holds the approver role
-STRANGER = 1180000000000000103  # a member with no role and no grant
-PRESENTER = 1180000000000000104  # presenter grant in the store
-ADMIN = 1180000000000000105  # admin grant in the store
-OTHER_BOT = 1180000000000000106
+from tests.support.discord_guild import (
+    ADMIN,
+    AGENT,
+    APPROVER_ROLE,
+    APPROVER_ROLE_NAME,
+    CUSTOMER,
+    GUILD,
+    OTHER,
+    OTHER_BOT,
+    PRESENTER,
+    STRANGER,
+    SUPPORT,
+    RecordingRouter,
+    seed_guild,
+)
 
 CLICK_UPDATE = 7  # UPDATE_MESSAGE
 CLICK_DEFER = 6  # DEFERRED_UPDATE_MESSAGE
@@ -72,28 +73,6 @@ DEFERRED_REPLY = 5  # DEFERRED_CHANNEL_MESSAGE_WITH_SOURCE
 
 
 # -- the network edge: a recording router, a stub Temporal client, a fake restart ---------------
-
-
-@dataclass
-class RecordingRouter:
-    message_result: Routed = Routed.STARTED
-    click_result: Routed = Routed.SIGNALLED
-    click_error: Exception | None = None
-    gate: asyncio.Event | None = None  # when set: every on_message waits for it after recording
-    messages: list[InboundMessage] = field(default_factory=list)
-    clicks: list[InboundClick] = field(default_factory=list)
-
-    async def on_message(self, message: InboundMessage) -> Routed:
-        self.messages.append(message)
-        if self.gate is not None:
-            await self.gate.wait()
-        return self.message_result
-
-    async def on_click(self, click: InboundClick) -> Routed:
-        self.clicks.append(click)
-        if self.click_error is not None:
-            raise self.click_error
-        return self.click_result
 
 
 def _not_found(workflow_id: str) -> RPCError:
@@ -155,16 +134,7 @@ def discord_actor(user_id: int) -> Actor:
 @pytest.fixture
 async def api() -> AsyncIterator[FakeDiscordAPI]:
     async with FakeDiscordAPI() as fake:
-        fake.add_guild(GUILD)
-        fake.add_text_channel(GUILD, SUPPORT, "support")
-        fake.add_text_channel(GUILD, OTHER, "general")
-        fake.add_role(GUILD, APPROVER_ROLE, APPROVER_ROLE_NAME)
-        fake.add_member(GUILD, _user(CUSTOMER, "nyghtowl"))
-        fake.add_member(GUILD, _user(AGENT, "sam"), roles=(APPROVER_ROLE,), nick="Sam (support)")
-        fake.add_member(GUILD, _user(STRANGER, "mallory"))
-        fake.add_member(GUILD, _user(PRESENTER, "pat"))
-        fake.add_member(GUILD, _user(ADMIN, "ada"))
-        fake.add_member(GUILD, _user(OTHER_BOT, "otherbot", bot=True))
+        seed_guild(fake)
         yield fake
 
 
@@ -919,17 +889,6 @@ def test_the_client_asks_for_the_intents_it_needs(
     assert client.allowed_mentions is not None and client.allowed_mentions.to_dict() == {
         "parse": []
     }
-
-
-async def test_serve_closes_the_client_when_login_fails(
-    api: FakeDiscordAPI, settings: DiscordSettings, router: RecordingRouter, commands: Commands
-) -> None:
-    bad = settings.model_copy(update={"token": SecretStr("wrong")})
-    client = build_client(bad, router, commands, can_approve=_allow)  # type: ignore[arg-type]
-    with pytest.raises(discord.LoginFailure):
-        await serve(client, bad)
-    assert client.is_closed()
-    assert "wrong" not in json.dumps([r.path for r in api.requests])
 
 
 def test_build_client_needs_a_grant_source(

@@ -7,23 +7,37 @@ What happens where:
     /crash-worker, /refund-… commands                   -> slash_commands    -> bot.commands
 
 This module owns the client itself: the intents it asks for, the HTTP routing for `api_url`,
-registering buttons and commands at start, keeping each thread's messages in order, and
-`build_client` / `serve`.
+the gateway connection (to `gateway_url` when set), registering buttons and commands at start,
+keeping each thread's messages in order, and `build_client` / `serve`.
+
+    serve -> bot.reconnect.keep_connected -> login (once) -> connect: IDENTIFY or RESUME -> events
 
 `api_url` (a proxy or tests.fakes.discord_api): the REST client is DiscordThreadPoster's
 RoutedHTTPClient. Interaction responses do not go through it: discord.py sends them with its
 webhook adapter, taken from the `async_context` ContextVar, so `login` sets a routed adapter in
 the calling task's context, which every event task then inherits. Nothing process-wide is changed.
+
+`gateway_url` (a proxy or tests.fakes.discord_gateway): `connect` below replaces discord.py's
+Client.connect, which always opens a new session at the class constant
+DiscordWebSocket.DEFAULT_GATEWAY (and falls back to it after an invalidated session), retries
+failures itself with a traceback in the log each time and waits of up to 17 minutes, and raises
+AttributeError when the very first connection fails. Here every connection, new or resumed, goes
+to `gateway_url` when it is set, and a failure goes up to keep_connected: one line, capped backoff,
+then a RESUME of the same session when Discord still has it (so no event is missed).
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from typing import Any
 
 import discord
+import yarl
 from discord import app_commands
+from discord.gateway import DiscordWebSocket, ReconnectWebSocket
 from discord.http import Route
+from discord.utils import MISSING
 from discord.webhook.async_ import AsyncWebhookAdapter, async_context
 
 from agent.activities.authorize import GrantSource
@@ -38,8 +52,25 @@ from bot.discord.settings import DiscordSettings
 from bot.discord.slash_commands import build_commands, on_command_error
 from bot.keyed_locks import KeyedLocks
 from bot.platform_health import PlatformHealth
+from bot.reconnect import DEFAULT_BACKOFF, Backoff, ConnectionLost, Refused, keep_connected
 
 log = logging.getLogger(__name__)
+
+# How long one gateway handshake (connect, HELLO, IDENTIFY or RESUME) may take: discord.py's own.
+HANDSHAKE_TIMEOUT = 60.0
+
+# Gateway close codes no reconnect can mend (Discord's documentation names each): what to fix.
+REFUSED_CLOSE_CODES = {
+    4004: "Discord refused DISCORD_TOKEN at the gateway (4004 Authentication failed): "
+    "reset the bot token in the Developer Portal and set it again",
+    4010: "Discord refused the shard (4010 Invalid shard)",
+    4011: "Discord requires sharding for this bot (4011 Sharding required)",
+    4012: "Discord refused the gateway version (4012 Invalid API version)",
+    4013: "Discord refused the intents (4013 Invalid intent(s))",
+    4014: "Discord refused the Message Content intent (4014 Disallowed intent(s)): switch it on "
+    "in the Developer Portal > your application > Bot > Privileged Gateway Intents > Message "
+    "Content Intent (docs/discord.md explains why the agent needs it)",
+}
 
 
 class RefundBotClient(discord.Client):
@@ -73,6 +104,7 @@ class RefundBotClient(discord.Client):
         self._in_arrival_order = KeyedLocks()
         # What the gateway last did; serve() and on_ready() keep it current.
         self.health = PlatformHealth("discord")
+        self.logged_in = False  # login (REST, then setup_hook) has completed once
         if settings.api_url is not None:
             routed = RoutedHTTPClient(
                 self.http.loop, base_url=settings.api_url, max_ratelimit_timeout=None
@@ -95,6 +127,61 @@ class RefundBotClient(discord.Client):
         if self.settings.api_url is not None:
             async_context.set(_RoutedWebhookAdapter(self.settings.api_url))
         await super().login(token)
+        self.logged_in = True
+
+    async def connect(self, *, reconnect: bool = True) -> None:
+        """Connect to the gateway and handle events until the connection fails; then raise.
+
+        A RECONNECT or INVALID_SESSION from Discord, or a close it allows resuming, is followed at
+        once (RESUME, or IDENTIFY for a new session) as long as the connection made progress; any
+        other failure is raised to keep_connected, whose next call resumes the session.
+        `reconnect` is ignored: retrying is keep_connected's.
+        """
+        while not self.is_closed():
+            params = self._next_connection()
+            sequence_before = params.get("sequence")
+            try:
+                handshake = DiscordWebSocket.from_client(self, **params)
+                self.ws = await asyncio.wait_for(handshake, timeout=HANDSHAKE_TIMEOUT)
+                while True:
+                    await self.ws.poll_event()
+            except ReconnectWebSocket as asked:
+                self.dispatch("disconnect")
+                if self.ws is None or self.ws.sequence == sequence_before:
+                    # Closed before READY or RESUMED: following at once could loop hot.
+                    raise ConnectionLost("the gateway closed the connection at once") from None
+                # An invalidated session has no session id any more: the next one IDENTIFYs.
+                log.debug("Discord asked to %s the gateway connection", asked.op)
+            except BaseException:
+                if self.ws is not None:
+                    await self.ws.close(code=4000)  # stops its heartbeat thread; resumable
+                raise
+
+    async def close(self) -> None:
+        # discord.py leaves its wait for the guilds after READY running past close(); when that
+        # wait ends it dispatches `ready` into a closed client, and a traceback is logged.
+        ready = getattr(self._connection, "_ready_task", None)
+        if ready is not None:
+            ready.cancel()
+        await super().close()
+
+    def _next_connection(self) -> dict[str, Any]:
+        """DiscordWebSocket.from_client's arguments: RESUME the last session while it has an id
+        (discord.py's rule too: always try to), IDENTIFY otherwise; to `gateway_url` when set,
+        whatever Discord said."""
+        configured = yarl.URL(self.settings.gateway_url) if self.settings.gateway_url else None
+        ws = self.ws
+        if ws is not None and ws.session_id is not None:
+            return {
+                "initial": False,
+                "shard_id": self.shard_id,
+                "resume": True,
+                "session": ws.session_id,
+                "sequence": ws.sequence,
+                "gateway": configured or ws.gateway,  # READY's resume_gateway_url
+            }
+        # None: discord.py's DEFAULT_GATEWAY.
+        return {"initial": ws is None, "shard_id": self.shard_id, "gateway": configured}
 
     async def setup_hook(self) -> None:
         # Registered as classes, not views: a click on any message with a matching custom id is
@@ -133,6 +220,10 @@ class RefundBotClient(discord.Client):
                 "DISCORD_SUPPORT_CHANNEL_ID and the bot's View Channel permission",
                 self.support_channel_id,
             )
+
+    async def on_resumed(self) -> None:
+        log.info("Discord: gateway session resumed")
+        self.health.connected()
 
     async def on_message(self, message: discord.Message) -> None:
         if not is_from_a_person(message, self.user):
@@ -187,22 +278,53 @@ def build_client(
 
 
 async def serve(
-    client: discord.Client, settings: DiscordSettings, health: PlatformHealth | None = None
+    client: RefundBotClient,
+    settings: DiscordSettings,
+    health: PlatformHealth | None = None,
+    *,
+    backoff: Backoff = DEFAULT_BACKOFF,
 ) -> None:
-    """Log in, connect to the gateway and handle events until cancelled; then close."""
-    if health is not None and isinstance(client, RefundBotClient):
-        client.health = health
+    """Keep the client logged in and connected to the gateway until cancelled; then close it.
+
+    Never raises into the stack: a failure is one line and a retry with capped backoff; a token or
+    intent Discord refuses is one line and Discord shown down (`health`) until a restart.
+    """
     if settings.token is None:
         raise ValueError("DISCORD_TOKEN is not set: Discord is not configured")
+    token = settings.token.get_secret_value()
+    if health is not None:
+        client.health = health
+
+    async def log_in_and_connect() -> None:
+        if not client.logged_in:
+            await _log_in(client, token)
+        try:
+            await client.connect()
+        except discord.ConnectionClosed as closed:
+            if closed.code in REFUSED_CLOSE_CODES:
+                raise Refused(REFUSED_CLOSE_CODES[closed.code]) from None
+            raise
+
     try:
-        await client.start(settings.token.get_secret_value())
-    except discord.PrivilegedIntentsRequired:
-        log.error(
-            "Discord refused the Message Content intent. Switch it on: Developer Portal > your "
-            "application > Bot > Privileged Gateway Intents > Message Content Intent "
-            "(docs/discord.md explains why the agent needs it)."
-        )
-        raise
+        await keep_connected(client.health, log_in_and_connect, backoff=backoff)
     finally:
         if not client.is_closed():
             await client.close()
+        client.health.stopped()
+
+
+async def _log_in(client: RefundBotClient, token: str) -> None:
+    try:
+        await client.login(token)
+    except discord.LoginFailure:
+        await client.http.close()
+        raise Refused(
+            "Discord refused DISCORD_TOKEN (401 Unauthorized on login): copy the bot token from "
+            "the Developer Portal > your application > Bot, set DISCORD_TOKEN and restart"
+        ) from None
+    except BaseException:
+        # The next attempt's login opens a new HTTP session, on a new connector: closing the
+        # session closed the one it had.
+        await client.http.close()
+        client.http.connector = MISSING
+        raise

@@ -52,6 +52,11 @@ async def route_customer_message(client: RefundBotClient, message: discord.Messa
     notice for the result (if any) goes into the thread.
     """
     assert message.guild is not None
+    if client.router.seen(str(message.id)):
+        # Redelivered (a RESUME may replay what this client already handled): dropped before any
+        # request to Discord, so no second thread is attempted on an opening message.
+        log.info("Discord message %s was already routed; the redelivery is dropped", message.id)
+        return
     thread: MaybeThread | None
     if message.channel.id == client.support_channel_id:
         thread = await _open_thread(client, message)

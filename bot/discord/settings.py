@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from urllib.parse import urlsplit
+
 from pydantic import SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
@@ -26,6 +28,10 @@ class DiscordSettings(BaseSettings):
     # REST base URL including the API version, e.g. "http://127.0.0.1:8080/api/v10" for a proxy
     # or a local fake. None means Discord's own (discord.http.Route.BASE).
     api_url: str | None = None
+    # The gateway (websocket) URL for every connection and resume, e.g. "ws://127.0.0.1:8080/"
+    # for a proxy or a local fake. None means Discord's: discord.py's DEFAULT_GATEWAY for a new
+    # session, and the resume_gateway_url Discord gives in READY for a resumed one.
+    gateway_url: str | None = None
 
     @field_validator("approver_role_limit_cents")
     @classmethod
@@ -39,6 +45,16 @@ class DiscordSettings(BaseSettings):
     def _no_trailing_slash(cls, value: str | None) -> str | None:
         # discord.py builds URLs as BASE + "/channels/..."; a trailing slash would double it.
         return value.strip().rstrip("/") if value else value
+
+    @field_validator("gateway_url")
+    @classmethod
+    def _a_websocket_url(cls, value: str | None) -> str | None:
+        if not value:
+            return value
+        value = value.strip()
+        if urlsplit(value).scheme not in ("ws", "wss") or not urlsplit(value).netloc:
+            raise ValueError(f"DISCORD_GATEWAY_URL must be a ws:// or wss:// URL, not {value!r}")
+        return value
 
     @property
     def enabled(self) -> bool:

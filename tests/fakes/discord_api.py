@@ -27,7 +27,10 @@ The gateway half: Discord also *sends* events. `guild_create_event`, `user_messa
 `command_interaction` return the JSON of GUILD_CREATE, MESSAGE_CREATE, MESSAGE_UPDATE,
 MESSAGE_DELETE, THREAD_CREATE and INTERACTION_CREATE as Discord would dispatch them for this fake's
 state, and record what Discord would record (a user's message is stored; an interaction's token is
-issued), so a test feeds them to discord.py's ConnectionState exactly as its gateway would.
+issued), so a test can feed them to discord.py's ConnectionState exactly as its gateway would. They
+also go out over this fake's real gateway (`gateway_url`, tests.fakes.discord_gateway) to every
+connected bot, as do the events Discord dispatches for what a bot did over REST: MESSAGE_CREATE
+for each message it posts, THREAD_CREATE for each thread it opens.
 
 Every response carries the headers discord.py reads: `X-RateLimit-Limit`, `-Remaining`, `-Reset`,
 `-Reset-After`, `-Bucket`, and `Via` (discord.py treats a 429 without `Via` as a Cloudflare ban and
@@ -56,6 +59,8 @@ from datetime import UTC, datetime
 from typing import Any
 
 from aiohttp import web
+
+from tests.fakes.discord_gateway import GATEWAY_PATH, FakeDiscordGateway
 
 API_PREFIX = "/api/v10"
 DISCORD_EPOCH_MS = 1420070400000
@@ -171,11 +176,13 @@ class FakeDiscordAPI:
         self._increment = itertools.count()
         self._runner: web.AppRunner | None = None
         self._port: int | None = None
+        self.gateway = FakeDiscordGateway(self)
 
     # -- lifecycle ----------------------------------------------------------------------------
 
     async def __aenter__(self) -> FakeDiscordAPI:
         app = web.Application(middlewares=[self._middleware])
+        app.router.add_get(GATEWAY_PATH, self.gateway.handle)
         prefix = API_PREFIX
         app.router.add_get(f"{prefix}/users/@me", self._get_me)
         app.router.add_post(f"{prefix}/channels/{{channel_id}}/messages", self._create_message)
@@ -225,6 +232,13 @@ class FakeDiscordAPI:
             raise RuntimeError("FakeDiscordAPI is not started: use `async with`")
         return f"http://127.0.0.1:{self._port}{API_PREFIX}"
 
+    @property
+    def gateway_url(self) -> str:
+        """The websocket URL to give DiscordSettings.gateway_url (DISCORD_GATEWAY_URL)."""
+        if self._port is None:
+            raise RuntimeError("FakeDiscordAPI is not started: use `async with`")
+        return f"ws://127.0.0.1:{self._port}{GATEWAY_PATH}"
+
     # -- test controls ------------------------------------------------------------------------
 
     def messages(self, channel_id: int | str) -> list[dict[str, Any]]:
@@ -270,6 +284,9 @@ class FakeDiscordAPI:
             data={"id": str(guild_id), "name": name, "owner_id": str(owner_id), "roles": [everyone]}
         )
         self.add_member(guild_id, self.bot_user)
+
+    def guild_ids(self) -> list[int]:
+        return list(self._guilds)
 
     def add_text_channel(self, guild_id: int, channel_id: int, name: str) -> None:
         guild = self._guilds[guild_id]
@@ -336,6 +353,8 @@ class FakeDiscordAPI:
 
     @web.middleware
     async def _middleware(self, request: web.Request, handler: Any) -> web.StreamResponse:
+        if request.path == GATEWAY_PATH:
+            return await handler(request)  # the websocket: no REST rules, recorded on its own
         body = await _json_body(request)
         resource = request.match_info.route.resource
         canonical = resource.canonical if resource is not None else ""
@@ -488,6 +507,7 @@ class FakeDiscordAPI:
             message["nonce"] = str(nonce)
         _apply_mentions(message, body.get("allowed_mentions"))
         channel.messages.append(message)
+        self._dispatch_bot_message(message)
         return self._json(message, 200, route)
 
     async def _edit_message(self, request: web.Request) -> web.Response:
@@ -525,6 +545,18 @@ class FakeDiscordAPI:
             # Discord pages `after` from the oldest side, but still returns newest first.
             newest_first = [m for m in newest_first if int(m["id"]) > after][-limit:]
         return self._json(newest_first[:limit], 200, route)
+
+    def _dispatch_bot_message(self, message: dict[str, Any]) -> None:
+        """MESSAGE_CREATE for a message the bot posted over REST, as Discord sends it back."""
+        found = self._guild_channel(int(message["channel_id"]))
+        if found is None:
+            return
+        guild, _ = found
+        event = {**json.loads(json.dumps(message)), "guild_id": guild.data["id"]}
+        bot_member = guild.members.get(int(self.bot_user["id"]))
+        if bot_member is not None:
+            event["member"] = _partial_member(bot_member)
+        self.gateway.dispatch("MESSAGE_CREATE", event)
 
     def _find(self, channel: _Channel, message_id: str) -> dict[str, Any] | None:
         return next((m for m in channel.messages if m["id"] == message_id), None)
@@ -606,6 +638,7 @@ class FakeDiscordAPI:
         }
         guild.channels[thread_id] = thread
         message["thread"] = thread
+        self.gateway.dispatch("THREAD_CREATE", self.thread_create_event(thread_id))
         return self._json(thread, 201, route)
 
     async def _get_channel(self, request: web.Request) -> web.Response:
@@ -892,7 +925,9 @@ class FakeDiscordAPI:
             channel["message_count"] += 1
             channel["total_message_sent"] += 1
             channel["last_message_id"] = str(message_id)
-        return {**message, "guild_id": guild.data["id"], "member": _partial_member(member)}
+        event = {**message, "guild_id": guild.data["id"], "member": _partial_member(member)}
+        self.gateway.dispatch("MESSAGE_CREATE", event)
+        return event
 
     def message_update_event(
         self, channel_id: int, message_id: int | str, content: str
@@ -907,13 +942,16 @@ class FakeDiscordAPI:
         event = {**json.loads(json.dumps(message)), "guild_id": guild.data["id"]}
         if member is not None:
             event["member"] = _partial_member(member)
+        self.gateway.dispatch("MESSAGE_UPDATE", event)
         return event
 
     def message_delete_event(self, channel_id: int, message_id: int | str) -> dict[str, Any]:
         guild, _ = self._require_channel(channel_id)
         channel = self._channels[channel_id]
         channel.messages = [m for m in channel.messages if m["id"] != str(message_id)]
-        return {"id": str(message_id), "channel_id": str(channel_id), "guild_id": guild.data["id"]}
+        event = {"id": str(message_id), "channel_id": str(channel_id), "guild_id": guild.data["id"]}
+        self.gateway.dispatch("MESSAGE_DELETE", event)
+        return event
 
     def thread_create_event(self, thread_id: int) -> dict[str, Any]:
         """THREAD_CREATE Discord sends the bot after the bot created the thread."""
@@ -1029,6 +1067,7 @@ class FakeDiscordAPI:
         }
         if message is not None:
             payload["message"] = json.loads(json.dumps(message))
+        self.gateway.dispatch("INTERACTION_CREATE", payload)
         return payload
 
 
