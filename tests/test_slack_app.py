@@ -9,9 +9,12 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import re
+import socket
 import time
 from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import SimpleNamespace
@@ -41,6 +44,7 @@ from bot.dedup import RecentEvents
 from bot.ids import workflow_id_for
 from bot.inbox import Inbox
 from bot.keyed_locks import KeyedLocks
+from bot.platform_health import PlatformHealth
 from bot.reconnect import Backoff
 from bot.slack import commands as slack_commands
 from bot.slack.app import EVENTS_PATH, build_app, http_web_app, serve
@@ -547,6 +551,118 @@ async def test_serve_in_socket_mode_acks_envelopes_before_the_work(harness: Harn
         return slack.socket_connections == 0
 
     await wait_for(closed, timeout=5, what="the socket closed")
+
+
+QUICK = Backoff(first=0.05, cap=0.2, jitter=False)
+
+
+@asynccontextmanager
+async def serving(
+    app: AsyncApp, settings: SlackSettings, **kwargs: Any
+) -> AsyncIterator[PlatformHealth]:
+    """`serve` in a task, as `refund-bot run` runs it; cancelled at the end (health: stopped)."""
+    health = PlatformHealth("slack")
+    task = asyncio.create_task(serve(app, settings, health, backoff=QUICK, **kwargs))
+    try:
+        yield health
+    finally:
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        assert health.state == "stopped"
+
+
+def warnings(caplog: pytest.LogCaptureFixture) -> list[logging.LogRecord]:
+    return [r for r in caplog.records if r.levelno >= logging.WARNING]
+
+
+async def test_a_refused_app_token_is_one_line_and_slack_down(
+    harness: Harness, caplog: pytest.LogCaptureFixture
+) -> None:
+    slack = harness.slack
+    settings = settings_for(slack, app_token="xapp-1-A0FAKE-0000-wrong", signing_secret=None)
+    app = build_app(settings, harness.router, harness.commands)  # type: ignore[arg-type]
+    async with serving(app, settings) as health:
+        await wait_for(lambda: health.state == "down", what="Slack down")
+        assert health.detail.startswith(
+            "Slack refused SLACK_APP_TOKEN (apps.connections.open: invalid_auth)"
+        )
+        [line] = warnings(caplog)
+        assert line.name == "bot.reconnect" and line.levelno == logging.ERROR
+        assert line.exc_info is None and "\n" not in line.getMessage()
+        assert [c.error for c in slack.calls_to("apps.connections.open")] == ["invalid_auth"]
+        assert slack.socket_connections == 0
+    assert "wrong" not in caplog.text
+
+
+async def test_a_refused_bot_token_is_one_line_and_slack_down(
+    harness: Harness, caplog: pytest.LogCaptureFixture
+) -> None:
+    settings = settings_for(harness.slack, bot_token="xoxb-not-this-one", port=free_port())
+    app = build_app(settings, harness.router, harness.commands)  # type: ignore[arg-type]
+    async with serving(app, settings) as health:
+        await wait_for(lambda: health.state == "down", what="Slack down")
+        assert health.detail.startswith("Slack refused SLACK_BOT_TOKEN (auth.test: invalid_auth)")
+        [line] = warnings(caplog)
+        assert line.exc_info is None and "SLACK_BOT_TOKEN" in line.getMessage()
+    assert "not-this-one" not in caplog.text
+
+
+async def test_a_port_that_cannot_be_bound_is_one_line_and_slack_down(
+    harness: Harness, caplog: pytest.LogCaptureFixture
+) -> None:
+    with socket.socket() as taken:
+        taken.bind(("0.0.0.0", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        settings = settings_for(harness.slack, port=port)
+        async with serving(harness.app, settings) as health:
+            await wait_for(lambda: health.state == "down", what="Slack down")
+            assert health.detail.startswith(f"cannot listen on port {port}")
+            assert "SLACK_PORT" in health.detail
+            [line] = warnings(caplog)
+            assert line.exc_info is None and line.levelno == logging.ERROR
+
+
+async def test_slack_unreachable_is_retrying_with_one_line_each(
+    harness: Harness, caplog: pytest.LogCaptureFixture
+) -> None:
+    settings = settings_for(
+        harness.slack, api_url=f"http://127.0.0.1:{free_port()}/api/", port=free_port()
+    )
+    app = build_app(settings, harness.router, harness.commands)  # type: ignore[arg-type]
+    async with serving(app, settings) as health:
+        await wait_for(lambda: health.failures >= 3, what="three failed attempts")
+        assert health.state == "retrying" and "Cannot connect to host" in health.detail
+    lines = warnings(caplog)
+    assert len(lines) >= 3 and all(r.exc_info is None for r in lines)
+    assert {r.name for r in lines} == {"bot.reconnect"}
+
+
+async def test_socket_mode_connects_again_when_slack_drops_it(
+    harness: Harness, caplog: pytest.LogCaptureFixture
+) -> None:
+    slack = harness.slack
+    settings = settings_for(slack, app_token=slack.app_token, signing_secret=None)
+    app = build_app(settings, harness.router, harness.commands)  # type: ignore[arg-type]
+    async with serving(app, settings, ping_interval=0.2) as health:
+        await wait_for(lambda: health.ok and slack.socket_connections == 1, what="connected")
+        await slack.close_sockets()
+        await wait_for(lambda: health.state == "retrying", what="the drop noticed")
+        assert health.detail == "ConnectionLost: the Socket Mode connection closed"
+        await wait_for(lambda: health.ok and slack.socket_connections == 1, what="connected again")
+        assert len(slack.calls_to("apps.connections.open")) == 2  # a fresh URL: one use each
+
+        delivery = harness.sender.post(CHANNEL, "please refund order 1234")
+        envelope = await slack.socket_send("events_api", delivery.payload)
+
+        async def acked() -> bool:
+            return any(a["envelope_id"] == envelope for a in slack.socket_acks)
+
+        await wait_for(acked, what="the envelope acked on the new connection")
+        await routed_messages(harness, 1)
+    [line] = warnings(caplog)
+    assert line.name == "bot.reconnect" and line.exc_info is None
 
 
 # ---------------------------------------------------------------------------------------------

@@ -11,23 +11,36 @@ Socket Mode envelope ack) has gone back to Slack.
 
 This module builds the app and runs it; the listeners live in bot.slack.events (messages),
 bot.slack.actions (the buttons) and bot.slack.commands (commands and shortcuts).
+
+    serve -> bot.reconnect.keep_connected -> auth.test (SLACK_BOT_TOKEN)
+          -> Socket Mode: apps.connections.open (SLACK_APP_TOKEN) -> websocket ... closed -> again
+          -> HTTP mode: listen on SLACK_PORT
+
+A token Slack refuses, or a port that cannot be bound, is one line and Slack shown down; anything
+else is one line and a retry with capped backoff. In Socket Mode the reconnecting is this loop's,
+not the SDK's: the SDK retries a failed connection every ping interval for ever, with a traceback
+each time, and cannot tell a refused token from an outage.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import functools
 import logging
 
 from aiohttp import web
 from slack_bolt.adapter.aiohttp import to_aiohttp_response, to_bolt_request
 from slack_bolt.adapter.socket_mode.async_handler import AsyncSocketModeHandler
 from slack_bolt.async_app import AsyncApp
+from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
 from agent.activities.authorize import GrantSource
 from bot.commands import Commands
 from bot.conversations import ConversationRouter
 from bot.platform_health import PlatformHealth
+from bot.reconnect import DEFAULT_BACKOFF, Backoff, ConnectionLost, Refused, keep_connected
 from bot.slack.actions import register_decision_actions
 from bot.slack.commands import register_commands
 from bot.slack.events import register_message_events
@@ -38,6 +51,25 @@ log = logging.getLogger(__name__)
 
 # HTTP mode's one endpoint: events, interactivity and every command (the manifests point here).
 EVENTS_PATH = "/slack/events"
+# Socket Mode: how often the connection is pinged and checked (the SDK's default for Bolt).
+PING_INTERVAL = 10.0
+# How long opening the Socket Mode websocket may take before the attempt counts as failed.
+CONNECT_TIMEOUT = 30.0
+# Slack's `error` codes for a token it will not accept, whatever the retry.
+TOKEN_REFUSED = frozenset(
+    {
+        "invalid_auth",
+        "not_authed",
+        "account_inactive",
+        "token_revoked",
+        "token_expired",
+        "not_allowed_token_type",
+        "no_permission",
+        "missing_scope",
+    }
+)
+# The SDK's Socket Mode logger: its failures are one line here, as every platform failure is.
+_SOCKET_MODE_LOG = logging.getLogger(__name__ + ".socket_mode")
 
 
 def build_app(
@@ -99,27 +131,115 @@ def http_web_app(app: AsyncApp) -> web.Application:
 
 
 async def serve(
-    app: AsyncApp, settings: SlackSettings, health: PlatformHealth | None = None
+    app: AsyncApp,
+    settings: SlackSettings,
+    health: PlatformHealth | None = None,
+    *,
+    backoff: Backoff = DEFAULT_BACKOFF,
+    ping_interval: float = PING_INTERVAL,
 ) -> None:
-    """Serve Slack until cancelled: Socket Mode with SLACK_APP_TOKEN, else HTTP on SLACK_PORT."""
+    """Serve Slack until cancelled: Socket Mode with SLACK_APP_TOKEN, else HTTP on SLACK_PORT.
+
+    Never raises into the stack and keeps `health` current (see the module's docstring).
+    """
     health = health or PlatformHealth("slack")
     if settings.app_token is not None:
-        handler = AsyncSocketModeHandler(app, settings.app_token.get_secret_value())
-        try:
-            await handler.connect_async()
-            log.info("slack: Socket Mode connected")
-            health.connected()
-            await asyncio.Event().wait()
-        finally:
-            await handler.close_async()
-        return
+        token = settings.app_token.get_secret_value()
+        connect = functools.partial(_socket_mode, app, token, health, ping_interval)
+    else:
+        connect = functools.partial(_http_mode, app, settings.port, health)
+    try:
+        await keep_connected(health, connect, backoff=backoff)
+    finally:
+        health.stopped()
 
+
+async def _http_mode(app: AsyncApp, port: int, health: PlatformHealth) -> None:
+    await _check_bot_token(app.client)
     runner = web.AppRunner(http_web_app(app), access_log=None)
     await runner.setup()
     try:
-        await web.TCPSite(runner, "0.0.0.0", settings.port).start()
-        log.info("slack: HTTP mode on :%d%s", settings.port, EVENTS_PATH)
+        try:
+            await web.TCPSite(runner, "0.0.0.0", port).start()
+        except OSError as err:
+            raise Refused(
+                f"cannot listen on port {port} ({err.strerror or err}): free the port or set "
+                "SLACK_PORT, then restart"
+            ) from None
+        log.info("slack: HTTP mode on :%d%s", port, EVENTS_PATH)
         health.connected()
         await asyncio.Event().wait()
     finally:
         await runner.cleanup()
+
+
+async def _socket_mode(
+    app: AsyncApp, app_token: str, health: PlatformHealth, ping_interval: float
+) -> None:
+    await _check_bot_token(app.client)
+    try:
+        opened = await app.client.apps_connections_open(app_token=app_token)
+    except SlackApiError as err:
+        error = err.response.get("error")
+        if error in TOKEN_REFUSED:
+            raise Refused(
+                f"Slack refused SLACK_APP_TOKEN (apps.connections.open: {error}): create an "
+                "app-level token with the connections:write scope (xapp-…) under Basic "
+                "Information > App-Level Tokens, set SLACK_APP_TOKEN and restart"
+            ) from None
+        raise
+    handler = AsyncSocketModeHandler(
+        app, app_token, logger=_SOCKET_MODE_LOG, ping_interval=ping_interval
+    )
+    client = handler.client
+    client.default_auto_reconnect_enabled = client.auto_reconnect_enabled = False
+    closed = asyncio.Event()
+
+    async def on_close(_: object) -> None:
+        closed.set()
+
+    client.on_close_listeners.append(on_close)
+    client.on_error_listeners.append(on_close)
+    client.wss_uri = opened["url"]
+    try:
+        await asyncio.wait_for(handler.connect_async(), timeout=CONNECT_TIMEOUT)
+        log.info("slack: Socket Mode connected")
+        health.connected()
+        while True:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(closed.wait(), timeout=ping_interval)
+            closed.clear()
+            if not await client.is_connected():
+                # Slack's own "refresh" (a `disconnect` envelope) swaps connections in well
+                # under a ping interval; only a connection still down after one is lost.
+                await asyncio.sleep(ping_interval)
+                if not await client.is_connected():
+                    raise ConnectionLost("the Socket Mode connection closed")
+    finally:
+        await handler.close_async()
+
+
+async def _check_bot_token(client: AsyncWebClient) -> None:
+    try:
+        await client.auth_test()
+    except SlackApiError as err:
+        error = err.response.get("error")
+        if error in TOKEN_REFUSED:
+            raise Refused(
+                f"Slack refused SLACK_BOT_TOKEN (auth.test: {error}): copy the Bot User OAuth "
+                "Token (xoxb-…) from your app's OAuth & Permissions page, set SLACK_BOT_TOKEN "
+                "and restart"
+            ) from None
+        raise
+
+
+class _OneLine(logging.Filter):
+    """The Socket Mode SDK logs a traceback for each failed attempt; keep its one-line message."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        record.exc_info = None
+        record.exc_text = None
+        return True
+
+
+_SOCKET_MODE_LOG.addFilter(_OneLine())

@@ -319,6 +319,11 @@ class FakeSlackApi:
         await self._sockets[-1].send_json(envelope)
         return envelope_id
 
+    async def close_sockets(self) -> None:
+        """Slack drops every Socket Mode connection (a deploy on its side, a network cut)."""
+        for socket in list(self._sockets):
+            await socket.close()
+
     def _apps_connections_open(self, params: JsonDict) -> JsonDict:
         ticket = uuid.uuid4().hex
         self._tickets.add(ticket)
