@@ -618,7 +618,9 @@ async def test_a_port_that_cannot_be_bound_is_one_line_and_slack_down(
         settings = settings_for(harness.slack, port=port)
         async with serving(harness.app, settings) as health:
             await wait_for(lambda: health.state == "down", what="Slack down")
-            assert health.detail.startswith(f"cannot listen on port {port}")
+            assert health.detail.startswith(
+                f"cannot listen on port {port} (Address already in use)"
+            )
             assert "SLACK_PORT" in health.detail
             [line] = warnings(caplog)
             assert line.exc_info is None and line.levelno == logging.ERROR

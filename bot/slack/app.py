@@ -28,6 +28,7 @@ import asyncio
 import contextlib
 import functools
 import logging
+import os
 
 from aiohttp import web
 from slack_bolt.adapter.aiohttp import to_aiohttp_response, to_bolt_request
@@ -162,9 +163,10 @@ async def _http_mode(app: AsyncApp, port: int, health: PlatformHealth) -> None:
         try:
             await web.TCPSite(runner, "0.0.0.0", port).start()
         except OSError as err:
+            reason = os.strerror(err.errno) if err.errno else str(err)  # "Address already in use"
             raise Refused(
-                f"cannot listen on port {port} ({err.strerror or err}): free the port or set "
-                "SLACK_PORT, then restart"
+                f"cannot listen on port {port} ({reason}): free the port or set SLACK_PORT, "
+                "then restart"
             ) from None
         log.info("slack: HTTP mode on :%d%s", port, EVENTS_PATH)
         health.connected()
