@@ -66,7 +66,7 @@ _UNREACHABLE = {
     RPCStatusCode.PERMISSION_DENIED,
 }
 # An inbox entry that fails on its own is tried this many times, waiting INBOX_RETRY between
-# attempts (2 s doubling to 5 min: about 15 minutes in all), then kept as a dead letter.
+# attempts (2 s doubling to 5 min: about 14 minutes in all), then kept as a dead letter.
 MAX_ATTEMPTS = 10
 INBOX_RETRY = Backoff(first=2.0, cap=300.0, jitter=False)
 # While Temporal is unreachable, the inbox is tried again after this (doubling, capped).
@@ -149,6 +149,10 @@ class _Round:
     delivered: int
     unreachable: bool  # stopped early: Temporal could not be reached
     next_retry_at: float | None  # the earliest time an entry waiting on its own retry is due
+
+
+def _earliest(a: float | None, b: float | None) -> float | None:
+    return min(a, b) if a is not None and b is not None else (a if b is None else b)
 
 
 def _unreachable(err: BaseException) -> bool:
@@ -240,9 +244,9 @@ class ConversationRouter:
                 routed = await self._deliver(kind, payload)
             except Exception as err:
                 # Kept all the same: the platform has had its ack and will not send it again.
-                if not _unreachable(err):
-                    failure = one_line(err)
-                if isinstance(err, RPCError | ConnectionError | TimeoutError | RuntimeError):
+                unreachable = _unreachable(err)
+                failure = None if unreachable else one_line(err)
+                if unreachable or isinstance(err, RPCError):
                     log.warning(
                         "could not deliver a %s to %s now (%s); kept in the inbox",
                         kind,
@@ -355,7 +359,7 @@ class ConversationRouter:
                     continue
                 if pending.retry_at is not None and pending.retry_at > now:
                     held.add(workflow_id)
-                    next_retry_at = min(next_retry_at or pending.retry_at, pending.retry_at)
+                    next_retry_at = _earliest(next_retry_at, pending.retry_at)
                     continue
                 try:
                     routed = await self._deliver(pending.kind, payload)
@@ -364,9 +368,9 @@ class ConversationRouter:
                         log.info("Temporal unreachable (%s); the inbox waits", one_line(err))
                         return _Round(delivered, True, next_retry_at)
                     held.add(workflow_id)
-                    retry_at = await self._failed(pending, workflow_id, err)
-                    if retry_at is not None:
-                        next_retry_at = min(next_retry_at or retry_at, retry_at)
+                    next_retry_at = _earliest(
+                        next_retry_at, await self._failed(pending, workflow_id, err)
+                    )
                     continue
                 log.info("inbox entry %d delivered to %s: %s", pending.seq, workflow_id, routed)
                 await self._inbox.remove(pending.seq)
@@ -391,8 +395,9 @@ class ConversationRouter:
             why,
             delay,
         )
-        await self._inbox.failed(pending.seq, why, time.time() + delay)
-        return time.time() + delay
+        retry_at = time.time() + delay
+        await self._inbox.failed(pending.seq, why, retry_at)
+        return retry_at
 
     async def _bury(self, pending: Pending, why: str, *, attempted: bool = True) -> None:
         await self._inbox.bury(pending.seq, why, attempted=attempted)
