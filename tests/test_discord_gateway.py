@@ -216,12 +216,7 @@ async def test_discord_unreachable_is_retrying_not_raised(
 
 
 def warnings(caplog: pytest.LogCaptureFixture) -> list[logging.LogRecord]:
-    """Warnings and errors, but discord.py's notice that voice is unsupported (it is not used)."""
-    return [
-        r
-        for r in caplog.records
-        if r.levelno >= logging.WARNING and "voice will NOT be supported" not in r.getMessage()
-    ]
+    return [r for r in caplog.records if r.levelno >= logging.WARNING]
 
 
 async def _allow(actor: Actor) -> bool:

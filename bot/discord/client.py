@@ -93,6 +93,9 @@ class RefundBotClient(discord.Client):
         # Privileged: without it Discord sends every message with empty content, and the agent
         # could not read the customer's answers. Switched on in the Developer Portal.
         intents.message_content = True
+        # discord.py warns at every start that voice is unsupported (PyNaCl, davey): this bot uses
+        # no voice, and an operator should not read a warning about it.
+        discord.VoiceClient.warn_nacl = discord.VoiceClient.warn_dave = False
         super().__init__(intents=intents, allowed_mentions=NO_PINGS)
         self.settings = settings
         self.support_channel_id: int = settings.support_channel_id
