@@ -148,7 +148,7 @@ async def test_a_resume_goes_to_the_configured_gateway_not_discords(api: FakeDis
 
 
 async def test_an_invalidated_session_identifies_again_at_the_configured_gateway(
-    api: FakeDiscordAPI,
+    api: FakeDiscordAPI, caplog: pytest.LogCaptureFixture
 ) -> None:
     async with serving(api, settings_for(api)) as bot:
         await wait_for(lambda: bot.health.ok, what="READY")
@@ -157,6 +157,20 @@ async def test_an_invalidated_session_identifies_again_at_the_configured_gateway
         await wait_for(lambda: len(api.gateway.identifies) == 2, what="a new IDENTIFY")
         api.user_message(SUPPORT, CUSTOMER, "still here?")
         await bot.routed(1)
+    assert warnings(caplog) == []  # Discord's request, followed at once: no failure to report
+
+
+async def test_a_gateway_that_closes_every_connection_at_once_is_backed_off(
+    api: FakeDiscordAPI, caplog: pytest.LogCaptureFixture
+) -> None:
+    async with serving(api, settings_for(api)) as bot:
+        await wait_for(lambda: bot.health.ok, what="READY")
+        api.gateway.close_every_connection_after_hello = True  # a broken proxy, say
+        await api.gateway.close_connections(4000)
+        await wait_for(lambda: bot.health.failures >= 3, what="three failed reconnects")
+        assert bot.health.state == "retrying"
+        assert bot.health.detail == "ConnectionLost: the gateway asked to RESUME before any event"
+    assert len(warnings(caplog)) >= 3
 
 
 async def test_a_refused_token_is_one_line_and_discord_down(

@@ -647,7 +647,7 @@ async def test_socket_mode_connects_again_when_slack_drops_it(
     slack = harness.slack
     settings = settings_for(slack, app_token=slack.app_token, signing_secret=None)
     app = build_app(settings, harness.router, harness.commands)  # type: ignore[arg-type]
-    async with serving(app, settings, ping_interval=0.2) as health:
+    async with serving(app, settings, ping_interval=0.5) as health:
         await wait_for(lambda: health.ok and slack.socket_connections == 1, what="connected")
         await slack.close_sockets()
         await wait_for(lambda: health.state == "retrying", what="the drop noticed")

@@ -142,17 +142,21 @@ class RefundBotClient(discord.Client):
         """
         while not self.is_closed():
             params = self._next_connection()
-            sequence_before = params.get("sequence")
+            before = highest = params.get("sequence") or 0  # the last event seen, by number
             try:
                 handshake = DiscordWebSocket.from_client(self, **params)
                 self.ws = await asyncio.wait_for(handshake, timeout=HANDSHAKE_TIMEOUT)
                 while True:
                     await self.ws.poll_event()
+                    highest = max(highest, self.ws.sequence or 0)
             except ReconnectWebSocket as asked:
                 self.dispatch("disconnect")
-                if self.ws is None or self.ws.sequence == sequence_before:
-                    # Closed before READY or RESUMED: following at once could loop hot.
-                    raise ConnectionLost("the gateway closed the connection at once") from None
+                if highest == before:
+                    # Not one event on this connection: following at once could loop hot (and
+                    # Discord wants a pause before a new IDENTIFY after an invalidated session).
+                    raise ConnectionLost(
+                        f"the gateway asked to {asked.op} before any event"
+                    ) from None
                 # An invalidated session has no session id any more: the next one IDENTIFYs.
                 log.debug("Discord asked to %s the gateway connection", asked.op)
             except BaseException:

@@ -31,7 +31,8 @@ the way Discord does it:
 Test controls: `refuse_connections(n)` answers the next connection attempts with HTTP 503;
 `request_reconnect(redeliver_from=…)` sends RECONNECT (op 7) and makes the next RESUME replay from
 that sequence number too (Discord delivers at least once: a client may see an event twice);
-`invalidate_sessions()`; `close_connections(code)`; `sent(event)` lists what was dispatched, with
+`invalidate_sessions()`; `close_connections(code)`, and `close_every_connection_after_hello` (a
+broken proxy between bot and Discord); `sent(event)` lists what was dispatched, with
 sequence numbers, and `replayed()` what a RESUME sent again.
 """
 
@@ -92,11 +93,18 @@ class Sent:
     data: dict[str, Any]
 
 
+@dataclass(frozen=True)
+class _Close:
+    """In a connection's outbox: close it with `code`, after what was queued before."""
+
+    code: int
+
+
 @dataclass
 class _Connection:
     socket: web.WebSocketResponse
     compressor: Any | None  # one zlib context per connection, or None (no compression)
-    outbox: asyncio.Queue[dict[str, Any] | None] = field(default_factory=asyncio.Queue)
+    outbox: asyncio.Queue[dict[str, Any] | _Close | None] = field(default_factory=asyncio.Queue)
     session: _Session | None = None
 
 
@@ -123,6 +131,7 @@ class FakeDiscordGateway:
         self.queries: list[dict[str, str]] = []  # each connection's query string
         self.frames: list[WSMsgType] = []  # the type of every frame sent (TEXT or BINARY)
         self.split_messages = 0  # messages sent over two frames
+        self.close_every_connection_after_hello = False  # a broken proxy in between, say
         self._refusals = 0
         self._sessions: dict[str, _Session] = {}
         self._connections: list[_Connection] = []
@@ -207,6 +216,8 @@ class FakeDiscordGateway:
         try:
             hello = {"heartbeat_interval": self.heartbeat_interval_ms, "_trace": ["fake-gateway"]}
             self._send(connection, {"op": HELLO, "d": hello, "s": None, "t": None})
+            if self.close_every_connection_after_hello:
+                connection.outbox.put_nowait(_Close(4000))  # once HELLO has gone out
             async for message in socket:
                 if message.type != WSMsgType.TEXT:
                     await socket.close(code=4002, message=b"Error while decoding payload.")
@@ -309,6 +320,9 @@ class FakeDiscordGateway:
     async def _write(self, connection: _Connection) -> None:
         """The one writer of a connection: messages leave in the order they were queued."""
         while (payload := await connection.outbox.get()) is not None:
+            if isinstance(payload, _Close):
+                await connection.socket.close(code=payload.code)
+                return
             text = json.dumps(payload, separators=(",", ":"))
             try:
                 if connection.compressor is None:
