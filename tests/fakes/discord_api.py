@@ -221,6 +221,8 @@ class FakeDiscordAPI:
         return self
 
     async def __aexit__(self, *exc_info: object) -> None:
+        # Close the gateway's websockets first: the server waits for open handlers on shutdown.
+        await self.gateway.close_connections(1001)
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None
