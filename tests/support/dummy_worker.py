@@ -1,7 +1,8 @@
 """A minimal Worker child for the supervisor tests, honouring the child contract.
 
 Run as `python -m tests.support.dummy_worker`. It reads TemporalSettings from the environment the
-supervisor sets (TEMPORAL_ADDRESS, TEMPORAL_NAMESPACE, TEMPORAL_TASK_QUEUE), polls
+supervisor sets (TEMPORAL_ADDRESS, TEMPORAL_NAMESPACE, TEMPORAL_TASK_QUEUE) and its codec keys from
+CODEC_KEYS, polls
 `settings.task_queue` with the identity `worker_identity()`, and exits cleanly on SIGTERM.
 """
 
@@ -13,9 +14,12 @@ import signal
 from temporalio import workflow
 from temporalio.worker import Worker
 
-from agent.settings import TemporalSettings
-from agent.temporal_client import connect
-from worker.control import worker_identity
+with workflow.unsafe.imports_passed_through():
+    # The sandbox re-imports this module for Echo; the codec's native cryptography bindings
+    # cannot be imported twice.
+    from agent.settings import TemporalSettings
+    from agent.temporal_client import connect
+    from worker.control import worker_identity
 
 
 @workflow.defn(name="Echo")
