@@ -26,10 +26,11 @@ from agent.settings import AgentSettings, TemporalSettings
 from agent.stores.grants import GrantStore
 from agent.temporal_client import connect
 from agent.workflow import RefundConversation
-from bot.commands import Commands
+from bot.commands import CommandReply, Commands
 from bot.hold import HoldSwitch
 from bot.local.terminal import PEOPLE
 from bot.local.thread_store import LocalThreadStore
+from bot.slack.commands import resolve_conversation
 from tests.support.codec import TEST_KEY, all_payloads, raw_bytes
 from tests.support.conversation import LocalConversation
 from tests.support.inproc import running_worker
@@ -256,3 +257,13 @@ async def test_a_missing_key_is_one_clear_line_for_every_reader(
     assert right.returncode == 0, right.stderr
     assert '"item_opened"' not in right.stdout  # not answered yet
     assert '"customer_signals": 1' in right.stdout
+
+
+async def test_finding_a_slack_conversation_by_order_without_the_key_says_so() -> None:
+    async def finder(team_id: str, order_number: str) -> str | None:
+        raise MissingCodecKey(TEST_KEY.key_id, ["someone-else"])
+
+    reply = await resolve_conversation("4500", "T0SHOP", "/refund-status", finder)
+    assert isinstance(reply, CommandReply) and not reply.ok
+    assert reply.text.startswith("Can't search conversations by order: Event History is encrypted")
+    assert f"{TEST_KEY.key_id!r}" in reply.text
