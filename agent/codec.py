@@ -20,9 +20,8 @@ import re
 import secrets
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
-from cryptography.exceptions import InvalidTag
-from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from temporalio.api.common.v1 import Payload
 from temporalio.converter import PayloadCodec
 
@@ -79,7 +78,7 @@ class CodecKey:
 
     @classmethod
     def generate(cls, key_id: str | None = None) -> CodecKey:
-        return cls(key_id or f"key-{secrets.token_hex(4)}", AESGCM.generate_key(bit_length=256))
+        return cls(key_id or f"key-{secrets.token_hex(4)}", os.urandom(KEY_BYTES))
 
     def entry(self) -> str:
         """The key as one CODEC_KEYS entry: `id:base64key`."""
@@ -110,22 +109,33 @@ class AesGcmCodec(PayloadCodec):
     """Encrypts with the first key; decrypts with whichever key a payload names."""
 
     def __init__(self, keys: Sequence[CodecKey]) -> None:
-        self._encrypting = keys[0] if keys else None
-        self._by_id = {key.key_id: AESGCM(key.secret) for key in keys}
-        if len(self._by_id) != len(keys):
+        self._encrypting = keys[0].key_id if keys else None
+        self._secrets = {key.key_id: key.secret for key in keys}
+        if len(self._secrets) != len(keys):
             raise ValueError("codec keys must have distinct ids")
+        self._ciphers: dict[str, Any] = {}
 
     @property
     def key_ids(self) -> list[str]:
-        return list(self._by_id)
+        return list(self._secrets)
+
+    def _cipher(self, key_id: str) -> Any:
+        # Built on first use, not with the codec or this module: the workflow sandbox re-imports
+        # (and re-runs) what a workflow's module imports, and cryptography's native bindings
+        # cannot be imported twice.
+        from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
+        if key_id not in self._ciphers:
+            self._ciphers[key_id] = AESGCM(self._secrets[key_id])
+        return self._ciphers[key_id]
 
     async def encode(self, payloads: Sequence[Payload]) -> list[Payload]:
         if not payloads:
             return []
         if self._encrypting is None:
             raise NoCodecKey
-        key_id = self._encrypting.key_id
-        cipher = self._by_id[key_id]
+        key_id = self._encrypting
+        cipher = self._cipher(key_id)
         encoded = []
         for payload in payloads:
             nonce = os.urandom(NONCE_BYTES)
@@ -146,10 +156,12 @@ class AesGcmCodec(PayloadCodec):
         if payload.metadata.get("encoding") != ENCODING:
             return payload  # written before the codec was on (or never encoded): as it is
         key_id = payload.metadata.get(KEY_ID_METADATA, b"").decode(errors="replace")
-        cipher = self._by_id.get(key_id)
-        if cipher is None:
+        if key_id not in self._secrets:
             raise MissingCodecKey(key_id, self.key_ids)
+        cipher = self._cipher(key_id)
         nonce, sealed = payload.data[:NONCE_BYTES], payload.data[NONCE_BYTES:]
+        from cryptography.exceptions import InvalidTag  # imported late: see _cipher
+
         try:
             plain = cipher.decrypt(nonce, sealed, key_id.encode())
         except InvalidTag:

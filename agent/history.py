@@ -19,6 +19,7 @@ from temporalio.client import Client, WorkflowHistory
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.converter import DataConverter
 
+from agent.codec import ENCODING
 from agent.decoded_history import decoded_history
 from agent.models import (
     AgentStep,
@@ -62,7 +63,10 @@ class _Activity(BaseModel):
 
 
 def _decode(converter: DataConverter, payloads: Any, type_hint: type) -> Any:
-    values = converter.payload_converter.from_payloads(list(payloads), [type_hint])
+    payloads = list(payloads)
+    if any(p.metadata.get("encoding") == ENCODING for p in payloads):
+        raise ValueError("this history is still encrypted: read it through decoded_history first")
+    values = converter.payload_converter.from_payloads(payloads, [type_hint])
     return values[0] if values else None
 
 

@@ -17,17 +17,13 @@ from temporalio.converter import DataConverter
 from temporalio.worker import Replayer
 from temporalio.workflow import NondeterminismError
 
+from agent.codec import ENCODING, CodecKey, MissingCodecKey
+from agent.decoded_history import decoded_history
 from agent.history import survivors_from_history
 from agent.models import ConversationStart, DecideInput, LookupCustomerInput
+from agent.temporal_client import data_converter
 from agent.workflow import WORKFLOW_TYPE, RefundConversation
-
-with workflow.unsafe.imports_passed_through():
-    # The sandbox re-imports this module for ReorderedConversation; the codec's native
-    # cryptography bindings cannot be imported twice.
-    from agent.codec import ENCODING, CodecKey, MissingCodecKey
-    from agent.decoded_history import decoded_history
-    from agent.temporal_client import data_converter
-    from tests.support.codec import TEST_CONVERTER, TEST_KEY, all_payloads
+from tests.support.codec import TEST_CONVERTER, TEST_KEY, all_payloads
 
 HISTORIES = sorted((Path(__file__).parent / "histories").glob("*.json"))
 
@@ -123,3 +119,8 @@ async def test_replay_tooling_without_the_key_fails_in_one_line() -> None:
     assert str(missing.value).startswith(
         f"Event History is encrypted with codec key {TEST_KEY.key_id!r}"
     )
+
+
+def test_reading_an_encrypted_history_undecoded_is_refused_clearly() -> None:
+    with pytest.raises(ValueError, match="still encrypted: read it through decoded_history"):
+        survivors_from_history(_read(Path(__file__).parent / "histories" / "escalated.json"))

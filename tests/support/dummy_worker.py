@@ -14,12 +14,9 @@ import signal
 from temporalio import workflow
 from temporalio.worker import Worker
 
-with workflow.unsafe.imports_passed_through():
-    # The sandbox re-imports this module for Echo; the codec's native cryptography bindings
-    # cannot be imported twice.
-    from agent.settings import TemporalSettings
-    from agent.temporal_client import connect
-    from worker.control import worker_identity
+from agent.settings import TemporalSettings
+from agent.temporal_client import connect
+from worker.control import worker_identity
 
 
 @workflow.defn(name="Echo")
