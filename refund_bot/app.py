@@ -16,6 +16,7 @@ from pathlib import Path
 
 from temporalio.client import Client
 
+from agent.codec_keys import ensure_codec_key, key_file
 from agent.settings import AgentSettings, TemporalSettings
 from agent.stores.grants import GrantStore
 from agent.temporal_client import connect
@@ -55,8 +56,17 @@ async def running_stack(
     """Temporal (embedded if needed), the supervised Worker, the router's inbox delivery."""
     data_dir = Path(settings.data_dir)
     await prepare_stores(settings)  # creates the data directory and seeds the demo data
+    # Encryption is on by default: with no key configured, one is generated into the data
+    # directory, where the Worker child (which inherits DATA_DIR) reads it too.
+    keys, generated = ensure_codec_key(settings)
+    if generated is not None:
+        print(
+            f"Generated codec key {generated.key_id!r} in {key_file(data_dir)} (mode 0600): it "
+            "encrypts every conversation in Temporal. Keep it; other hosts need it in CODEC_KEYS.",
+            flush=True,
+        )
     async with EmbeddedTemporal(temporal, data_dir) as server:
-        client = await connect(temporal, address=server.address)
+        client = await connect(temporal, address=server.address, keys=keys)
         supervisor = WorkerSupervisor(
             temporal.model_copy(update={"address": server.address}),
             client=client,

@@ -5,6 +5,7 @@ refund-bot run       the main job: embedded Temporal (if needed), the supervised
 refund-bot demo      the unattended story, start to finish, on embedded defaults
 refund-bot worker    one Worker (the supervisor runs this as its child)
 refund-bot status ID what survives of a conversation, read from Event History (no Worker needed)
+refund-bot codec-server            the payload codec over HTTP, for the Temporal Web UI and CLI
 refund-bot discord sync-commands   register the Discord application commands
 refund-bot stripe-setup            pay the demo orders in Stripe test mode (once, sk_test_ key)
 """
@@ -15,10 +16,12 @@ import argparse
 import asyncio
 import logging
 import sys
+from typing import NoReturn
 
 from pydantic import ValidationError
 
-from agent.settings import AgentSettings, TemporalSettings
+from agent.codec import CodecKeyError, NoCodecKey
+from agent.settings import AgentSettings, CodecServerSettings, TemporalSettings
 from worker.exit import exit_now
 
 
@@ -26,30 +29,59 @@ def _settings() -> tuple[TemporalSettings, AgentSettings]:
     try:
         return TemporalSettings(), AgentSettings()
     except ValidationError as err:
-        # A clear refusal at start-up (a live Stripe key, a malformed value), never a traceback.
-        messages = "; ".join(e["msg"].removeprefix("Value error, ") for e in err.errors())
-        sys.exit(f"refund-bot: invalid settings: {messages}")
+        _refuse(err)
+
+
+def _refuse(err: ValidationError) -> NoReturn:
+    # A clear refusal at start-up (a live Stripe key, a malformed value), never a traceback.
+    messages = "; ".join(e["msg"].removeprefix("Value error, ") for e in err.errors())
+    sys.exit(f"refund-bot: invalid settings: {messages}")
 
 
 async def _worker() -> None:
+    from agent.codec_keys import codec_keys
     from agent.temporal_client import connect
     from refund_bot.wiring import grant_sources, outbound_posters
     from worker.runner import run_worker
 
     temporal, settings = _settings()
-    client = await connect(temporal)
+    keys = codec_keys(settings)
+    if not keys:
+        raise NoCodecKey  # a Worker never writes a conversation to Temporal in clear
+    client = await connect(temporal, keys=keys)
     await run_worker(
         client, temporal, settings, outbound_posters(settings), grant_sources(settings)
     )
 
 
 async def _status(workflow_id: str) -> None:
+    from agent.codec_keys import codec_keys
     from agent.history import what_survives
     from agent.temporal_client import connect
 
-    temporal, _ = _settings()
-    client = await connect(temporal)
+    temporal, settings = _settings()
+    client = await connect(temporal, keys=codec_keys(settings))
     print((await what_survives(client, workflow_id)).model_dump_json(indent=2))
+
+
+async def _codec_server() -> int:
+    from agent.codec_keys import codec_keys
+    from worker.codec_server import CodecServerRefused, serve
+
+    temporal, settings = _settings()
+    try:
+        server = CodecServerSettings()
+    except ValidationError as err:
+        _refuse(err)
+    keys = codec_keys(settings)
+    if not keys:
+        raise NoCodecKey
+    try:
+        await serve(server, keys, temporal)
+    except (CodecServerRefused, OSError) as err:
+        print(f"refund-bot: codec server not started: {err}", file=sys.stderr)
+        return 1
+    return 0
 
 
 async def _run(local: bool) -> None:
@@ -103,6 +135,9 @@ def main(argv: list[str] | None = None) -> None:
     )
     status = commands.add_parser("status", help="what survives of a conversation, from history")
     status.add_argument("workflow_id")
+    commands.add_parser(
+        "codec-server", help="decrypt Event History for the Web UI and CLI (loopback by default)"
+    )
     args = parser.parse_args(argv)
     logging.basicConfig(
         level=logging.INFO if args.verbose or args.command == "worker" else logging.WARNING,
@@ -115,11 +150,16 @@ def main(argv: list[str] | None = None) -> None:
         "discord": _discord_sync,
         "stripe-setup": _stripe_setup,
         "status": lambda: _status(args.workflow_id),
+        "codec-server": _codec_server,
     }
     try:
         code = asyncio.run(commands_by_name[args.command]()) or 0
     except KeyboardInterrupt:
         code = 130
+    except CodecKeyError as err:
+        # A missing or wrong key: one line naming the key id, never a traceback, never the key.
+        print(f"refund-bot: {err}", file=sys.stderr)
+        code = 1
     except RuntimeError as err:
         if not str(err).startswith("Failed client connect"):
             raise

@@ -9,7 +9,7 @@ from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
 
 from agent.settings import AgentSettings
-from agent.temporal_client import DATA_CONVERTER
+from tests.support.codec import TEST_CONVERTER
 from worker.exit import exit_now
 from worker.server import temporal_cli_path
 
@@ -18,7 +18,7 @@ from worker.server import temporal_cli_path
 async def temporal_env() -> AsyncIterator[WorkflowEnvironment]:
     env = await WorkflowEnvironment.start_local(
         dev_server_existing_path=str(temporal_cli_path()),
-        data_converter=DATA_CONVERTER,
+        data_converter=TEST_CONVERTER,
         dev_server_log_level="error",
     )
     try:

@@ -23,6 +23,7 @@ from agent.stores.ledger import Ledger
 from tests.fakes.discord_api import THREADS_ROUTE, FakeDiscordAPI, Interaction
 from tests.fakes.discord_gateway import GUILD_MESSAGES, GUILDS, MESSAGE_CONTENT
 from tests.support import free_port
+from tests.support.codec import TEST_CODEC_ENV
 from tests.support.conditions import wait_for
 from tests.support.discord_guild import (
     AGENT,
@@ -71,6 +72,7 @@ async def test_a_discord_conversation_through_the_real_process(
     async with FakeDiscordAPI() as api:
         seed_guild(api)
         env = clean_environment(
+            **TEST_CODEC_ENV,  # the session's server: its clients read with the tests' key
             DISCORD_TOKEN=api.token,
             DISCORD_SUPPORT_CHANNEL_ID=str(SUPPORT),
             DISCORD_GUILD_ID=str(GUILD),

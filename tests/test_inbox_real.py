@@ -14,7 +14,6 @@ from temporalio.testing import WorkflowEnvironment
 
 from agent.models import Actor, ThreadRef
 from agent.settings import AgentSettings, TemporalSettings
-from agent.temporal_client import DATA_CONVERTER
 from bot.conversations import ConversationRouter, InboundMessage, Routed
 from bot.ids import workflow_id_for
 from bot.inbox import Inbox
@@ -22,6 +21,7 @@ from bot.local.terminal import PEOPLE, inbound
 from bot.reconnect import Backoff
 from refund_bot.wiring import local_thread_store
 from tests.support import free_port
+from tests.support.codec import TEST_CONVERTER
 from tests.support.conditions import wait_for
 from worker.server import EmbeddedTemporal
 
@@ -33,7 +33,7 @@ async def test_messages_wait_for_temporal_and_arrive_in_order(tmp_path) -> None:
     temporal = TemporalSettings(_env_file=None, address=address, ui_port=free_port())  # type: ignore[call-arg]
     settings = AgentSettings(_env_file=None, data_dir=tmp_path)  # type: ignore[call-arg]
     # A lazy client connects on first use, as a bot that starts before its Temporal would.
-    client = await Client.connect(address, data_converter=DATA_CONVERTER, lazy=True)
+    client = await Client.connect(address, data_converter=TEST_CONVERTER, lazy=True)
     inbox = Inbox(tmp_path / "inbox.sqlite")
 
     async def no_hold() -> bool:
@@ -59,9 +59,7 @@ async def test_messages_wait_for_temporal_and_arrive_in_order(tmp_path) -> None:
         for e in history.events
         if e.HasField("workflow_execution_signaled_event_attributes")
     ]
-    texts = [
-        DATA_CONVERTER.payload_converter.from_payloads(s.input.payloads)[0]["text"] for s in signals
-    ]
+    texts = [(await TEST_CONVERTER.decode(s.input.payloads))[0]["text"] for s in signals]
     assert texts == [
         "please refund order 1234",
         "Yes",
@@ -105,7 +103,7 @@ async def test_messages_for_a_namespace_not_there_yet_arrive_once_it_is(
 ) -> None:
     namespace = f"late-{uuid.uuid4().hex[:8]}"
     address = temporal_env.client.service_client.config.target_host
-    client = await Client.connect(address, namespace=namespace, data_converter=DATA_CONVERTER)
+    client = await Client.connect(address, namespace=namespace, data_converter=TEST_CONVERTER)
     inbox = Inbox(tmp_path / "inbox.sqlite")
     router = ConversationRouter(
         client,
@@ -143,9 +141,7 @@ async def test_messages_for_a_namespace_not_there_yet_arrive_once_it_is(
         for e in history.events
         if e.HasField("workflow_execution_signaled_event_attributes")
     ]
-    texts = [
-        DATA_CONVERTER.payload_converter.from_payloads(s.input.payloads)[0]["text"] for s in signals
-    ]
+    texts = [(await TEST_CONVERTER.decode(s.input.payloads))[0]["text"] for s in signals]
     assert texts == ["please refund order 1234", "Yes"]
     await handle.terminate("test over")
 

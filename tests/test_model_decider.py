@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from agent.decoded_history import decoded_history
 from agent.history import survivors_from_history
 from agent.settings import AgentSettings
 from bot.local.thread_store import LocalThreadStore
@@ -35,7 +36,7 @@ async def test_model_chooses_lookups_and_decision_once_each(client, tmp_path) ->
             handle = await conv.open("please refund order 1234", decider="openai")
             await _answer(conv)
             outcome = await handle.result()
-            history = await handle.fetch_history()
+            history = await decoded_history(await handle.fetch_history(), client.data_converter)
     assert outcome.status == "refunded"
     # The intake questions are the policy's; the model was asked three times, once per step.
     assert len(model.requests) == 3

@@ -16,6 +16,7 @@ from temporalio.testing import WorkflowEnvironment
 
 from tests.fakes.slack_api import Delivery, FakeSlackApi, SlackSender, signed_headers
 from tests.support import free_port
+from tests.support.codec import TEST_CODEC_ENV
 from tests.support.conditions import wait_for
 from tests.support.refund_bot_process import RefundBotProcess, clean_environment
 
@@ -34,6 +35,7 @@ async def test_slack_serves_while_discord_is_unreachable(
     slack_port, nowhere = free_port(), free_port()  # nothing listens at `nowhere`
     async with FakeSlackApi(team_id=TEAM) as slack:
         env = clean_environment(
+            **TEST_CODEC_ENV,  # the session's server: its clients read with the tests' key
             SLACK_BOT_TOKEN=slack.token,
             SLACK_SIGNING_SECRET=SECRET,
             SLACK_SUPPORT_CHANNEL=CHANNEL,

@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import re
 import socket
+from datetime import timedelta
 from pathlib import Path
 
+import aiohttp
 import pytest
-from temporalio.client import WorkflowExecutionStatus
+from temporalio.api.workflowservice.v1 import DescribeNamespaceRequest
+from temporalio.client import Client, WorkflowExecutionStatus
 
 from agent.settings import TemporalSettings
 from agent.temporal_client import connect
@@ -16,24 +19,52 @@ from tests.support.conditions import wait_for
 from worker.server import EmbeddedTemporal, TemporalServerError, temporal_answers
 
 
-def local_settings(port: int | None = None, *, embedded: bool = True) -> TemporalSettings:
+def local_settings(
+    port: int | None = None, *, embedded: bool = True, **more: object
+) -> TemporalSettings:
     return TemporalSettings(
         _env_file=None,  # type: ignore[call-arg]
         address=f"127.0.0.1:{port or free_port()}",
         namespace="default",
         ui_port=free_port(),
         embedded=embedded,
+        **more,
     )
 
 
+async def namespace_retention(settings: TemporalSettings) -> timedelta:
+    client = await Client.connect(settings.address)
+    described = await client.workflow_service.describe_namespace(
+        DescribeNamespaceRequest(namespace=settings.namespace)
+    )
+    return described.config.workflow_execution_retention_ttl.ToTimedelta()
+
+
 async def test_start_reuse_stop_and_persist(tmp_path: Path) -> None:
-    settings = local_settings()
+    codec_server = "http://127.0.0.1:8081"
+    settings = local_settings(retention_days=3, ui_codec_endpoint=codec_server)
     first = EmbeddedTemporal(settings, tmp_path)
     async with first:
         assert first.started
         assert first.db_path.exists()
         assert first.ui_url == f"http://127.0.0.1:{settings.ui_port}"
         assert await temporal_answers(settings.address)
+        # The history retention setting, as the namespace itself reports it.
+        assert await namespace_retention(settings) == timedelta(days=3)
+
+        # The Web UI decodes payloads through the codec server it was pointed at.
+        async def ui_settings() -> dict | None:
+            try:
+                async with (
+                    aiohttp.ClientSession() as http,
+                    http.get(f"{first.ui_url}/api/v1/settings") as response,
+                ):
+                    return await response.json() if response.status == 200 else None
+            except aiohttp.ClientError:
+                return None
+
+        ui = await wait_for(ui_settings, timeout=30, what="the Web UI's settings")
+        assert ui["Codec"]["Endpoint"] == codec_server
         pid = first.pid
         assert pid is not None
 

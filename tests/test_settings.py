@@ -7,7 +7,7 @@ from pathlib import Path
 
 from pydantic_settings import BaseSettings
 
-from agent.settings import AgentSettings, TemporalSettings
+from agent.settings import AgentSettings, CodecServerSettings, TemporalSettings
 from bot.discord.settings import DiscordSettings
 from bot.slack.settings import SlackSettings
 
@@ -15,6 +15,7 @@ EXAMPLE = Path(__file__).parent.parent / ".env.example"
 CLASSES: tuple[type[BaseSettings], ...] = (
     TemporalSettings,
     AgentSettings,
+    CodecServerSettings,
     SlackSettings,
     DiscordSettings,
 )
@@ -22,9 +23,7 @@ CLASSES: tuple[type[BaseSettings], ...] = (
 
 def _env_names(cls: type[BaseSettings]) -> set[str]:
     prefix = cls.model_config.get("env_prefix", "")
-    return {
-        (field.alias or f"{prefix}{name}").upper() for name, field in cls.model_fields.items()
-    }
+    return {(field.alias or f"{prefix}{name}").upper() for name, field in cls.model_fields.items()}
 
 
 def test_env_example_documents_every_setting() -> None:
@@ -41,6 +40,8 @@ def test_a_copy_of_env_example_runs_offline(monkeypatch) -> None:
     temporal = TemporalSettings(_env_file=EXAMPLE)  # type: ignore[call-arg]
     agent = AgentSettings(_env_file=EXAMPLE)  # type: ignore[call-arg]
     assert temporal.api_key is None and temporal.tls_cert_path is None
-    assert agent.effect_mode == "ledger" and agent.admins == []
+    assert agent.effect_mode == "ledger" and agent.admins == [] and agent.codec_keys is None
+    server = CodecServerSettings(_env_file=EXAMPLE)  # type: ignore[call-arg]
+    assert server.host == "127.0.0.1" and server.token is None
     assert not SlackSettings(_env_file=EXAMPLE).enabled  # type: ignore[call-arg]
     assert not DiscordSettings(_env_file=EXAMPLE).enabled  # type: ignore[call-arg]

@@ -18,6 +18,7 @@ from temporalio.testing import WorkflowEnvironment
 
 from agent.settings import TemporalSettings
 from tests.support import pid_alive
+from tests.support.codec import TEST_CODEC_ENV
 from tests.support.conditions import wait_for
 from worker.control import (
     RestartReport,
@@ -44,7 +45,9 @@ async def supervisor(temporal_env: WorkflowEnvironment) -> AsyncIterator[WorkerS
         control_task_queue=f"refund-bot-control-test-{suffix}",
         embedded=False,
     )
-    sup = WorkerSupervisor(settings, CHILD, client=temporal_env.client, ready_timeout=20)
+    sup = WorkerSupervisor(
+        settings, CHILD, client=temporal_env.client, env=TEST_CODEC_ENV, ready_timeout=20
+    )
     await sup.start()
     yield sup
     pid = sup.pid

@@ -71,7 +71,7 @@ async def request_worker_restart(
 ) -> RestartReport:
     """Ask a supervisor polling `control_task_queue` to SIGKILL and restart its Worker.
 
-    `client` must use agent.temporal_client.DATA_CONVERTER (pydantic). Raises
+    `client` must use agent.temporal_client's data converter (pydantic, encrypted). Raises
     temporalio.client.WorkflowFailureError if the restart failed or no supervisor took it in time.
     """
     return await client.execute_workflow(

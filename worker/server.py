@@ -2,7 +2,8 @@
 
 Started only when nothing answers at the configured address, so a developer's own server (or one
 left by an earlier run) is reused, and stopped only by the object that started it. Its SQLite file
-lives in the data directory, so open conversations survive a full restart of refund-bot.
+lives in the data directory, so open conversations survive a full restart of refund-bot. A server
+it starts gets the namespace's history retention from settings (TEMPORAL_RETENTION_DAYS).
 """
 
 from __future__ import annotations
@@ -18,6 +19,9 @@ from datetime import timedelta
 from pathlib import Path
 from types import TracebackType
 
+from google.protobuf.duration_pb2 import Duration
+from temporalio.api.namespace.v1 import NamespaceConfig
+from temporalio.api.workflowservice.v1 import UpdateNamespaceRequest
 from temporalio.client import Client
 
 from agent.settings import TemporalSettings
@@ -57,6 +61,18 @@ async def temporal_answers(address: str, timeout: float = 1.0) -> bool:  # noqa:
             return await client.service_client.check_health(timeout=limit)
     except Exception:  # refused, timed out, TLS mismatch, not Temporal: all mean "no"
         return False
+
+
+async def set_retention(address: str, namespace: str, retention: timedelta) -> None:
+    """How long `namespace` keeps closed conversations: after it their history is deleted."""
+    client = await Client.connect(address, namespace=namespace)
+    ttl = Duration()
+    ttl.FromTimedelta(retention)
+    await client.workflow_service.update_namespace(
+        UpdateNamespaceRequest(
+            namespace=namespace, config=NamespaceConfig(workflow_execution_retention_ttl=ttl)
+        )
+    )
 
 
 def split_address(address: str) -> tuple[str, int]:
@@ -124,6 +140,9 @@ class EmbeddedTemporal:
         return self._proc.pid if self._proc else None
 
     def command(self) -> list[str]:
+        # The Web UI decodes payloads through this endpoint (refund-bot codec-server).
+        endpoint = self.settings.ui_codec_endpoint
+        codec = ["--ui-codec-endpoint", endpoint] if endpoint else []
         return [
             str(temporal_cli_path()),
             "server",
@@ -134,6 +153,7 @@ class EmbeddedTemporal:
             "--db-filename", str(self.db_path),
             "--namespace", self.settings.namespace,
             "--log-level", "warn",
+            *codec,
         ]  # fmt: skip
 
     async def __aenter__(self) -> EmbeddedTemporal:
@@ -181,6 +201,13 @@ class EmbeddedTemporal:
                 )
             await asyncio.sleep(0.1)
         log.info("Temporal dev server answers at %s (db %s)", self.address, self.db_path)
+        retention = timedelta(days=self.settings.retention_days)
+        try:
+            await set_retention(self.address, self.settings.namespace, retention)
+        except BaseException:
+            await self.stop()
+            raise
+        log.info("Namespace %r keeps closed conversations %s", self.settings.namespace, retention)
         log.info("Temporal Web UI: %s", self.ui_url)
 
     async def stop(self) -> None:

@@ -76,7 +76,7 @@ class ControlActivities:
 class WorkerSupervisor:
     """Starts the Worker child, restarts it on request or when it dies, stops it on the way out.
 
-    `client` must use agent.temporal_client.DATA_CONVERTER; without one, `start()` connects with
+    `client` must use agent.temporal_client's data converter; without one, `start()` connects with
     `connect(settings)`. `env` is added to the child's environment on top of this process's
     environment and the TEMPORAL_ADDRESS / _NAMESPACE / _TASK_QUEUE derived from `settings`.
     """

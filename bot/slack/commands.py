@@ -18,6 +18,7 @@ from slack_bolt.context.ack.async_ack import AsyncAck
 from slack_bolt.context.respond.async_respond import AsyncRespond
 from slack_sdk.web.async_client import AsyncWebClient
 
+from agent.codec import CodecKeyError
 from agent.models import Actor
 from bot.commands import CommandReply, Commands
 from bot.slack.links import (
@@ -152,7 +153,10 @@ async def resolve_conversation(
         return CommandReply(
             ok=False, text="Finding a conversation by order number is off here; use the link."
         )
-    workflow_id = await find_by_order(team_id, order)
+    try:
+        workflow_id = await find_by_order(team_id, order)
+    except CodecKeyError as err:  # the search reads histories: say which key it lacks
+        return CommandReply(ok=False, text=f"Can't search conversations by order: {err}.")
     if workflow_id is None:
         return CommandReply(
             ok=False,

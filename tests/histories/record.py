@@ -2,6 +2,10 @@
 
 Run it when the Workflow changes on purpose (and version the change with workflow.patched):
     uv run python -m tests.histories.record
+The histories are encrypted with the tests' codec key (tests/support/codec.py), as every history
+is. It overwrites auto_approved.json and escalated.json: give histories recorded before a change
+names of their own first (as *_before_codec.json were), so they keep proving that running
+conversations survive the deploy.
 """
 
 from __future__ import annotations

@@ -1,8 +1,9 @@
 """A minimal Worker child for the supervisor tests, honouring the child contract.
 
 Run as `python -m tests.support.dummy_worker`. It reads TemporalSettings from the environment the
-supervisor sets (TEMPORAL_ADDRESS, TEMPORAL_NAMESPACE, TEMPORAL_TASK_QUEUE), polls
-`settings.task_queue` with the identity `worker_identity()`, and exits cleanly on SIGTERM.
+supervisor sets (TEMPORAL_ADDRESS, TEMPORAL_NAMESPACE, TEMPORAL_TASK_QUEUE) and its codec keys from
+CODEC_KEYS, polls `settings.task_queue` with the identity `worker_identity()`, and exits cleanly on
+SIGTERM.
 """
 
 from __future__ import annotations

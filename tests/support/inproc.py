@@ -12,17 +12,21 @@ from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
 
 from agent.settings import AgentSettings
-from agent.temporal_client import DATA_CONVERTER
 from bot.local.thread_store import LocalThreadStore
+from tests.support.codec import TEST_CONVERTER
 from worker.runner import build_worker
 from worker.server import temporal_cli_path
 
 
 @asynccontextmanager
 async def running_worker(
-    client: Client, settings: AgentSettings, threads: LocalThreadStore
+    client: Client,
+    settings: AgentSettings,
+    threads: LocalThreadStore,
+    task_queue: str | None = None,
 ) -> AsyncIterator[str]:
-    task_queue = f"test-{uuid.uuid4().hex[:8]}"
+    """A Worker on `task_queue` (a fresh one by default) until the block ends; yields the queue."""
+    task_queue = task_queue or f"test-{uuid.uuid4().hex[:8]}"
     worker = await build_worker(client, task_queue, settings, {"local": threads})
     async with worker:
         yield task_queue
@@ -31,9 +35,10 @@ async def running_worker(
 @asynccontextmanager
 async def standalone_agent() -> AsyncIterator[tuple[Client, LocalThreadStore, str]]:
     """For scripts outside pytest: a dev server of its own, a fresh data directory and an
-    in-process Worker. Yields the client, the local thread store and the task queue."""
+    in-process Worker, encrypting with the tests' codec key. Yields the client, the local thread
+    store and the task queue."""
     env = await WorkflowEnvironment.start_local(
-        dev_server_existing_path=str(temporal_cli_path()), data_converter=DATA_CONVERTER
+        dev_server_existing_path=str(temporal_cli_path()), data_converter=TEST_CONVERTER
     )
     with tempfile.TemporaryDirectory() as tmp:
         settings = AgentSettings(_env_file=None, data_dir=Path(tmp))  # type: ignore[call-arg]

@@ -16,6 +16,7 @@ from temporalio.testing import WorkflowEnvironment
 
 from agent.settings import AgentSettings, TemporalSettings
 from refund_bot.app import Stack, running_stack
+from tests.support.codec import TEST_CODEC_ENV, with_test_keys
 
 # The child inherits this process's environment: blank out anything a developer's shell or .env
 # could bring in, so a test's Worker serves exactly the platforms the test asks for.
@@ -25,6 +26,7 @@ _BLANK_PLATFORMS = {
     "DISCORD_TOKEN": "",
     "STRIPE_API_KEY": "",
     "REFUND_DRILL_PAUSE_AFTER_EFFECT": "false",
+    **TEST_CODEC_ENV,  # the session's key, so the test's own client reads what the Worker wrote
 }
 
 
@@ -38,7 +40,8 @@ def settings_for(
         task_queue=queue,
         control_task_queue=f"{queue}-control",
     )
-    return temporal, AgentSettings(_env_file=None, data_dir=data_dir)  # type: ignore[call-arg]
+    settings = AgentSettings(_env_file=None, data_dir=data_dir)  # type: ignore[call-arg]
+    return temporal, with_test_keys(settings)
 
 
 @asynccontextmanager

@@ -1,0 +1,169 @@
+"""The payload codec: AES-256-GCM, so what Temporal stores of a conversation is ciphertext.
+
+    value -> pydantic payload -> AesGcmCodec.encode (first key) -> Event History
+          -> AesGcmCodec.decode (the key its metadata names) -> pydantic payload -> value
+
+Every payload the bot, the Worker and the commands send (workflow inputs, Signals, Activity inputs
+and results, and, through the failure converter, failure messages) is encrypted before it leaves
+the process. Each encrypted payload names its key id in its metadata, so keys rotate by adding a
+new first key: new payloads use it, older ones still decrypt with the key that wrote them. A
+payload that is not encrypted (written before the codec was on) decodes as it is, so
+conversations running at deploy time carry on.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import os
+import re
+import secrets
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from temporalio.api.common.v1 import Payload
+from temporalio.converter import PayloadCodec
+
+ENCODING = b"binary/encrypted"
+KEY_ID_METADATA = "encryption-key-id"
+KEY_BYTES = 32  # AES-256
+NONCE_BYTES = 12
+_KEY_ID = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
+
+
+class CodecKeyError(Exception):
+    """A key problem, said in one line that names the key id and never the key."""
+
+
+class MissingCodecKey(CodecKeyError):
+    def __init__(self, key_id: str, held: Sequence[str]) -> None:
+        self.key_id = key_id
+        super().__init__(
+            f"Event History is encrypted with codec key {key_id!r}, which this process does not "
+            f"have (it has {', '.join(repr(k) for k in held) or 'none'}): add that key to "
+            "CODEC_KEYS, or use the DATA_DIR whose codec.key wrote it"
+        )
+
+
+class WrongCodecKey(CodecKeyError):
+    def __init__(self, key_id: str) -> None:
+        self.key_id = key_id
+        super().__init__(
+            f"codec key {key_id!r} does not decrypt this Event History: the key configured under "
+            "that id is not the one that encrypted it"
+        )
+
+
+class NoCodecKey(CodecKeyError):
+    def __init__(self) -> None:
+        super().__init__(
+            "no codec key: set CODEC_KEYS (id:base64key), or start `refund-bot run` once to "
+            "generate one into DATA_DIR; refund-bot writes nothing to Temporal unencrypted"
+        )
+
+
+@dataclass(frozen=True)
+class CodecKey:
+    key_id: str
+    secret: bytes = field(repr=False)
+
+    def __post_init__(self) -> None:
+        if not _KEY_ID.match(self.key_id):
+            raise ValueError(
+                f"codec key id {self.key_id!r} must be 1-64 letters, digits, '.', '_' or '-'"
+            )
+        if len(self.secret) != KEY_BYTES:
+            raise ValueError(f"codec key {self.key_id!r} must be {KEY_BYTES} bytes (AES-256)")
+
+    @classmethod
+    def generate(cls, key_id: str | None = None) -> CodecKey:
+        return cls(key_id or f"key-{secrets.token_hex(4)}", os.urandom(KEY_BYTES))
+
+    def entry(self) -> str:
+        """The key as one CODEC_KEYS entry: `id:base64key`."""
+        return f"{self.key_id}:{base64.b64encode(self.secret).decode()}"
+
+
+def parse_keys(text: str, source: str = "CODEC_KEYS") -> list[CodecKey]:
+    """`id:base64key,id:base64key` -> keys, the first one encrypting. Errors never quote a key."""
+    keys: list[CodecKey] = []
+    for number, entry in enumerate(filter(None, (e.strip() for e in text.split(","))), 1):
+        key_id, sep, encoded = entry.partition(":")
+        if not sep:
+            raise ValueError(f"{source} entry {number} is not id:base64key")
+        try:
+            secret = base64.b64decode(encoded.strip(), validate=True)
+        except (binascii.Error, ValueError):
+            raise ValueError(
+                f"{source} entry {number} ({key_id.strip()!r}): the key is not base64"
+            ) from None
+        keys.append(CodecKey(key_id.strip(), secret))
+    ids = [k.key_id for k in keys]
+    if len(set(ids)) != len(ids):
+        raise ValueError(f"{source} names one key id twice: each id must name one key")
+    return keys
+
+
+class AesGcmCodec(PayloadCodec):
+    """Encrypts with the first key; decrypts with whichever key a payload names."""
+
+    def __init__(self, keys: Sequence[CodecKey]) -> None:
+        self._encrypting = keys[0].key_id if keys else None
+        self._secrets = {key.key_id: key.secret for key in keys}
+        if len(self._secrets) != len(keys):
+            raise ValueError("codec keys must have distinct ids")
+        self._ciphers: dict[str, Any] = {}
+
+    @property
+    def key_ids(self) -> list[str]:
+        return list(self._secrets)
+
+    def _cipher(self, key_id: str) -> Any:
+        # Built on first use, not with the codec or this module: the workflow sandbox re-imports
+        # (and re-runs) what a workflow's module imports, and cryptography's native bindings
+        # cannot be imported twice.
+        from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
+        if key_id not in self._ciphers:
+            self._ciphers[key_id] = AESGCM(self._secrets[key_id])
+        return self._ciphers[key_id]
+
+    async def encode(self, payloads: Sequence[Payload]) -> list[Payload]:
+        if not payloads:
+            return []
+        if self._encrypting is None:
+            raise NoCodecKey
+        key_id = self._encrypting
+        cipher = self._cipher(key_id)
+        encoded = []
+        for payload in payloads:
+            nonce = os.urandom(NONCE_BYTES)
+            # The key id is authenticated data: a payload relabelled with another id fails.
+            sealed = cipher.encrypt(nonce, payload.SerializeToString(), key_id.encode())
+            encoded.append(
+                Payload(
+                    metadata={"encoding": ENCODING, KEY_ID_METADATA: key_id.encode()},
+                    data=nonce + sealed,
+                )
+            )
+        return encoded
+
+    async def decode(self, payloads: Sequence[Payload]) -> list[Payload]:
+        return [self._decrypt(payload) for payload in payloads]
+
+    def _decrypt(self, payload: Payload) -> Payload:
+        if payload.metadata.get("encoding") != ENCODING:
+            return payload  # written before the codec was on (or never encoded): as it is
+        key_id = payload.metadata.get(KEY_ID_METADATA, b"").decode(errors="replace")
+        if key_id not in self._secrets:
+            raise MissingCodecKey(key_id, self.key_ids)
+        cipher = self._cipher(key_id)
+        nonce, sealed = payload.data[:NONCE_BYTES], payload.data[NONCE_BYTES:]
+        from cryptography.exceptions import InvalidTag  # imported late: see _cipher
+
+        try:
+            plain = cipher.decrypt(nonce, sealed, key_id.encode())
+        except InvalidTag:
+            raise WrongCodecKey(key_id) from None
+        return Payload.FromString(plain)
