@@ -16,11 +16,19 @@ from agent.models import ConversationStart, DecideInput, LookupCustomerInput
 from agent.temporal_client import DATA_CONVERTER
 from agent.workflow import WORKFLOW_TYPE, RefundConversation
 
-HISTORIES = sorted((Path(__file__).parent / "histories").glob("*.json"))
+ROOT = Path(__file__).parent / "histories"
+# Every committed history: the current Workflow's paths, and in before-* folders the histories
+# recorded before a Workflow change (conversations that were running at that deploy).
+HISTORIES = sorted(ROOT.rglob("*.json"))
+BEFORE_ISSUE_9 = ROOT / "before-issue-9"
 
 
 def _load(path: Path) -> WorkflowHistory:
     return WorkflowHistory.from_json(path.stem, path.read_text())
+
+
+def _name(path: Path) -> str:
+    return str(path.relative_to(ROOT).with_suffix(""))
 
 
 @workflow.defn(name=WORKFLOW_TYPE)
@@ -54,17 +62,18 @@ class ReorderedConversation:
 
 
 def test_there_are_committed_histories() -> None:
-    assert {p.name for p in HISTORIES} >= {"auto_approved.json", "escalated.json"}
+    before = {p.stem for p in BEFORE_ISSUE_9.glob("*.json")}
+    assert before >= {"auto_approved", "escalated", "reoffered", "declined", "refunded_twice"}
 
 
-@pytest.mark.parametrize("path", HISTORIES, ids=lambda p: p.stem)
+@pytest.mark.parametrize("path", HISTORIES, ids=_name)
 async def test_committed_history_replays_cleanly(path: Path) -> None:
     replayer = Replayer(workflows=[RefundConversation], data_converter=DATA_CONVERTER)
     result = await replayer.replay_workflow(_load(path), raise_on_replay_failure=False)
     assert result.replay_failure is None
 
 
-@pytest.mark.parametrize("path", HISTORIES, ids=lambda p: p.stem)
+@pytest.mark.parametrize("path", HISTORIES, ids=_name)
 async def test_reordered_workflow_fails_replay(path: Path) -> None:
     replayer = Replayer(workflows=[ReorderedConversation], data_converter=DATA_CONVERTER)
     with pytest.raises(NondeterminismError):
@@ -72,9 +81,7 @@ async def test_reordered_workflow_fails_replay(path: Path) -> None:
 
 
 def test_what_survives_is_rebuilt_from_history_alone() -> None:
-    survivors = survivors_from_history(
-        _load(Path(__file__).parent / "histories" / "auto_approved.json")
-    )
+    survivors = survivors_from_history(_load(BEFORE_ISSUE_9 / "auto_approved.json"))
     assert survivors.answers == {"item_opened": "Yes", "damage": "Split seam"}
     assert survivors.lookups == ["lookup_order", "lookup_customer_history"]
     assert survivors.closed and survivors.outcome and survivors.outcome.status == "refunded"
