@@ -86,15 +86,29 @@ class Approval(BaseModel):
 QuestionId = Literal["order_number", "item_opened", "damage"]
 
 
+class OwnerRefund(_Frozen):
+    """One refund as the effect's owner (the offline ledger or Stripe) records it."""
+
+    refund_id: str
+    payment_ref: str
+    amount_cents: int
+    status: str  # the owner's word: succeeded | pending | ...
+    refunded_on: str  # ISO date, from the owner's record
+    workflow_id: str | None = None  # the conversation that made it, when the owner knows
+
+
 class OrderDetails(_Frozen):
     order_number: str
     item: str
     amount_cents: int
     currency: str
-    status: str  # delivered | shipped | refunded
+    status: str  # fulfilment, from the domain store: delivered | shipped
     purchased_at: str
     final_sale: bool
     payment_ref: str  # Stripe PaymentIntent id (or the offline ledger's stand-in)
+    # Read from the effect's owner at lookup time, never from the domain store: the refunds made
+    # on this order's payment, oldest first. Empty: not refunded.
+    refunds: list[OwnerRefund] = Field(default_factory=list)
 
 
 class CustomerHistory(_Frozen):
@@ -102,6 +116,8 @@ class CustomerHistory(_Frozen):
     display_name: str
     tenure_days: int
     orders: int
+    # Every refund the effect's owner holds on this customer's orders, the agent's own included,
+    # one line each ("2025-07-17, order 1001 (laptop stickers), $18.00, re_…").
     prior_refunds: list[str]
 
 

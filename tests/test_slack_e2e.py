@@ -32,6 +32,7 @@ from bot.slack.render import APPROVE_ACTION_ID, METADATA_EVENT_TYPE
 from refund_bot.app import Stack
 from tests.fakes.slack_api import Delivery, FakeSlackApi, SlackSender, signed_headers
 from tests.support.conditions import wait_for
+from tests.support.owner import refunds_made
 from tests.support.stack import supervised_stack
 
 SECRET = "e2e-signing-secret-0123456789abcdef"
@@ -355,7 +356,7 @@ async def test_bad_input_over_http_reaches_nothing(
             return view["phase"] == "waiting_for_approval"
 
         await wait_for(waiting_again, what="the conversation waiting for approval again")
-        assert await Ledger(e2e.stack.settings.ledger_db).all_refunds() == []
+        assert await refunds_made(e2e.stack.settings.ledger_db) == []
 
         # Only the one real conversation reached the router; the forged and stale never did.
         assert [m.thread.thread for m in e2e.router.messages if m.opens_thread] == [root_ts]

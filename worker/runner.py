@@ -21,8 +21,9 @@ from agent.activities.decide import DecideActivities
 from agent.activities.lookups import LookupActivities
 from agent.activities.notify import NotifyActivities, ThreadPoster
 from agent.activities.refund import RefundActivities
+from agent.effect_owner import effect_owner
 from agent.settings import AgentSettings, TemporalSettings
-from agent.stores.domain import DomainStore
+from agent.stores.domain import DomainStore, demo_refunds
 from agent.stores.grants import GrantStore
 from agent.stores.ledger import Ledger
 from agent.workflow import RefundConversation
@@ -46,6 +47,7 @@ async def prepare_stores(settings: AgentSettings) -> tuple[DomainStore, GrantSto
         tuple((admin, role, None) for admin in settings.admins for role in ("presenter", "admin"))
     )
     await ledger.seed_payments(await domain.payments())
+    await ledger.seed_refunds(demo_refunds())
     return domain, grants, ledger
 
 
@@ -57,7 +59,7 @@ async def build_worker(
     grant_sources: Mapping[str, GrantSource] | None = None,
 ) -> Worker:
     domain, grants, ledger = await prepare_stores(settings)
-    lookups = LookupActivities(domain)
+    lookups = LookupActivities(domain, effect_owner(settings, ledger))
     return Worker(
         client,
         task_queue=task_queue,
