@@ -22,9 +22,7 @@ CLASSES: tuple[type[BaseSettings], ...] = (
 
 def _env_names(cls: type[BaseSettings]) -> set[str]:
     prefix = cls.model_config.get("env_prefix", "")
-    return {
-        (field.alias or f"{prefix}{name}").upper() for name, field in cls.model_fields.items()
-    }
+    return {(field.alias or f"{prefix}{name}").upper() for name, field in cls.model_fields.items()}
 
 
 def test_env_example_documents_every_setting() -> None:
@@ -42,5 +40,7 @@ def test_a_copy_of_env_example_runs_offline(monkeypatch) -> None:
     agent = AgentSettings(_env_file=EXAMPLE)  # type: ignore[call-arg]
     assert temporal.api_key is None and temporal.tls_cert_path is None
     assert agent.effect_mode == "ledger" and agent.admins == []
+    # Its empty DEMO_CUSTOMER_FOR_NEW_USERS links no chat user to the demo customer.
+    assert [agent.demo_customer_for(p) for p in ("local", "slack", "discord")] == [None] * 3
     assert not SlackSettings(_env_file=EXAMPLE).enabled  # type: ignore[call-arg]
     assert not DiscordSettings(_env_file=EXAMPLE).enabled  # type: ignore[call-arg]

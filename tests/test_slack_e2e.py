@@ -23,6 +23,7 @@ from temporalio.testing import WorkflowEnvironment
 
 from agent.history import what_survives
 from agent.models import Actor, ConversationOutcome
+from agent.settings import DEMO_CUSTOMER
 from agent.stores.grants import GrantStore
 from agent.stores.ledger import Ledger
 from bot.conversations import ConversationRouter, InboundClick, InboundMessage, Routed
@@ -128,7 +129,13 @@ class SlackE2E:
 @asynccontextmanager
 async def slack_e2e(temporal_env: WorkflowEnvironment, data_dir: Path) -> AsyncIterator[SlackE2E]:
     async with FakeSlackApi(team_id=TEAM) as slack:
-        worker_env = {"SLACK_BOT_TOKEN": slack.token, "SLACK_API_URL": slack.url, **_NO_PROXY}
+        worker_env = {
+            "SLACK_BOT_TOKEN": slack.token,
+            "SLACK_API_URL": slack.url,
+            # A demo workspace: its unknown users play the demo customer.
+            "DEMO_CUSTOMER_FOR_NEW_USERS": DEMO_CUSTOMER,
+            **_NO_PROXY,
+        }
         async with supervised_stack(temporal_env, data_dir, worker_env) as stack:
             settings = slack.app_settings(signing_secret=SECRET, support_channel=CHANNEL)
             router = CountingRouter(stack.router)

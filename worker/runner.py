@@ -39,7 +39,7 @@ STICKY_TIMEOUT = timedelta(seconds=2)
 
 async def prepare_stores(settings: AgentSettings) -> tuple[DomainStore, GrantStore, Ledger]:
     """Open and seed the stores (idempotent), so a fresh data directory tells the whole story."""
-    domain = DomainStore(settings.domain_db, settings.demo_customer_for_new_users)
+    domain = DomainStore(settings.domain_db, settings.demo_customer_for)
     grants = GrantStore(settings.grants_db)
     ledger = Ledger(settings.ledger_db)
     await domain.seed()

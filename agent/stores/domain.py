@@ -7,6 +7,7 @@ domain state: the effect's owner (the offline ledger or Stripe) holds it (agent.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import date, timedelta
 from pathlib import Path
@@ -14,6 +15,7 @@ from pathlib import Path
 import aiosqlite
 
 from agent.models import Actor, OrderDetails
+from agent.settings import DEMO_CUSTOMER
 from agent.stores.db import open_db
 from agent.stores.ledger import SeedRefund
 
@@ -43,8 +45,6 @@ CREATE TABLE IF NOT EXISTS orders (
 -- A copy of refund history an earlier version kept here; the effect's owner holds it now.
 DROP TABLE IF EXISTS past_refunds;
 """
-
-DEMO_CUSTOMER = "cus_nyghtowl"
 
 
 @dataclass(frozen=True)
@@ -119,13 +119,21 @@ class Account:
     orders: list[OrderDetails]
 
 
+# Platform -> the customer an unknown user of that platform is linked to, or None (not linked).
+NewUserLink = Callable[[str], str | None]
+
+
+def _nobody(_platform: str) -> str | None:
+    return None
+
+
 class DomainStore:
-    def __init__(self, path: Path, link_new_users_to: str | None = None) -> None:
+    def __init__(self, path: Path, link_new_users: NewUserLink = _nobody) -> None:
         self._path = path
-        # DEMO: an unknown chat user is linked to the demo customer on first contact, so anyone in
-        # a workspace can play the customer. A real deployment links accounts through its own
-        # sign-in and leaves this unset.
-        self._link_new_users_to = link_new_users_to
+        # DEMO: an unknown chat user may be linked to the demo customer on first contact, so anyone
+        # in a demo workspace can play the customer (AgentSettings.demo_customer_for). A real
+        # deployment links accounts through its own sign-in and links nobody here.
+        self._link_new_users = link_new_users
 
     async def seed(self, today: date | None = None) -> None:
         """Create the demo data once (idempotent)."""
@@ -165,14 +173,15 @@ class DomainStore:
         row = await cursor.fetchone()
         if row is not None:
             return str(row["customer_id"])
-        if self._link_new_users_to is None:
+        linked = self._link_new_users(actor.platform)
+        if not linked:
             return None
         await db.execute(
             "INSERT OR IGNORE INTO accounts VALUES (?, ?, ?)",
-            (actor.platform, actor.user_id, self._link_new_users_to),
+            (actor.platform, actor.user_id, linked),
         )
         await db.commit()
-        return self._link_new_users_to
+        return linked
 
     async def order_for(self, order_number: str, actor: Actor) -> OrderDetails | None:
         """The order, only if it is on this actor's account.

@@ -5,10 +5,9 @@ from __future__ import annotations
 from datetime import date, timedelta
 from pathlib import Path
 
-from agent.settings import AgentSettings
+from agent.settings import DEMO_CUSTOMER, AgentSettings
 from agent.stores import domain
 from agent.stores.db import open_db
-from agent.stores.domain import DEMO_CUSTOMER
 from agent.stores.ledger import Ledger, LedgerRefund
 
 
