@@ -76,6 +76,9 @@ class Approval(BaseModel):
     decision: Literal["approve", "deny"]
     actor: Actor
     click_id: str
+    # The escalation round whose buttons were clicked (OutboundMessage.round). None from buttons
+    # posted before rounds existed: such a click counts for the round open when it arrives.
+    round: int | None = None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -259,11 +262,37 @@ class OutboundMessage(BaseModel):
     # Escalations carry Approve / Deny; the platform renders them as buttons (or numbered choices)
     # whose ids name the conversation, so a click routes back without any lookup table.
     actions: list[Literal["approve", "deny"]] = Field(default_factory=list)
+    # The escalation round these buttons answer; the platform puts it in each button, so a click
+    # names the round it was made on (None: posted before rounds existed).
+    round: int | None = None
 
 
 class PostedMessage(BaseModel):
     platform_message_id: str
     duplicate: bool  # True when the key had already been posted (a retried Activity)
+
+
+class MessageEdit(BaseModel):
+    """Replace an earlier post (an escalation) with its own text and what became of it.
+
+    The buttons go. The platform renders the outcome line itself, so that it can name the person
+    who clicked its own way (a Slack mention, a Discord display name).
+    """
+
+    thread: ThreadRef
+    key: MessageKey  # the earlier post's key
+    platform_message_id: str  # what post_to_thread returned for it
+    text: str  # the earlier post's text, kept
+    outcome: str  # what happened: "refund issued (…)", "not counted (…)", ...
+    decision: Literal["approve", "deny"] | None = None  # None: nobody's click was taken
+    decided_by: Actor | None = None
+
+    def outcome_line(self, who: str | None = None) -> str:
+        """'Approved by <who>: <outcome>', or the outcome alone when no click was taken."""
+        if self.decision is None or self.decided_by is None:
+            return self.outcome[:1].upper() + self.outcome[1:]
+        verb = "Approved" if self.decision == "approve" else "Denied"
+        return f"{verb} by {who or self.decided_by.label}: {self.outcome}"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -296,9 +325,12 @@ class ConversationView(BaseModel):
     refund: RefundResult | None
     held: bool
     queued_messages: int
+    # The round whose buttons a click may answer now; None when no escalation is waiting.
+    escalation_round: int | None = None
 
 
 class ConversationOutcome(BaseModel):
     status: Literal["refunded", "denied", "declined", "expired", "failed"]
-    message: str
+    message: str  # what the customer was told
     refund: RefundResult | None = None
+    detail: str | None = None  # for operators: why it failed (never shown to the customer)

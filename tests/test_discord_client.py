@@ -79,9 +79,11 @@ class RecordingRouter:
     message_result: Routed = Routed.STARTED
     click_result: Routed = Routed.SIGNALLED
     click_error: Exception | None = None
+    check_result: Routed | None = None  # what check_click answers (None: the click may count)
     gate: asyncio.Event | None = None  # when set: every on_message waits for it after recording
     messages: list[InboundMessage] = field(default_factory=list)
     clicks: list[InboundClick] = field(default_factory=list)
+    checked: list[InboundClick] = field(default_factory=list)
 
     async def on_message(self, message: InboundMessage) -> Routed:
         self.messages.append(message)
@@ -94,6 +96,10 @@ class RecordingRouter:
         if self.click_error is not None:
             raise self.click_error
         return self.click_result
+
+    async def check_click(self, click: InboundClick) -> Routed | None:
+        self.checked.append(click)
+        return self.check_result
 
 
 def _not_found(workflow_id: str) -> RPCError:
@@ -292,8 +298,11 @@ async def bot(
         yield b
 
 
-async def post_escalation(api: FakeDiscordAPI, thread_id: int, text: str) -> dict[str, Any]:
-    """The Worker's post_to_thread: a separate REST-only poster, as in the Worker process."""
+async def post_escalation(
+    api: FakeDiscordAPI, thread_id: int, text: str, round: int | None = None
+) -> dict[str, Any]:
+    """The Worker's post_to_thread: a separate REST-only poster, as in the Worker process.
+    Without a round: buttons as they were posted before escalation rounds existed."""
     workflow_id = workflow_id_for(
         ThreadRef(
             platform="discord", workspace=str(GUILD), channel=str(SUPPORT), thread=str(thread_id)
@@ -307,6 +316,7 @@ async def post_escalation(api: FakeDiscordAPI, thread_id: int, text: str) -> dic
         kind="escalation",
         text=text,
         actions=["approve", "deny"],
+        round=round,
     )
     async with DiscordThreadPoster(SecretStr(api.token), api_url=api.api_url) as poster:
         posted = await poster.post(message)
@@ -633,6 +643,46 @@ async def test_a_slow_pre_check_defers_and_answers_later(
             assert record.followups[0]["flags"] & EPHEMERAL
             assert router.clicks == []
             assert api.message(thread_id, escalation["id"]) == escalation
+
+
+async def test_a_click_carries_the_round_of_its_buttons(bot: Bot) -> None:
+    thread_id = await bot.open_conversation()
+    escalation = await post_escalation(bot.api, thread_id, "Refund $250.00?", round=4)
+    approve = custom_ids(escalation)[0]
+    assert approve == f"refund:approve:r4:discord-{GUILD}-{thread_id}"
+
+    bot.gateway(
+        "INTERACTION_CREATE",
+        bot.api.component_interaction(thread_id, escalation["id"], AGENT, approve),
+    )
+    await wait_for(lambda: _async(bool(bot.router.clicks)), what="the click routed")
+    [routed] = bot.router.clicks
+    assert (routed.workflow_id, routed.round) == (f"discord-{GUILD}-{thread_id}", 4)
+    assert bot.router.checked == [routed]  # asked whether round 4 is still open first
+
+
+@pytest.mark.parametrize(
+    ("result", "said"), [(Routed.STALE, "already answered"), (Routed.CLOSED, "already finished")]
+)
+async def test_a_click_on_a_passed_round_is_told_privately_and_changes_nothing(
+    bot: Bot, result: Routed, said: str
+) -> None:
+    thread_id = await bot.open_conversation()
+    escalation = await post_escalation(bot.api, thread_id, "Refund $250.00?", round=1)
+    bot.router.check_result = result
+
+    click = bot.api.component_interaction(
+        thread_id, escalation["id"], AGENT, custom_ids(escalation)[0]
+    )
+    bot.gateway("INTERACTION_CREATE", click)
+    record = await answered(bot.api, click)
+
+    [callback] = record.callbacks
+    assert callback["type"] == MESSAGE_REPLY and callback["data"]["flags"] & EPHEMERAL
+    assert said in callback["data"]["content"]
+    assert bot.router.clicks == []
+    # The message stays as the Workflow left it: no "checking authorization" over its outcome.
+    assert bot.api.message(thread_id, escalation["id"]) == escalation
 
 
 async def test_a_click_on_a_finished_conversation_says_so(bot: Bot) -> None:

@@ -65,6 +65,9 @@ class CountingRouter:
         self.clicks.append(click)
         return await self.inner.on_click(click)
 
+    async def check_click(self, click: InboundClick) -> Routed | None:
+        return await self.inner.check_click(click)
+
 
 @dataclass
 class SlackE2E:

@@ -60,6 +60,7 @@ async def build_worker(
 ) -> Worker:
     domain, grants, ledger = await prepare_stores(settings)
     lookups = LookupActivities(domain, effect_owner(settings, ledger))
+    notify = NotifyActivities(posters)
     return Worker(
         client,
         task_queue=task_queue,
@@ -72,7 +73,8 @@ async def build_worker(
             lookups.check_refund_policy,
             AuthorizeActivities(grants, grant_sources).authorize_refund,
             RefundActivities(settings, ledger).issue_refund,
-            NotifyActivities(posters).post_to_thread,
+            notify.post_to_thread,
+            notify.edit_thread_message,
         ],
         sticky_queue_schedule_to_start_timeout=STICKY_TIMEOUT,
         graceful_shutdown_timeout=timedelta(seconds=5),
