@@ -227,13 +227,20 @@ class RefundRequest(BaseModel):
     currency: str
 
 
+# RefundResult.status when the owner refused because the payment had already been refunded under
+# another key (another conversation won the race): no refund was made by this conversation.
+ALREADY_REFUNDED = "already_refunded"
+
+
 class RefundResult(BaseModel):
-    refund_id: str
-    status: str  # the owner's word: succeeded | pending | failed
+    refund_id: str  # with already_refunded: the earlier refund's id
+    status: str  # the owner's word: succeeded | pending | failed; or already_refunded
     amount_cents: int
     idempotency_key: str
     mode: Literal["ledger", "stripe"]
     attempt: int
+    # With already_refunded: the owner's record of the refund made before this one was asked for.
+    earlier: OwnerRefund | None = None
 
 
 # ---------------------------------------------------------------------------------------------

@@ -242,13 +242,17 @@ async def test_a_slack_conversation_from_first_message_to_one_refund(
         outcome = await e2e.next_bot_message(root_ts)
         assert outcome["text"].startswith("Your refund is complete: $450.00 for order 4500")
         handle = e2e.stack.client.get_workflow_handle(wid, result_type=ConversationOutcome)
-        assert (await handle.result()).status == "refunded"
+        result = await handle.result()
+        assert result.status == "refunded" and result.refund
 
-        # The clicked message lost its buttons and says who decided.
+        # The clicked message lost its buttons; "checking authorization" was replaced by what
+        # happened, by the Workflow.
         updated = e2e.slack.message(CHANNEL, escalation["ts"])
         assert updated is not None
         assert [b["type"] for b in updated["blocks"]] == ["section", "context"]
-        assert "Approved by <@U0SAM>" in updated["blocks"][-1]["elements"][0]["text"]
+        assert updated["blocks"][-1]["elements"][0]["text"] == (
+            f"Approved by <@U0SAM>: refund issued ($450.00, reference {result.refund.refund_id})."
+        )
 
         # One refund, one call with its key.
         refunds = await Ledger(e2e.stack.settings.ledger_db).refunds_for_workflow(wid)

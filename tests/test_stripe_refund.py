@@ -9,11 +9,12 @@ from temporalio.testing import ActivityEnvironment
 from agent.activities.lookups import LookupActivities
 from agent.activities.refund import RefundActivities
 from agent.effect_owner import effect_owner, refunds_at_owner
-from agent.models import LookupCustomerInput, RefundRequest
+from agent.models import ALREADY_REFUNDED, LookupCustomerInput, RefundRequest
 from agent.settings import AgentSettings
 from agent.stores.domain import DomainStore
 from agent.stores.ledger import Ledger
 from agent.stripe_setup import create_test_payments
+from agent.workflow import REFUND_FAILED
 from bot.local.thread_store import LocalThreadStore
 from tests.fakes.stripe_api import FakeStripe
 from tests.support.conversation import CUSTOMER, LocalConversation
@@ -118,3 +119,44 @@ async def test_a_conversation_in_stripe_test_mode(client, tmp_path) -> None:
         "order 1001 (laptop stickers)",
         "order 1234 (plush python)",
     }
+
+
+async def test_a_refund_stripe_refuses_as_already_refunded_is_an_answer(tmp_path) -> None:
+    """Two conversations, two keys, one PaymentIntent: Stripe refunds once and refuses the other
+    with charge_already_refunded; the loser's result carries Stripe's record of the first."""
+    async with FakeStripe() as stripe:
+        activities, settings = _activities(stripe, tmp_path)
+        intent = dict(await create_test_payments(settings))["1234"]
+        first = REQUEST.model_copy(update={"payment_ref": intent})
+        second = first.model_copy(
+            update={"idempotency_key": "refund-bot-other", "workflow_id": "slack-T1-C2-9.9"}
+        )
+        won = await ActivityEnvironment().run(activities.issue_refund, first)
+        lost = await ActivityEnvironment().run(activities.issue_refund, second)
+    assert won.status == "succeeded"
+    assert lost.status == ALREADY_REFUNDED and lost.earlier is not None
+    assert lost.earlier.refund_id == won.refund_id == lost.refund_id
+    assert lost.earlier.workflow_id == first.workflow_id
+    assert len([r for r in stripe.refunds.values() if r["payment_intent"] == intent]) == 1
+
+
+async def test_stripes_own_words_never_reach_the_thread(client, tmp_path) -> None:
+    async with FakeStripe() as stripe:
+        _, settings = _activities(stripe, tmp_path)
+        await create_test_payments(settings)
+        threads = LocalThreadStore(tmp_path / "threads.sqlite")
+        async with running_worker(client, settings, threads) as queue:
+            conv = LocalConversation(client, threads, queue)
+            handle = await conv.open("please refund order 1234")
+            for answer in ("Yes", "Split seam"):
+                await conv.next_bot_message()
+                await conv.reply(answer)
+            stripe.refuse_next_refund("Unexpected reason", param="reason")
+            outcome = await handle.result()
+            history = await handle.fetch_history()
+    said = [m.text for m in await conv.bot_messages()]
+    assert outcome.status == "failed" and said[-1] == REFUND_FAILED
+    assert not any("Unexpected reason" in text for text in said)
+    # The detail is for operators: in the outcome's detail and the Activity's failure in history.
+    assert outcome.detail is not None and "Unexpected reason" in outcome.detail
+    assert "Unexpected reason" in history.to_json()

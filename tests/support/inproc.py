@@ -20,9 +20,13 @@ from worker.server import temporal_cli_path
 
 @asynccontextmanager
 async def running_worker(
-    client: Client, settings: AgentSettings, threads: LocalThreadStore
+    client: Client,
+    settings: AgentSettings,
+    threads: LocalThreadStore,
+    task_queue: str | None = None,
 ) -> AsyncIterator[str]:
-    task_queue = f"test-{uuid.uuid4().hex[:8]}"
+    """An in-process Worker on `task_queue` (a fresh one unless given); yields the queue."""
+    task_queue = task_queue or f"test-{uuid.uuid4().hex[:8]}"
     worker = await build_worker(client, task_queue, settings, {"local": threads})
     async with worker:
         yield task_queue
