@@ -19,9 +19,11 @@ from pathlib import Path
 from temporalio.client import WorkflowFailureError, WorkflowHandle
 
 from agent.models import Actor
+from agent.settings import AgentSettings
 from tests.fakes.openai_api import FakeOpenAI
 from tests.support.conversation import SUPPORT, LocalConversation
 from tests.support.inproc import standalone_agent
+from tests.support.owner import place_order
 
 HERE = Path(__file__).parent
 MARLOW = Actor(platform="local", user_id="marlow", display_name="Marlow")
@@ -102,6 +104,43 @@ async def model_refused(conv: LocalConversation) -> WorkflowHandle:
     return handle
 
 
+async def raced(conv: LocalConversation) -> WorkflowHandle:
+    """Two conversations on one order reach the refund together; the owner refunds once and the
+    loser closes with the already-refunded answer. The loser's history is recorded."""
+    other = LocalConversation(conv.client, conv.threads, conv.task_queue)
+    handles = [await c.open("please refund order 1234", hold=True) for c in (conv, other)]
+    for c in (conv, other):
+        await _answer(c)
+        await c.wait_phase("held_before_refund")
+    await asyncio.gather(*(h.signal("release") for h in handles))
+    outcomes = await asyncio.gather(*(h.result() for h in handles))
+    return next(h for h, o in zip(handles, outcomes, strict=True) if o.status == "denied")
+
+
+async def stale_click(conv: LocalConversation) -> WorkflowHandle:
+    """Round 1 refused (no grant); a late click on round 1's buttons is dropped (and round 1's
+    outcome said again); round 2's approval refunds."""
+    handle = await conv.open("please refund order 4500")
+    await _answer(conv)
+    await conv.next_bot_message()
+    await conv.click("approve", MARLOW, round=1)
+    await conv.next_bot_message()  # round 2
+    await conv.click("approve", SUPPORT, round=1)
+    await conv.click("approve", SUPPORT, round=2)
+    await handle.result()
+    return handle
+
+
+async def refund_failed(conv: LocalConversation) -> WorkflowHandle:
+    """The owner refuses the refund (a payment it never saw): one plain sentence in the thread."""
+    settings = AgentSettings(_env_file=None, data_dir=conv.threads.path.parent)  # type: ignore[call-arg]
+    await place_order(settings, "6060", paid=False)
+    handle = await conv.open("please refund order 6060")
+    await _answer(conv)
+    await handle.result()
+    return handle
+
+
 SCENARIOS: dict[str, Callable[[LocalConversation], Awaitable[WorkflowHandle]]] = {
     "auto_approved": auto_approved,
     "escalated": escalated,
@@ -109,6 +148,9 @@ SCENARIOS: dict[str, Callable[[LocalConversation], Awaitable[WorkflowHandle]]] =
     "declined": declined,
     "refunded_twice": refunded_twice,
     "model_refused": model_refused,
+    "raced": raced,
+    "stale_click": stale_click,
+    "refund_failed": refund_failed,
 }
 
 
@@ -118,12 +160,13 @@ async def record(names: list[str]) -> None:
             "openai_api_key": "sk-a-revoked-key",  # the fake answers 401
             "openai_base_url": model.api_url,
         }
-        async with standalone_agent(**overrides) as (client, threads, tq):
-            for name in names:
+        for name in names:
+            # A fresh data directory each: a refund one scenario makes is the next one's history.
+            async with standalone_agent(**overrides) as (client, threads, tq):
                 handle = await SCENARIOS[name](LocalConversation(client, threads, tq))
                 history = await handle.fetch_history()
-                (HERE / f"{name}.json").write_text(history.to_json())
-                print(f"recorded {name}.json ({len(history.events)} events)")
+            (HERE / f"{name}.json").write_text(history.to_json())
+            print(f"recorded {name}.json ({len(history.events)} events)")
 
 
 if __name__ == "__main__":
