@@ -71,16 +71,19 @@ class StripeOwner:
         gate = asyncio.Semaphore(STRIPE_CONCURRENT_LISTS)
         async with stripe_client(self._settings) as client:
 
-            async def one(payment_ref: str) -> list[OwnerRefund]:
+            async def one(payment_ref: str) -> list[tuple[int, OwnerRefund]]:
                 async with gate:
                     return await _stripe_refunds(client, payment_ref)
 
             per_payment = await asyncio.gather(*(one(ref) for ref in dict.fromkeys(payment_refs)))
-        refunds = [r for listed in per_payment for r in listed]
-        return sorted(refunds, key=lambda r: (r.refunded_on, r.refund_id))
+        timed = sorted((t for listed in per_payment for t in listed), key=lambda t: t[0])
+        return [refund for _, refund in timed]
 
 
-async def _stripe_refunds(client: stripe.StripeClient, payment_ref: str) -> list[OwnerRefund]:
+async def _stripe_refunds(
+    client: stripe.StripeClient, payment_ref: str
+) -> list[tuple[int, OwnerRefund]]:
+    """(created, refund) for each counted refund of one PaymentIntent."""
     try:
         listed = await client.v1.refunds.list_async(
             params={"payment_intent": payment_ref, "limit": 100}
@@ -90,19 +93,22 @@ async def _stripe_refunds(client: stripe.StripeClient, payment_ref: str) -> list
             # A payment Stripe never saw (an order stripe-setup has not paid) has no refunds there.
             return []
         raise
-    refunds = []
+    refunds: list[tuple[int, OwnerRefund]] = []
     async for refund in listed.auto_paging_iter():
         if refund.status not in COUNTED_STATUSES:
             continue
         metadata = refund.metadata.to_dict() if refund.metadata else {}
         refunds.append(
-            OwnerRefund(
-                refund_id=refund.id,
-                payment_ref=payment_ref,
-                amount_cents=refund.amount,
-                status=refund.status or "unknown",
-                refunded_on=datetime.fromtimestamp(refund.created, UTC).date().isoformat(),
-                workflow_id=metadata.get("temporal_workflow_id"),
+            (
+                refund.created,
+                OwnerRefund(
+                    refund_id=refund.id,
+                    payment_ref=payment_ref,
+                    amount_cents=refund.amount,
+                    status=refund.status or "unknown",
+                    refunded_on=datetime.fromtimestamp(refund.created, UTC).date().isoformat(),
+                    workflow_id=metadata.get("temporal_workflow_id"),
+                ),
             )
         )
     return refunds

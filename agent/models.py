@@ -119,9 +119,18 @@ class CustomerHistory(_Frozen):
     display_name: str
     tenure_days: int
     orders: int
-    # Every refund the effect's owner holds on this customer's orders, the agent's own included,
-    # one line each ("2025-07-17, order 1001 (laptop stickers), $18.00, re_…").
+    # The refunds the effect's owner holds on this customer's orders, the agent's own included,
+    # one line each ("2025-07-17, order 1001 (laptop stickers), $18.00, re_…"): the most recent
+    # ones only, so working memory stays bounded for a customer with many refunds.
     prior_refunds: list[str]
+    # How many there are in all. None in histories recorded before it existed: len(prior_refunds).
+    prior_refund_count: int | None = None
+
+    @property
+    def refund_count(self) -> int:
+        if self.prior_refund_count is None:
+            return len(self.prior_refunds)
+        return self.prior_refund_count
 
 
 class PolicyCheck(_Frozen):

@@ -125,7 +125,7 @@ def next_step(opening_text: str, memory: Sequence[Observation]) -> AgentStep:
         )
 
     history = history_lookup.history
-    prior = len(history.prior_refunds) if history else MAX_PRIOR_REFUNDS_FOR_AUTO + 1
+    prior = history.refund_count if history else MAX_PRIOR_REFUNDS_FOR_AUTO + 1
     if (
         order.amount_cents <= AUTO_APPROVE_LIMIT_CENTS
         and prior <= MAX_PRIOR_REFUNDS_FOR_AUTO

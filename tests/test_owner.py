@@ -12,7 +12,7 @@ import re
 import pytest
 from temporalio.testing import ActivityEnvironment
 
-from agent.activities.lookups import LookupActivities
+from agent.activities.lookups import MAX_REFUND_LINES, LookupActivities
 from agent.effect_owner import LedgerOwner
 from agent.models import ALREADY_REFUNDED, LookupCustomerInput, LookupOrderInput
 from agent.settings import AgentSettings
@@ -63,6 +63,31 @@ async def test_lookups_read_refunds_from_the_ledger(client, agent_settings, thre
     assert history.history and history.history.orders == 4
     (line,) = history.history.prior_refunds
     assert line.endswith(f"order 1001 (laptop stickers), $18.00, {seeded.refund_id}")
+
+
+async def test_a_long_history_is_counted_in_full_and_listed_in_part(
+    client, agent_settings, threads
+) -> None:
+    async with running_worker(client, agent_settings, threads):  # seeds the stores
+        ledger = Ledger(agent_settings.ledger_db)
+        for n in range(12):
+            number = str(8000 + n)
+            payment_ref = await place_order(agent_settings, number, amount_cents=1000)
+            await ledger.create_refund(
+                idempotency_key=f"k-{number}",
+                payment_ref=payment_ref,
+                amount_cents=1000,
+                currency="usd",
+                workflow_id=f"local-test-{number}",
+                order_number=number,
+            )
+        found = await ActivityEnvironment().run(
+            _lookups(agent_settings).lookup_customer_history, LookupCustomerInput(customer=CUSTOMER)
+        )
+    history = found.history
+    assert history is not None and history.prior_refund_count == 13  # the seed's 1001, and 12
+    assert len(history.prior_refunds) == MAX_REFUND_LINES
+    assert "order 8011 (desk fan)" in history.prior_refunds[-1]  # the most recent are listed
 
 
 async def test_a_second_request_for_a_refunded_order_gets_the_owners_date_and_reference(

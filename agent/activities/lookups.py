@@ -28,6 +28,9 @@ from agent.stores.domain import DomainStore
 
 REFUND_WINDOW_DAYS = 30
 RETURN_REQUIRED_ABOVE_CENTS = 10000
+# Working memory is re-sent on every turn: a customer's history lists this many refunds at most
+# (the most recent), and counts them all.
+MAX_REFUND_LINES = 10
 
 
 class LookupActivities:
@@ -65,8 +68,9 @@ class LookupActivities:
                 prior_refunds=[
                     f"{r.refunded_on}, order {orders[r.payment_ref].order_number} "
                     f"({orders[r.payment_ref].item}), ${r.amount_cents / 100:,.2f}, {r.refund_id}"
-                    for r in refunds
+                    for r in refunds[-MAX_REFUND_LINES:]
                 ],
+                prior_refund_count=len(refunds),
             )
         )
 

@@ -191,13 +191,13 @@ class Ledger:
             await db.commit()
 
     async def refunds_for_payments(self, payment_refs: list[str]) -> list[LedgerRefund]:
-        """Every refund of these payments, oldest first."""
+        """Every refund of these payments, oldest first (in the order they were made)."""
         if not payment_refs:
             return []
         async with open_db(self._path, SCHEMA) as db:
             cursor = await db.execute(
                 f"SELECT * FROM refunds WHERE payment_ref IN ({','.join('?' * len(payment_refs))}) "
-                "ORDER BY created_at, refund_id",
+                "ORDER BY created_at, rowid",
                 payment_refs,
             )
             return [LedgerRefund(**dict(r)) for r in await cursor.fetchall()]
