@@ -76,6 +76,9 @@ class Approval(BaseModel):
     decision: Literal["approve", "deny"]
     actor: Actor
     click_id: str
+    # The escalation round whose buttons were clicked (OutboundMessage.round). None from buttons
+    # posted before rounds existed: such a click counts for the round open when it arrives.
+    round: int | None = None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -86,15 +89,29 @@ class Approval(BaseModel):
 QuestionId = Literal["order_number", "item_opened", "damage"]
 
 
+class OwnerRefund(_Frozen):
+    """One refund as the effect's owner (the offline ledger or Stripe) records it."""
+
+    refund_id: str
+    payment_ref: str
+    amount_cents: int
+    status: str  # the owner's word: succeeded | pending | ...
+    refunded_on: str  # ISO date, from the owner's record
+    workflow_id: str | None = None  # the conversation that made it, when the owner knows
+
+
 class OrderDetails(_Frozen):
     order_number: str
     item: str
     amount_cents: int
     currency: str
-    status: str  # delivered | shipped | refunded
+    status: str  # fulfilment, from the domain store: delivered | shipped
     purchased_at: str
     final_sale: bool
     payment_ref: str  # Stripe PaymentIntent id (or the offline ledger's stand-in)
+    # Read from the effect's owner at lookup time, never from the domain store: the refunds made
+    # on this order's payment, oldest first. Empty: not refunded.
+    refunds: list[OwnerRefund] = Field(default_factory=list)
 
 
 class CustomerHistory(_Frozen):
@@ -102,7 +119,18 @@ class CustomerHistory(_Frozen):
     display_name: str
     tenure_days: int
     orders: int
+    # The refunds the effect's owner holds on this customer's orders, the agent's own included,
+    # one line each ("2025-07-17, order 1001 (laptop stickers), $18.00, re_…"): the most recent
+    # ones only, so working memory stays bounded for a customer with many refunds.
     prior_refunds: list[str]
+    # How many there are in all. None in histories recorded before it existed: len(prior_refunds).
+    prior_refund_count: int | None = None
+
+    @property
+    def refund_count(self) -> int:
+        if self.prior_refund_count is None:
+            return len(self.prior_refunds)
+        return self.prior_refund_count
 
 
 class PolicyCheck(_Frozen):
@@ -208,13 +236,20 @@ class RefundRequest(BaseModel):
     currency: str
 
 
+# RefundResult.status when the owner refused because the payment had already been refunded under
+# another key (another conversation won the race): no refund was made by this conversation.
+ALREADY_REFUNDED = "already_refunded"
+
+
 class RefundResult(BaseModel):
-    refund_id: str
-    status: str  # the owner's word: succeeded | pending | failed
+    refund_id: str  # with already_refunded: the earlier refund's id
+    status: str  # the owner's word: succeeded | pending | failed; or already_refunded
     amount_cents: int
     idempotency_key: str
     mode: Literal["ledger", "stripe"]
     attempt: int
+    # With already_refunded: the owner's record of the refund made before this one was asked for.
+    earlier: OwnerRefund | None = None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -243,11 +278,37 @@ class OutboundMessage(BaseModel):
     # Escalations carry Approve / Deny; the platform renders them as buttons (or numbered choices)
     # whose ids name the conversation, so a click routes back without any lookup table.
     actions: list[Literal["approve", "deny"]] = Field(default_factory=list)
+    # The escalation round these buttons answer; the platform puts it in each button, so a click
+    # names the round it was made on (None: posted before rounds existed).
+    round: int | None = None
 
 
 class PostedMessage(BaseModel):
     platform_message_id: str
     duplicate: bool  # True when the key had already been posted (a retried Activity)
+
+
+class MessageEdit(BaseModel):
+    """Replace an earlier post (an escalation) with its own text and what became of it.
+
+    The buttons go. The platform renders the outcome line itself, so that it can name the person
+    who clicked its own way (a Slack mention, a Discord display name).
+    """
+
+    thread: ThreadRef
+    key: MessageKey  # the earlier post's key
+    platform_message_id: str  # what post_to_thread returned for it
+    text: str  # the earlier post's text, kept
+    outcome: str  # what happened: "refund issued (…)", "not counted (…)", ...
+    decision: Literal["approve", "deny"] | None = None  # None: nobody's click was taken
+    decided_by: Actor | None = None
+
+    def outcome_line(self, who: str | None = None) -> str:
+        """'Approved by <who>: <outcome>', or the outcome alone when no click was taken."""
+        if self.decision is None or self.decided_by is None:
+            return self.outcome[:1].upper() + self.outcome[1:]
+        verb = "Approved" if self.decision == "approve" else "Denied"
+        return f"{verb} by {who or self.decided_by.label}: {self.outcome}"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -280,9 +341,12 @@ class ConversationView(BaseModel):
     refund: RefundResult | None
     held: bool
     queued_messages: int
+    # The round whose buttons a click may answer now; None when no escalation is waiting.
+    escalation_round: int | None = None
 
 
 class ConversationOutcome(BaseModel):
     status: Literal["refunded", "denied", "declined", "expired", "failed"]
-    message: str
+    message: str  # what the customer was told
     refund: RefundResult | None = None
+    detail: str | None = None  # for operators: why it failed (never shown to the customer)

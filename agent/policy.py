@@ -17,6 +17,7 @@ from agent.models import (
     HistoryLookup,
     Observation,
     OrderLookup,
+    OwnerRefund,
     PolicyLookup,
 )
 
@@ -69,6 +70,15 @@ def _money(cents: int) -> str:
     return f"${cents / 100:,.2f}"
 
 
+def already_refunded(order_number: str, refund: OwnerRefund) -> str:
+    """The answer to a request for an order the owner has already refunded (date and reference
+    from the owner), the same whether the lookup saw it or the owner refused the refund."""
+    return (
+        f"Order {order_number} was already refunded on {refund.refunded_on} "
+        f"(reference {refund.refund_id})."
+    )
+
+
 def next_step(opening_text: str, memory: Sequence[Observation]) -> AgentStep:
     order_number = order_number_from(opening_text, memory)
     if order_number is None:
@@ -96,16 +106,17 @@ def next_step(opening_text: str, memory: Sequence[Observation]) -> AgentStep:
             rationale=f"I couldn't find order {order_lookup.order_number} on your account.",
         )
 
+    if order.refunds:
+        return AgentStep(
+            action="decide",
+            outcome="deny",
+            rationale=already_refunded(order.order_number, order.refunds[0]),
+        )
+
     history_lookup = next((o for o in memory if isinstance(o, HistoryLookup)), None)
     if history_lookup is None:
         return AgentStep(action="lookup", tool="lookup_customer_history")
 
-    if order.status == "refunded":
-        return AgentStep(
-            action="decide",
-            outcome="deny",
-            rationale=f"Order {order.order_number} was already refunded.",
-        )
     if order.status != "delivered":
         return AgentStep(
             action="decide",
@@ -114,7 +125,7 @@ def next_step(opening_text: str, memory: Sequence[Observation]) -> AgentStep:
         )
 
     history = history_lookup.history
-    prior = len(history.prior_refunds) if history else MAX_PRIOR_REFUNDS_FOR_AUTO + 1
+    prior = history.refund_count if history else MAX_PRIOR_REFUNDS_FOR_AUTO + 1
     if (
         order.amount_cents <= AUTO_APPROVE_LIMIT_CENTS
         and prior <= MAX_PRIOR_REFUNDS_FOR_AUTO

@@ -7,15 +7,24 @@ Workflow or Activity arguments and are never logged. `.env.example` documents ev
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import Field, SecretStr, field_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic.fields import FieldInfo
+from pydantic_settings import (
+    BaseSettings,
+    DotEnvSettingsSource,
+    EnvSettingsSource,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+)
 
 from agent.codec import parse_keys
 from agent.models import Actor
 
 ENV_FILE = ".env"
+# The seed data's demo customer (agent.stores.domain), whom the local channel's users play.
+DEMO_CUSTOMER = "cus_nyghtowl"
 
 
 class TemporalSettings(BaseSettings):
@@ -68,8 +77,10 @@ class AgentSettings(BaseSettings):
     # The payload codec's keys, `id:base64key` comma-separated; the first encrypts, all decrypt.
     # Unset: the key generated in data_dir/codec.key (agent/codec_keys.py).
     codec_keys: SecretStr | None = Field(default=None, alias="CODEC_KEYS")
-    # DEMO: unknown chat users are linked to this customer on first contact (see DomainStore).
-    demo_customer_for_new_users: str | None = "cus_nyghtowl"
+    # DEMO: unknown chat users are linked to a demo customer on first contact (see DomainStore).
+    # Unset: the local terminal channel's users only (its personas are demo users). A customer id:
+    # every platform's (a demo workspace). Empty: nobody, anywhere (see demo_customer_for).
+    demo_customer_for_new_users: str | None = None
     # Who gets the presenter and admin roles on first start, so someone can run /refund-grant:
     # comma-separated platform:user_id, e.g. "slack:U0123ABCD,discord:81384788765712384".
     bootstrap_admins: str = Field(default="", alias="REFUND_ADMINS")
@@ -83,6 +94,25 @@ class AgentSettings(BaseSettings):
                 raise ValueError(f"REFUND_ADMINS entry {entry!r} is not platform:user_id")
             people.append(Actor(platform=platform, user_id=user_id))  # type: ignore[arg-type]
         return people
+
+    def demo_customer_for(self, platform: str) -> str | None:
+        """The customer an unknown user of `platform` is linked to on first contact, if any."""
+        if self.demo_customer_for_new_users is None:
+            return DEMO_CUSTOMER if platform == "local" else None
+        return self.demo_customer_for_new_users or None
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        assert isinstance(dotenv_settings, DotEnvSettingsSource)
+        kept = _EmptyKept(settings_cls, dotenv_settings, ("demo_customer_for_new_users",))
+        return init_settings, kept, env_settings, dotenv_settings, file_secret_settings
 
     # Whether new conversations wait for /refund-release before the refund (the demo hold).
     hold_before_refund: bool = Field(default=False, alias="REFUND_HOLD_BEFORE_REFUND")
@@ -152,3 +182,44 @@ class CodecServerSettings(BaseSettings):
     # Browser origins allowed to call it (CORS), comma-separated. Empty: the embedded server's
     # Web UI, http://localhost:<TEMPORAL_UI_PORT> and http://127.0.0.1:<TEMPORAL_UI_PORT>.
     cors_origins: str = ""
+
+
+class _EmptyKept(PydanticBaseSettingsSource):
+    """An empty value for `names`, from the environment or else the .env file, kept as "".
+
+    env_ignore_empty turns `NAME=` back into the default for every other setting (an unused line
+    of .env.example means "not set"). For these an empty value is a decision: "off".
+    """
+
+    def __init__(
+        self,
+        settings_cls: type[BaseSettings],
+        dotenv: DotEnvSettingsSource,
+        names: tuple[str, ...],
+    ) -> None:
+        super().__init__(settings_cls)
+        # The environment outranks .env, as it does for every other setting.
+        self._layers = (
+            EnvSettingsSource(settings_cls, env_ignore_empty=False).env_vars,
+            DotEnvSettingsSource(
+                settings_cls,
+                env_file=dotenv.env_file,
+                env_file_encoding=dotenv.env_file_encoding,
+                env_ignore_empty=False,
+            ).env_vars,
+        )
+        self._names = names
+
+    def get_field_value(self, field: FieldInfo, field_name: str) -> tuple[Any, str, bool]:
+        for layer in self._layers:
+            if field_name in layer:
+                return layer[field_name], field_name, False
+        return None, field_name, False
+
+    def __call__(self) -> dict[str, Any]:
+        kept: dict[str, Any] = {}
+        for name in self._names:
+            value, _, _ = self.get_field_value(self.settings_cls.model_fields[name], name)
+            if value == "":
+                kept[name] = ""
+        return kept

@@ -9,6 +9,7 @@ Event History: finished steps return their recorded results and the loop resumes
 from __future__ import annotations
 
 import hashlib
+from dataclasses import dataclass
 from datetime import timedelta
 from typing import cast
 
@@ -19,6 +20,7 @@ from temporalio.exceptions import ActivityError, ApplicationError
 with workflow.unsafe.imports_passed_through():
     from agent.models import (
         AGENT_PRINCIPAL,
+        ALREADY_REFUNDED,
         MAX_TEXT_CHARS,
         Actor,
         AgentStep,
@@ -34,6 +36,7 @@ with workflow.unsafe.imports_passed_through():
         HistoryLookup,
         LookupCustomerInput,
         LookupOrderInput,
+        MessageEdit,
         MessageKey,
         MessageKind,
         Observation,
@@ -43,12 +46,13 @@ with workflow.unsafe.imports_passed_through():
         Phase,
         PolicyInput,
         PolicyLookup,
+        PostedMessage,
         QuestionId,
         RefundRequest,
         RefundResult,
         Role,
     )
-    from agent.policy import order_number_from
+    from agent.policy import already_refunded, order_number_from
 
 WORKFLOW_TYPE = "RefundConversation"
 
@@ -83,10 +87,27 @@ REFUND_RETRY = RetryPolicy(
     maximum_interval=timedelta(seconds=5),
     maximum_attempts=10,
 )
+# Edits of an earlier post (the escalation, once decided) are retried like posts, for a shorter
+# while: the outcome itself was already said in the thread.
+EDIT_RETRY = POST_RETRY
 # The Worker-loss detection window for Activities that wait on the outside world (the model, the
 # chat platforms, Stripe): they heartbeat every second while they wait, so a slow call is not taken
 # for a dead Worker, and a dead Worker's call is retried elsewhere within seconds.
 HEARTBEAT_TIMEOUT = timedelta(seconds=4)
+
+
+# Every change to the Workflow's commands since issue 9, one patch id each. A conversation whose
+# history was recorded before a change replays the old branch (workflow.patched is False there).
+PATCH_ROUND_IDS = "escalation-round-ids"  # escalation posts carry their round id
+PATCH_STALE_CLICKS = "approvals-bound-to-rounds"  # a click for another round is dropped
+PATCH_EDIT_ESCALATION = "escalation-edited-with-outcome"  # a decided escalation says what happened
+PATCH_PLAIN_REFUND_FAILURE = "refund-failure-plain-sentence"  # no owner's text in the thread
+PATCH_ALREADY_REFUNDED = "already-refunded-closes-denied"  # the owner's refusal is an answer
+PATCH_FAREWELL = "failure-says-so-first"  # a failure that ends the run says so in the thread
+
+# What a customer reads when something broke; the detail goes to the log and Event History.
+REFUND_FAILED = "I couldn't issue this refund; a support agent will follow up."
+SOMETHING_WENT_WRONG = "Something went wrong on our side. A support agent will pick this up."
 
 
 def idempotency_key_for(workflow_id: str, first_run_id: str) -> str:
@@ -103,12 +124,29 @@ def _money(cents: int) -> str:
     return f"${cents / 100:,.2f}"
 
 
+def _cause(err: ActivityError) -> str:
+    """The failed Activity's own message: for the log and Event History, never for a thread."""
+    return getattr(err.cause, "message", None) or str(err.cause or err)
+
+
 class _Declined(Exception):
     """A support agent pressed Deny."""
 
 
 class _Idle(Exception):
     """Nobody answered within the idle timeout."""
+
+
+@dataclass
+class _Escalation:
+    """One round's Approve / Deny post, and the click that answered it."""
+
+    number: int
+    key: MessageKey
+    text: str
+    message_id: str  # the platform's id for the post (post_to_thread's result)
+    answer: Approval | None = None  # None while the round is open
+    settled: bool = False  # its message says what became of it
 
 
 @workflow.defn(name=WORKFLOW_TYPE)
@@ -129,6 +167,10 @@ class RefundConversation:
         self._approvals: list[Approval] = []
         self._seen_ids: list[str] = [start.opening_message_id]
         self._released = False
+        # Escalation rounds: each post of Approve / Deny opens one; a click answers one round.
+        self._round = 0
+        self._escalation: _Escalation | None = None  # the latest round
+        self._settled: dict[int, MessageEdit] = {}  # round -> the edit that says what happened
 
     # ------------------------------------------------------------------------------------------
     # The loop
@@ -149,12 +191,19 @@ class RefundConversation:
             await self._authorized(order, approver, role)
             return await self._refund_order(order)
         except _Declined:
-            return await self._close("declined", "A support agent declined this refund.")
+            return await self._close(
+                "declined", "A support agent declined this refund.", settled="refund declined."
+            )
         except _Idle:
             return await self._close(
                 "expired",
                 "I haven't heard back, so I've closed this request. Write again any time.",
+                settled="no decision was made in time, so this request is closed.",
             )
+        except ActivityError as err:
+            # A step failed for good (a model that refuses the call, retries exhausted, ...).
+            await self._say_failed(err)
+            raise  # the run fails loudly for an operator, with the detail in Event History
 
     async def _agent_loop(self, start: ConversationStart) -> AgentStep:
         for turn in range(1, MAX_TURNS + 1):
@@ -251,37 +300,77 @@ class RefundConversation:
     # ------------------------------------------------------------------------------------------
 
     async def _escalate(self, order: OrderDetails, why: str) -> tuple[Actor, Role]:
-        await self._post(
-            "escalation",
-            f"This refund needs a support agent: order {order.order_number} ({order.item}, "
-            f"{_money(order.amount_cents)}). {why}",
-            actions=["approve", "deny"],
+        return await self._approved(
+            await self._offer(
+                f"This refund needs a support agent: order {order.order_number} ({order.item}, "
+                f"{_money(order.amount_cents)}). {why}"
+            )
         )
-        return await self._next_approval()
 
-    async def _next_approval(self) -> tuple[Actor, Role]:
-        while True:
-            self._phase = "waiting_for_approval"
-            try:
-                # DURABLE WAIT: the escalation may sit for days; no process holds it.
-                await workflow.wait_condition(
-                    lambda: bool(self._approvals), timeout=APPROVAL_TIMEOUT
-                )
-            except TimeoutError as err:
-                raise _Idle from err
-            approval = self._approvals.pop(0)
-            if approval.decision == "approve":
-                return approval.actor, "refund_approver"
+    async def _approved(self, approval: Approval) -> tuple[Actor, Role]:
+        """Who approved, once a click approves. A Deny that counts ends the conversation."""
+        while approval.decision == "deny":
             # A Deny counts only from someone who may decide refunds, read live like an approval.
             check = await self._authorize(approval.actor, "refund_approver", 0)
             if check.allowed:
                 raise _Declined
             # The click's buttons are gone (the adapter replaced them): offer them again.
-            await self._post(
-                "escalation",
+            approval = await self._offer(
                 f"{approval.actor.label} can't decline this refund: {check.reason}.",
-                actions=["approve", "deny"],
+                settled=f"not counted ({check.reason}).",
             )
+        return approval.actor, "refund_approver"
+
+    async def _offer(self, text: str, settled: str | None = None) -> Approval:
+        """Post a new escalation round with Approve / Deny and return the click that answers it.
+
+        `settled` says what became of the previous round's click; its message is edited to say so
+        once the new round is posted.
+        """
+        self._round += 1  # EXECUTION STATE: clicks are bound to this round
+        previous = self._escalation
+        posted = await self._post(
+            "escalation",
+            text,
+            actions=["approve", "deny"],
+            round=self._round if workflow.patched(PATCH_ROUND_IDS) else None,
+        )
+        # The buttons are up: a click on them counts from now on.
+        self._escalation = _Escalation(
+            number=self._round, key=self._key(), text=text, message_id=posted.platform_message_id
+        )
+        self._phase = "waiting_for_approval"
+        if previous is not None and settled is not None:
+            await self._settle(previous, settled)
+        return await self._next_approval()
+
+    async def _next_approval(self) -> Approval:
+        deadline = workflow.now() + APPROVAL_TIMEOUT
+        while True:
+            self._phase = "waiting_for_approval"
+            try:
+                # DURABLE WAIT: the escalation may sit for days; no process holds it.
+                await workflow.wait_condition(
+                    lambda: bool(self._approvals), timeout=deadline - workflow.now()
+                )
+            except TimeoutError as err:
+                raise _Idle from err
+            approval = self._approvals.pop(0)
+            if approval.round != self._round and workflow.patched(PATCH_STALE_CLICKS):
+                # A click on an earlier round's buttons, or a second click on a round already
+                # answered: never taken as a fresh decision on this round.
+                workflow.logger.info(
+                    "DROPPED | %s's %s click on escalation round %s; round %d is open",
+                    approval.actor.label,
+                    approval.decision,
+                    approval.round,
+                    self._round,
+                )
+                await self._restore_settled(approval.round)
+                continue
+            assert self._escalation is not None
+            self._escalation.answer = approval
+            return approval
 
     async def _hold_before_refund(self, order: OrderDetails) -> None:
         if not self._start.hold_before_refund:
@@ -308,13 +397,13 @@ class RefundConversation:
                     order, "The agent's own grant does not cover it."
                 )
             else:
-                await self._post(
-                    "escalation",
-                    f"No refund yet: {check.reason}. Waiting for approval from a support agent "
-                    "with a live refund grant.",
-                    actions=["approve", "deny"],
+                approver, role = await self._approved(
+                    await self._offer(
+                        f"No refund yet: {check.reason}. Waiting for approval from a support "
+                        "agent with a live refund grant.",
+                        settled=f"not counted ({check.reason}).",
+                    )
                 )
-                approver, role = await self._next_approval()
 
     async def _authorize(
         self, principal: Actor, role: Role, amount_cents: int
@@ -358,18 +447,42 @@ class RefundConversation:
                 retry_policy=REFUND_RETRY,
             )
         except ActivityError as err:
-            cause = getattr(err.cause, "message", None) or str(err.cause or err)
+            cause = _cause(err)
             workflow.logger.error("EXTERNAL EFFECT | refund failed: %s", cause)
+            if not workflow.patched(PATCH_PLAIN_REFUND_FAILURE):
+                return await self._close(
+                    "failed",
+                    f"The refund could not be issued ({cause}). A support agent will follow up.",
+                )
+            # The owner's own words (Stripe's, the ledger's) stay in Event History and the log.
             return await self._close(
                 "failed",
-                f"The refund could not be issued ({cause}). A support agent will follow up.",
+                REFUND_FAILED,
+                settled="the refund could not be issued; a support agent will follow up.",
+                detail=cause,
             )
         self._refund = result
+        if (
+            result.status == ALREADY_REFUNDED
+            and result.earlier is not None
+            and workflow.patched(PATCH_ALREADY_REFUNDED)
+        ):
+            # Another conversation refunded this order first; the owner refused a second refund.
+            said = already_refunded(order.order_number, result.earlier)
+            return await self._close(
+                "denied",
+                f"I can't refund this order. {said}",
+                result,
+                settled=f"no refund made. {said}",
+            )
         if result.status == "succeeded":
             text = (
                 f"Your refund is complete: {_money(result.amount_cents)} for order "
                 f"{order.order_number} ({order.item}) is on its way back to your original payment "
                 f"method. Reference {result.refund_id}."
+            )
+            settled = (
+                f"refund issued ({_money(result.amount_cents)}, reference {result.refund_id})."
             )
         else:
             # Say "complete" only when the owner says succeeded.
@@ -377,25 +490,33 @@ class RefundConversation:
                 f"Your refund of {_money(result.amount_cents)} was accepted and is "
                 f"{result.status}. Reference {result.refund_id}."
             )
-        return await self._close("refunded", text, result)
+            settled = f"refund accepted and {result.status} (reference {result.refund_id})."
+        return await self._close("refunded", text, result, settled=settled)
 
     # ------------------------------------------------------------------------------------------
     # Helpers
     # ------------------------------------------------------------------------------------------
 
-    async def _post(self, kind: MessageKind, text: str, actions: list | None = None) -> None:
-        info = workflow.info()
+    async def _post(
+        self,
+        kind: MessageKind,
+        text: str,
+        actions: list | None = None,
+        round: int | None = None,
+    ) -> PostedMessage:
         self._seq += 1
         # EXTERNAL EFFECT: a chat message, posted at most once per stable key.
-        await workflow.execute_activity(
+        return await workflow.execute_activity(
             "post_to_thread",
             OutboundMessage(
                 thread=self._start.thread,
-                key=MessageKey(workflow_id=info.workflow_id, run_id=info.run_id, seq=self._seq),
+                key=self._key(),
                 kind=kind,
                 text=text,
                 actions=actions or [],
+                round=round,
             ),
+            result_type=PostedMessage,
             # A platform may make one post wait out its rate limits for minutes (Slack honours
             # Retry-After inside the call); the heartbeat still notices a dead Worker in seconds.
             start_to_close_timeout=timedelta(minutes=5),
@@ -404,18 +525,90 @@ class RefundConversation:
             retry_policy=POST_RETRY,
         )
 
+    def _key(self) -> MessageKey:
+        """The stable key of the latest post."""
+        info = workflow.info()
+        return MessageKey(workflow_id=info.workflow_id, run_id=info.run_id, seq=self._seq)
+
+    async def _settle(self, escalation: _Escalation | None, outcome: str) -> None:
+        """Edit an escalation to say what became of it (the adapters left "Approved by X,
+        checking authorization" there, or its buttons if nobody clicked). Once per round."""
+        if escalation is None or escalation.settled:
+            return
+        escalation.settled = True
+        if not workflow.patched(PATCH_EDIT_ESCALATION):
+            return
+        answer = escalation.answer
+        edit = MessageEdit(
+            thread=self._start.thread,
+            key=escalation.key,
+            platform_message_id=escalation.message_id,
+            text=escalation.text,
+            outcome=outcome,
+            decision=answer.decision if answer else None,
+            decided_by=answer.actor if answer else None,
+        )
+        self._settled[escalation.number] = edit
+        await self._edit(edit)
+
+    async def _restore_settled(self, round: int | None) -> None:
+        # A late click's adapter may have written "checking authorization" over a settled round's
+        # outcome before its Signal arrived; say the outcome again.
+        edit = self._settled.get(round) if round is not None else None
+        if edit is not None:
+            await self._edit(edit)
+
+    async def _edit(self, edit: MessageEdit) -> None:
+        try:
+            # EXTERNAL EFFECT: an edit of an earlier post; repeating it changes nothing.
+            await workflow.execute_activity(
+                "edit_thread_message",
+                edit,
+                start_to_close_timeout=timedelta(minutes=5),
+                heartbeat_timeout=HEARTBEAT_TIMEOUT,
+                schedule_to_close_timeout=timedelta(hours=1),
+                retry_policy=EDIT_RETRY,
+            )
+        except ActivityError as err:
+            # The outcome was already said in the thread; a message that cannot be edited (it was
+            # deleted, say) must not turn that into a failed conversation.
+            workflow.logger.warning("could not edit escalation %s: %s", edit.key, _cause(err))
+
     async def _close(
-        self, status: str, text: str, refund: RefundResult | None = None
+        self,
+        status: str,
+        text: str,
+        refund: RefundResult | None = None,
+        *,
+        settled: str | None = None,
+        detail: str | None = None,
     ) -> ConversationOutcome:
         self._phase = "closed"
         await self._post("outcome", text)
-        return ConversationOutcome(status=status, message=text, refund=refund)  # type: ignore[arg-type]
+        if settled is not None:
+            await self._settle(self._escalation, settled)
+        return ConversationOutcome(status=status, message=text, refund=refund, detail=detail)  # type: ignore[arg-type]
+
+    async def _say_failed(self, err: ActivityError) -> None:
+        """The customer hears, in one plain sentence, that this conversation ends here."""
+        workflow.logger.error(
+            "CONVERSATION FAILED | %s failed for good: %s", err.activity_type, _cause(err)
+        )
+        if not workflow.patched(PATCH_FAREWELL):
+            return
+        self._phase = "closed"
+        try:
+            await self._post("outcome", SOMETHING_WENT_WRONG)
+            await self._settle(
+                self._escalation,
+                "something went wrong on our side; a support agent will follow up.",
+            )
+        except ActivityError as also:
+            workflow.logger.error("could not say so in the thread either: %s", _cause(also))
 
     async def _fail(self, reason: str, error_type: str) -> None:
         # The customer hears something went wrong; the run fails loudly for an operator to see.
-        await self._post(
-            "info", "Something went wrong on our side. A support agent will pick this up."
-        )
+        await self._post("info", SOMETHING_WENT_WRONG)
         raise ApplicationError(reason, type=error_type, non_retryable=True)
 
     def _order(self) -> OrderDetails | None:
@@ -454,8 +647,13 @@ class RefundConversation:
 
     @workflow.signal
     def approval(self, approval: Approval) -> None:
-        if self._remember_id(f"click:{approval.click_id}"):
-            self._approvals.append(approval)
+        if not self._remember_id(f"click:{approval.click_id}"):
+            return
+        if approval.round is None:
+            # Buttons posted before rounds existed carry none: the click answers the round that
+            # is open when it arrives, and only that one.
+            approval = approval.model_copy(update={"round": self._round})
+        self._approvals.append(approval)
 
     @workflow.signal
     def release(self) -> None:
@@ -475,7 +673,13 @@ class RefundConversation:
             refund=self._refund,
             held=self._phase == "held_before_refund",
             queued_messages=len(self._inbox),
+            escalation_round=self._open_round(),
         )
+
+    def _open_round(self) -> int | None:
+        """The round a click may answer now: posted, and not answered yet."""
+        escalation = self._escalation
+        return escalation.number if escalation and escalation.answer is None else None
 
     def _next_action(self) -> str:
         if self._phase == "closed":

@@ -29,7 +29,7 @@ from enum import StrEnum
 from typing import Literal
 
 from pydantic import BaseModel, ValidationError
-from temporalio.client import Client, WorkflowExecutionStatus
+from temporalio.client import Client, WorkflowExecutionStatus, WorkflowQueryFailedError
 from temporalio.common import WorkflowIDReusePolicy
 from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
@@ -39,6 +39,7 @@ from agent.models import (
     Actor,
     Approval,
     ConversationStart,
+    ConversationView,
     CustomerMessage,
     ThreadRef,
 )
@@ -71,6 +72,10 @@ MAX_ATTEMPTS = 10
 INBOX_RETRY = Backoff(first=2.0, cap=300.0, jitter=False)
 # While Temporal is unreachable, the inbox is tried again after this (doubling, capped).
 UNREACHABLE_RETRY = Backoff(first=1.0, cap=30.0, jitter=False)
+# How long a click's round check may wait on the Workflow's answer (a Query needs a live Worker);
+# without an answer the click is sent anyway, and the Workflow drops it if its round has passed.
+ROUND_CHECK_TIMEOUT = timedelta(seconds=2)
+_CHECK_SKIPPED = (RPCError, WorkflowQueryFailedError, RuntimeError, ConnectionError, TimeoutError)
 
 
 class InboundMessage(BaseModel):
@@ -94,6 +99,7 @@ class InboundClick(BaseModel):
     decision: Literal["approve", "deny"]
     actor: Actor
     click_id: str
+    round: int | None = None  # the escalation round of the clicked buttons (None: older buttons)
 
 
 class Routed(StrEnum):
@@ -104,6 +110,7 @@ class Routed(StrEnum):
     IGNORED = "ignored"  # bots, edits, deletions: never reach the agent
     CLOSED = "closed"  # the thread's conversation has finished
     UNKNOWN = "unknown"  # a thread that is no conversation of ours
+    STALE = "stale"  # a click on an escalation round that is no longer open: not sent
 
 
 # What the adapter tells the customer when the router could not even keep the message (its inbox
@@ -118,6 +125,17 @@ NOTICES: dict[Routed, str | None] = {
     Routed.CLOSED: (
         "This conversation has finished. Post in the support channel to start a new one."
     ),
+}
+
+
+# What the adapter tells the clicker privately, by result of a click (None: say nothing).
+CLICK_NOTICES: dict[Routed, str] = {
+    Routed.QUEUED: "Your decision is recorded; the agent is briefly unavailable and will pick it "
+    "up shortly.",
+    Routed.CLOSED: "This conversation has already finished; your click changed nothing.",
+    Routed.UNKNOWN: "This button belongs to no conversation I know; your click changed nothing.",
+    Routed.STALE: "These buttons were already answered (look for the newest ones in the thread); "
+    "your click changed nothing.",
 }
 
 
@@ -220,6 +238,29 @@ class ConversationRouter:
     async def on_click(self, click: InboundClick) -> Routed:
         return await self._accept(click.event_id, "click", click)
 
+    async def check_click(self, click: InboundClick) -> Routed | None:
+        """Before an adapter marks a clicked escalation as decided: CLOSED when the conversation
+        has finished, STALE when the click's round is no longer open (answered already, or buttons
+        of an earlier round), None when the click may count or nobody could say.
+
+        Only a courtesy, so the adapter can tell the clicker privately and leave the message as
+        the Workflow wrote it; the Workflow itself drops a click whose round has passed.
+        """
+        handle = self._client.get_workflow_handle(click.workflow_id)
+        try:
+            description = await handle.describe(rpc_timeout=ROUND_CHECK_TIMEOUT)
+            if description.status != WorkflowExecutionStatus.RUNNING:
+                return Routed.CLOSED
+            if click.round is None:
+                return None  # older buttons: the Workflow binds the click to the open round
+            view = await handle.query(RefundConversation.view, rpc_timeout=ROUND_CHECK_TIMEOUT)
+        except _CHECK_SKIPPED as err:
+            # Not found, unreachable, or no Worker to answer the Query: the click goes ahead.
+            log.info("round check of %s skipped: %s", click.workflow_id, err)
+            return None
+        assert isinstance(view, ConversationView)
+        return Routed.STALE if view.escalation_round != click.round else None
+
     async def _accept(self, event_id: str, kind: str, payload: BaseModel) -> Routed:
         """Deliver (or queue) an event once: a redelivery of an accepted event is a duplicate; a
         redelivery that arrives while the first is still being handled waits for its verdict."""
@@ -282,7 +323,10 @@ class ConversationRouter:
             return await self._signal(workflow_id_for(payload.thread), "customer_message", signal)
         assert isinstance(payload, InboundClick)
         approval = Approval(
-            decision=payload.decision, actor=payload.actor, click_id=payload.click_id
+            decision=payload.decision,
+            actor=payload.actor,
+            click_id=payload.click_id,
+            round=payload.round,
         )
         return await self._signal(payload.workflow_id, "approval", approval)
 

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from agent.stores.ledger import Ledger
 from bot.ids import workflow_id_for
 from bot.local.terminal import PEOPLE, inbound, thread_ref
 from refund_bot.wiring import local_thread_store
 from tests.support import pid_alive
 from tests.support.conditions import wait_for
 from tests.support.conversation import LocalConversation
+from tests.support.owner import refunds_made
 from tests.support.stack import supervised_stack
 
 PRESENTER, SUPPORT, CUSTOMER = PEOPLE["presenter"], PEOPLE["support"], PEOPLE["customer"]
@@ -55,7 +55,7 @@ async def test_crash_then_status_without_a_worker_then_release(temporal_env, tmp
         status = await stack.commands.refund_status(PRESENTER, conv.handle.id)
         assert "refund at the offline ledger: re_ledger_" in status.text
         assert "(calls with its key: 1)" in status.text
-    assert len(await Ledger(stack.settings.ledger_db).all_refunds()) == 1
+    assert len(await refunds_made(stack.settings.ledger_db)) == 1
 
 
 async def test_commands_are_refused_to_people_without_the_role(temporal_env, tmp_path) -> None:

@@ -11,6 +11,7 @@ from agent.stores.ledger import Ledger
 from bot.local.thread_store import LocalThreadStore
 from tests.support.conversation import SUPPORT, LocalConversation
 from tests.support.inproc import running_worker
+from tests.support.owner import refunds_made
 
 
 @pytest.fixture
@@ -67,7 +68,7 @@ async def test_unknown_order_and_another_customers_order_get_the_same_answer(
             answers.append(outcome.message.replace(number, "N"))
     assert answers[0] == answers[1]
     assert "couldn't find order N on your account" in answers[0]
-    assert await Ledger(agent_settings.ledger_db).all_refunds() == []
+    assert await refunds_made(agent_settings.ledger_db) == []
 
 
 async def test_final_sale_order_is_denied(client, agent_settings, threads) -> None:
@@ -111,7 +112,7 @@ async def test_grant_revoked_after_approval_means_no_refund(
         await conv.wait_phase("waiting_for_approval")
         texts = [m.text for m in await conv.bot_messages()]
         assert any("No refund yet" in t and "no live refund_approver grant" in t for t in texts)
-        assert await Ledger(agent_settings.ledger_db).all_refunds() == []
+        assert await refunds_made(agent_settings.ledger_db) == []
         # A later approval by someone who holds a grant now goes through.
         await grants.grant(SUPPORT, "refund_approver", 100000, by=presenter)
         await conv.click("approve", SUPPORT)
@@ -130,13 +131,13 @@ async def test_approval_without_a_grant_gives_no_refund(client, agent_settings, 
         refusal = await conv.next_bot_message()
         assert "Marlow holds no live refund_approver grant" in refusal.text
         assert refusal.actions == ["approve", "deny"]  # the buttons are offered again
-        assert (await conv.view()).phase == "waiting_for_approval"
+        await conv.wait_phase("waiting_for_approval")
         await conv.click("deny", stranger)  # a deny needs a grant too
         assert "can't decline" in (await conv.next_bot_message()).text
         await conv.click("deny", SUPPORT)
         outcome = await handle.result()
     assert outcome.status == "declined"
-    assert await Ledger(agent_settings.ledger_db).all_refunds() == []
+    assert await refunds_made(agent_settings.ledger_db) == []
 
 
 async def test_agent_without_its_grant_escalates_instead_of_refunding(

@@ -11,6 +11,7 @@ from refund_bot.wiring import local_thread_store
 from tests.support import pid_alive
 from tests.support.conditions import wait_for
 from tests.support.conversation import LocalConversation
+from tests.support.owner import refunds_made
 from tests.support.stack import supervised_stack
 from worker.control import request_worker_restart
 
@@ -60,7 +61,7 @@ async def test_sigkill_while_held_resumes_without_repeating(temporal_env, tmp_pa
         assert survivors.lookups == ["lookup_order", "lookup_customer_history"]
         assert survivors.next_action == "issue refund"
         assert survivors.refund.state == "not started"
-        assert await Ledger(stack.settings.ledger_db).all_refunds() == []
+        assert await refunds_made(stack.settings.ledger_db) == []
 
         await stack.supervisor.start()
         await handle.signal("release")

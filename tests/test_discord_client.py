@@ -262,8 +262,11 @@ async def bot(
         yield b
 
 
-async def post_escalation(api: FakeDiscordAPI, thread_id: int, text: str) -> dict[str, Any]:
-    """The Worker's post_to_thread: a separate REST-only poster, as in the Worker process."""
+async def post_escalation(
+    api: FakeDiscordAPI, thread_id: int, text: str, round: int | None = None
+) -> dict[str, Any]:
+    """The Worker's post_to_thread: a separate REST-only poster, as in the Worker process.
+    Without a round: buttons as they were posted before escalation rounds existed."""
     workflow_id = workflow_id_for(
         ThreadRef(
             platform="discord", workspace=str(GUILD), channel=str(SUPPORT), thread=str(thread_id)
@@ -277,6 +280,7 @@ async def post_escalation(api: FakeDiscordAPI, thread_id: int, text: str) -> dic
         kind="escalation",
         text=text,
         actions=["approve", "deny"],
+        round=round,
     )
     async with DiscordThreadPoster(SecretStr(api.token), api_url=api.api_url) as poster:
         posted = await poster.post(message)
@@ -603,6 +607,46 @@ async def test_a_slow_pre_check_defers_and_answers_later(
             assert record.followups[0]["flags"] & EPHEMERAL
             assert router.clicks == []
             assert api.message(thread_id, escalation["id"]) == escalation
+
+
+async def test_a_click_carries_the_round_of_its_buttons(bot: Bot) -> None:
+    thread_id = await bot.open_conversation()
+    escalation = await post_escalation(bot.api, thread_id, "Refund $250.00?", round=4)
+    approve = custom_ids(escalation)[0]
+    assert approve == f"refund:approve:r4:discord-{GUILD}-{thread_id}"
+
+    bot.gateway(
+        "INTERACTION_CREATE",
+        bot.api.component_interaction(thread_id, escalation["id"], AGENT, approve),
+    )
+    await wait_for(lambda: _async(bool(bot.router.clicks)), what="the click routed")
+    [routed] = bot.router.clicks
+    assert (routed.workflow_id, routed.round) == (f"discord-{GUILD}-{thread_id}", 4)
+    assert bot.router.checked == [routed]  # asked whether round 4 is still open first
+
+
+@pytest.mark.parametrize(
+    ("result", "said"), [(Routed.STALE, "already answered"), (Routed.CLOSED, "already finished")]
+)
+async def test_a_click_on_a_passed_round_is_told_privately_and_changes_nothing(
+    bot: Bot, result: Routed, said: str
+) -> None:
+    thread_id = await bot.open_conversation()
+    escalation = await post_escalation(bot.api, thread_id, "Refund $250.00?", round=1)
+    bot.router.check_result = result
+
+    click = bot.api.component_interaction(
+        thread_id, escalation["id"], AGENT, custom_ids(escalation)[0]
+    )
+    bot.gateway("INTERACTION_CREATE", click)
+    record = await answered(bot.api, click)
+
+    [callback] = record.callbacks
+    assert callback["type"] == MESSAGE_REPLY and callback["data"]["flags"] & EPHEMERAL
+    assert said in callback["data"]["content"]
+    assert bot.router.clicks == []
+    # The message stays as the Workflow left it: no "checking authorization" over its outcome.
+    assert bot.api.message(thread_id, escalation["id"]) == escalation
 
 
 async def test_a_click_on_a_finished_conversation_says_so(bot: Bot) -> None:

@@ -16,7 +16,7 @@ from discord.state import ConnectionState
 from pydantic import SecretStr
 from temporalio.exceptions import ApplicationError
 
-from agent.models import MessageKey, OutboundMessage, ThreadRef
+from agent.models import Actor, MessageEdit, MessageKey, OutboundMessage, ThreadRef
 from bot.discord import render
 from bot.discord.outbound import AUTH_ERROR, PERMANENT_ERROR, DiscordThreadPoster
 from bot.discord.settings import DiscordSettings
@@ -32,6 +32,7 @@ def outbound(
     seq: int = 1,
     actions: list[str] | None = None,
     thread_id: int = THREAD_ID,
+    round: int | None = None,
 ) -> OutboundMessage:
     return OutboundMessage(
         thread=ThreadRef(
@@ -44,6 +45,7 @@ def outbound(
         kind="escalation" if actions else "question",
         text=text,
         actions=actions or [],  # type: ignore[arg-type]
+        round=round,
     )
 
 
@@ -158,27 +160,82 @@ async def test_nonce_is_only_remembered_for_a_few_minutes(
     assert len(api.messages(THREAD_ID)) == 2
 
 
-async def test_escalation_carries_approve_and_deny_buttons(
+async def test_escalation_carries_approve_and_deny_buttons_of_its_round(
     api: FakeDiscordAPI, poster: DiscordThreadPoster
 ) -> None:
-    await poster.post(outbound("Refund $120 for order 1042?", actions=["approve", "deny"]))
+    await poster.post(outbound("Refund $120 for order 1042?", actions=["approve", "deny"], round=3))
 
     [stored] = api.messages(THREAD_ID)
     [row] = stored["components"]
     assert row["type"] == discord.ComponentType.action_row.value
     buttons = row["components"]
     assert [b["custom_id"] for b in buttons] == [
-        f"refund:approve:{WORKFLOW_ID}",
-        f"refund:deny:{WORKFLOW_ID}",
+        f"refund:approve:r3:{WORKFLOW_ID}",
+        f"refund:deny:r3:{WORKFLOW_ID}",
     ]
     assert [b["style"] for b in buttons] == [
         discord.ButtonStyle.success.value,
         discord.ButtonStyle.danger.value,
     ]
     assert [render.parse_custom_id(b["custom_id"]) for b in buttons] == [
-        ("approve", WORKFLOW_ID),
-        ("deny", WORKFLOW_ID),
+        ("approve", WORKFLOW_ID, 3),
+        ("deny", WORKFLOW_ID, 3),
     ]
+
+
+def test_buttons_from_before_rounds_still_parse_and_match_the_template() -> None:
+    # Posted before escalation rounds existed: no round in the custom id. They still match the
+    # persistent DynamicItem's template (discord.py's fullmatch) and read as round None.
+    old = f"refund:approve:{WORKFLOW_ID}"
+    assert render.custom_id_for("approve", WORKFLOW_ID) == old
+    match = re.compile(render.CUSTOM_ID_TEMPLATE).fullmatch(old)
+    assert match is not None and match["round"] is None
+    assert render.parse_custom_id(old) == ("approve", WORKFLOW_ID, None)
+
+
+async def test_edit_replaces_the_escalation_and_its_buttons_with_what_happened(
+    api: FakeDiscordAPI, poster: DiscordThreadPoster
+) -> None:
+    escalation = outbound("Refund $450 for order 4500?", actions=["approve", "deny"], round=1)
+    posted = await poster.post(escalation)
+    edit = MessageEdit(
+        thread=escalation.thread,
+        key=escalation.key,
+        platform_message_id=posted.platform_message_id,
+        text=escalation.text,
+        outcome="refund issued ($450.00, reference re_1).",
+        decision="approve",
+        decided_by=Actor(platform="discord", user_id="81", display_name="Sam @everyone"),
+    )
+    await poster.edit(edit)
+    await poster.edit(edit)  # a retried Activity: the same message again
+
+    [stored] = api.messages(THREAD_ID)
+    assert stored["content"] == (
+        "Refund $450 for order 4500?\n\n"
+        "Approved by Sam @everyone: refund issued ($450.00, reference re_1)."
+    )
+    assert stored["components"] == []
+    assert stored["mention_everyone"] is False  # a display name never pings
+    edits = api.requests_to("PATCH /channels/{channel_id}/messages/{message_id}")
+    assert len(edits) == 2 and len(api.messages(THREAD_ID)) == 1
+
+
+async def test_editing_a_deleted_message_is_not_retryable(
+    api: FakeDiscordAPI, poster: DiscordThreadPoster
+) -> None:
+    escalation = outbound("Approve?", actions=["approve", "deny"], round=1)
+    await poster.post(escalation)
+    edit = MessageEdit(
+        thread=escalation.thread,
+        key=escalation.key,
+        platform_message_id="1190000000000009999",  # no such message
+        text="Approve?",
+        outcome="no decision was made in time, so this request is closed.",
+    )
+    with pytest.raises(ApplicationError) as caught:
+        await poster.edit(edit)
+    assert caught.value.type == PERMANENT_ERROR and caught.value.non_retryable
 
 
 async def test_rate_limit_is_waited_out_and_posts_once(
@@ -306,9 +363,17 @@ def test_foreign_custom_ids_are_not_parsed(custom_id: str) -> None:
 
 def test_template_matches_the_way_discord_py_dispatches() -> None:
     # discord.py's DynamicItem dispatch uses fullmatch on the compiled template.
-    match = re.compile(render.CUSTOM_ID_TEMPLATE).fullmatch(render.custom_id_for("deny", "wf-1"))
+    custom_id = render.custom_id_for("deny", "wf-1", 12)
+    match = re.compile(render.CUSTOM_ID_TEMPLATE).fullmatch(custom_id)
     assert match is not None
-    assert (match["action"], match["workflow_id"]) == ("deny", "wf-1")
+    assert (match["action"], match["round"], match["workflow_id"]) == ("deny", "12", "wf-1")
+
+
+def test_a_round_that_makes_the_custom_id_too_long_is_refused() -> None:
+    longest = "w" * (render.MAX_CUSTOM_ID - len("refund:approve:r999999999:"))
+    assert len(render.custom_id_for("approve", longest, 999_999_999)) == render.MAX_CUSTOM_ID
+    with pytest.raises(ValueError, match="too long"):
+        render.custom_id_for("approve", longest + "w", 999_999_999)
 
 
 def test_cut_counts_utf16_so_astral_text_still_fits() -> None:

@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import pytest
+from pydantic import SecretStr
+from temporalio.client import WorkflowFailureError
+
 from agent.decoded_history import decoded_history
 from agent.history import survivors_from_history
 from agent.settings import AgentSettings
+from agent.workflow import SOMETHING_WENT_WRONG
 from bot.local.thread_store import LocalThreadStore
 from tests.fakes.openai_api import FakeOpenAI
 from tests.support.conversation import LocalConversation
@@ -61,3 +66,27 @@ async def test_a_model_5xx_is_one_call_and_a_temporal_retry(client, tmp_path) ->
     assert outcome.status == "denied"
     # 1 failed call (no hidden SDK retry) + the retry + two more steps.
     assert len(model.requests) == 4
+
+
+async def test_a_model_that_refuses_the_call_ends_with_a_plain_sentence(client, tmp_path) -> None:
+    """The model API answers 401 (a revoked key): not retried, and the customer hears one plain
+    sentence after the questions instead of silence; the run fails for an operator to see."""
+    async with FakeOpenAI(api_key="sk-the-key-the-api-wants") as model:
+        settings = _settings(tmp_path, model).model_copy(
+            update={"openai_api_key": SecretStr("sk-a-revoked-key")}
+        )
+        threads = LocalThreadStore(tmp_path / "threads.sqlite")
+        async with running_worker(client, settings, threads) as queue:
+            conv = LocalConversation(client, threads, queue)
+            handle = await conv.open("please refund order 1234", decider="openai")
+            await _answer(conv)
+            with pytest.raises(WorkflowFailureError) as failed:
+                await handle.result()
+    said = [(m.kind, m.text) for m in await conv.bot_messages()]
+    assert said == [
+        ("question", "Was the package opened?"),
+        ("question", "What was damaged?"),
+        ("outcome", SOMETHING_WENT_WRONG),
+    ]
+    assert len(model.requests) == 1  # a 401 is not retried
+    assert "HTTP 401" in str(failed.value.cause.cause)  # the detail, for operators

@@ -11,6 +11,7 @@ from agent.models import (
     Observation,
     OrderDetails,
     OrderLookup,
+    OwnerRefund,
     PolicyCheck,
     PolicyLookup,
 )
@@ -115,3 +116,35 @@ def test_ineligible_orders_are_denied_and_unknown_ones_too() -> None:
 def test_the_policy_is_deterministic() -> None:
     memory = [*ANSWERS, _order(), HISTORY]
     assert next_step("refund 1234", memory) == next_step("refund 1234", list(memory))
+
+
+def test_a_refunded_order_is_denied_with_the_owners_date_and_reference() -> None:
+    refund = OwnerRefund(
+        refund_id="re_ledger_abc",
+        payment_ref="pi_demo_1234",
+        amount_cents=8000,
+        status="succeeded",
+        refunded_on="2026-11-02",
+    )
+    lookup = _order()
+    assert lookup.order is not None
+    refunded = OrderLookup(
+        order_number="1234", order=lookup.order.model_copy(update={"refunds": [refund]})
+    )
+    step = next_step("refund 1234", [*ANSWERS, refunded])
+    assert (step.action, step.outcome) == ("decide", "deny")
+    assert step.rationale == (
+        "Order 1234 was already refunded on 2026-11-02 (reference re_ledger_abc)."
+    )
+
+
+def test_the_count_of_prior_refunds_decides_not_the_lines_listed() -> None:
+    assert HISTORY.history is not None
+    many = HistoryLookup(
+        history=HISTORY.history.model_copy(update={"prior_refund_count": 12})
+    )  # one line listed, twelve refunds at the owner
+    step = next_step("refund 1234", [*ANSWERS, _order(), many])
+    assert step.tool == "check_refund_policy"  # not auto-approved: a support agent confirms
+    eligible = PolicyCheck(order_number="1234", eligible=True, return_required=False, reason="ok")
+    step = next_step("refund 1234", [*ANSWERS, _order(), many, PolicyLookup(policy=eligible)])
+    assert step.outcome == "escalate" and "12 prior refunds" in step.rationale

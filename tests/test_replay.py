@@ -1,12 +1,16 @@
 """Replay: committed Event Histories replay cleanly; a reordered Workflow does not.
 
-`*_before_codec.json` were recorded before the payload codec existed (plain payloads): they replay
-with the codec on, as conversations running at its deploy carried on. The others are encrypted
-with the tests' codec key (tests/support/codec.py), as every history written since is.
+tests/histories/*.json are the current Workflow's paths (recorded by tests/histories/record.py),
+encrypted with the tests' codec key (tests/support/codec.py) as every history written since the
+codec is. tests/histories/before-issue-9/ holds histories recorded before issue 9 changed the
+Workflow's commands: conversations that were running at that deploy, which must still replay. They
+were recorded before the payload codec existed (plain payloads), except `*_encrypted.json`,
+recorded between the codec and issue 9.
 """
 
 from __future__ import annotations
 
+import json
 from datetime import timedelta
 from pathlib import Path
 
@@ -17,6 +21,7 @@ from temporalio.converter import DataConverter
 from temporalio.worker import Replayer
 from temporalio.workflow import NondeterminismError
 
+from agent import workflow as workflow_module
 from agent.codec import ENCODING, CodecKey, MissingCodecKey
 from agent.decoded_history import decoded_history
 from agent.history import survivors_from_history
@@ -25,7 +30,11 @@ from agent.temporal_client import data_converter
 from agent.workflow import WORKFLOW_TYPE, RefundConversation
 from tests.support.codec import TEST_CONVERTER, TEST_KEY, all_payloads
 
-HISTORIES = sorted((Path(__file__).parent / "histories").glob("*.json"))
+ROOT = Path(__file__).parent / "histories"
+# Every committed history: the current Workflow's paths, and in before-* folders the histories
+# recorded before a Workflow change (conversations that were running at that deploy).
+HISTORIES = sorted(ROOT.rglob("*.json"))
+BEFORE_ISSUE_9 = ROOT / "before-issue-9"
 
 
 def _read(path: Path) -> WorkflowHistory:
@@ -38,6 +47,14 @@ async def _load(path: Path, converter: DataConverter = TEST_CONVERTER) -> Workfl
     # it would be an opaque workflow task failure ("Encoded failure").
     await decoded_history(history, converter)
     return history
+
+
+async def _decoded(path: Path) -> WorkflowHistory:
+    return await decoded_history(_read(path), TEST_CONVERTER)
+
+
+def _name(path: Path) -> str:
+    return str(path.relative_to(ROOT).with_suffix(""))
 
 
 @workflow.defn(name=WORKFLOW_TYPE)
@@ -71,32 +88,75 @@ class ReorderedConversation:
 
 
 def test_there_are_committed_histories() -> None:
-    assert {p.name for p in HISTORIES} >= {
-        "auto_approved.json",
-        "escalated.json",
-        "auto_approved_before_codec.json",
-        "escalated_before_codec.json",
+    before = {p.stem for p in BEFORE_ISSUE_9.glob("*.json")}
+    assert before >= {"auto_approved", "escalated", "reoffered", "declined", "refunded_twice"}
+    assert before >= {"auto_approved_encrypted", "escalated_encrypted"}
+    current = {p.stem for p in ROOT.glob("*.json")}
+    recorded_before = {name.removesuffix("_encrypted") for name in before}
+    assert current >= recorded_before | {"raced", "stale_click", "refund_failed"}
+
+
+@pytest.mark.parametrize("path", sorted(BEFORE_ISSUE_9.glob("*.json")), ids=_name)
+async def test_a_conversation_running_before_issue_9_replays_on_the_new_workflow(
+    path: Path,
+) -> None:
+    """Recorded with the Workflow as it was before issue 9 (no escalation rounds, no edits, the
+    owner's raw text on a failed refund, silence on a model failure): every workflow.patched
+    branch must take the old path here, or replay fails with a nondeterminism error."""
+    replayer = Replayer(workflows=[RefundConversation], data_converter=TEST_CONVERTER)
+    history = await _load(path)
+    result = await replayer.replay_workflow(history, raise_on_replay_failure=False)
+    assert result.replay_failure is None
+    assert not any(e.HasField("marker_recorded_event_attributes") for e in history.events), (
+        "a history recorded before the patches holds no patch marker"
+    )
+
+
+def _patch_ids(history: WorkflowHistory) -> set[str]:
+    found = set()
+    for event in history.events:
+        if event.HasField("marker_recorded_event_attributes"):
+            for payloads in event.marker_recorded_event_attributes.details.values():
+                for payload in payloads.payloads:
+                    found.add(json.loads(payload.data)["id"])
+    return found
+
+
+async def test_every_patch_has_a_recorded_history_that_takes_it() -> None:
+    patches = {
+        value
+        for name, value in vars(workflow_module).items()
+        if name.startswith("PATCH_") and isinstance(value, str)
     }
+    # Decoded: a patch marker's details are payloads, encrypted like every other.
+    taken = set().union(*[_patch_ids(await _decoded(p)) for p in ROOT.glob("*.json")])
+    assert patches and taken == patches
 
 
-@pytest.mark.parametrize("path", HISTORIES, ids=lambda p: p.stem)
+@pytest.mark.parametrize("path", HISTORIES, ids=_name)
 async def test_committed_history_replays_cleanly(path: Path) -> None:
     replayer = Replayer(workflows=[RefundConversation], data_converter=TEST_CONVERTER)
     result = await replayer.replay_workflow(await _load(path), raise_on_replay_failure=False)
     assert result.replay_failure is None
 
 
-@pytest.mark.parametrize("path", HISTORIES, ids=lambda p: p.stem)
+@pytest.mark.parametrize("path", HISTORIES, ids=_name)
 async def test_reordered_workflow_fails_replay(path: Path) -> None:
     replayer = Replayer(workflows=[ReorderedConversation], data_converter=TEST_CONVERTER)
     with pytest.raises(NondeterminismError):
         await replayer.replay_workflow(await _load(path))
 
 
-@pytest.mark.parametrize("name", ["auto_approved", "auto_approved_before_codec"])
+async def test_the_loser_of_a_race_reads_already_refunded_from_history() -> None:
+    survivors = survivors_from_history(await _decoded(ROOT / "raced.json"))
+    assert survivors.closed and survivors.outcome and survivors.outcome.status == "denied"
+    assert survivors.refund.state == "already_refunded"
+    assert survivors.refund.refund and survivors.refund.refund.earlier is not None
+
+
+@pytest.mark.parametrize("name", ["auto_approved", "auto_approved_encrypted"])
 async def test_what_survives_is_rebuilt_from_history_alone(name: str) -> None:
-    history = await _load(Path(__file__).parent / "histories" / f"{name}.json")
-    survivors = survivors_from_history(await decoded_history(history, TEST_CONVERTER))
+    survivors = survivors_from_history(await _decoded(BEFORE_ISSUE_9 / f"{name}.json"))
     assert survivors.answers == {"item_opened": "Yes", "damage": "Split seam"}
     assert survivors.lookups == ["lookup_order", "lookup_customer_history"]
     assert survivors.closed and survivors.outcome and survivors.outcome.status == "refunded"
@@ -104,18 +164,27 @@ async def test_what_survives_is_rebuilt_from_history_alone(name: str) -> None:
     assert survivors.order and survivors.order.order_number == "1234"
 
 
+# What the SDK's core writes itself, never through the codec: a workflow.patched marker's id and
+# the TemporalChangeVersion search attribute listing the patch ids (the server indexes it). Neither
+# holds customer data.
+_CORE_WRITTEN = (
+    "marker_recorded_event_attributes",
+    "upsert_workflow_search_attributes_event_attributes",
+)
+
+
 def test_histories_recorded_since_the_codec_are_ciphertext() -> None:
     for path in HISTORIES:
-        history = _read(path)
-        encodings = {p.metadata["encoding"] for e in history.events for p in all_payloads(e)}
-        encrypted = not path.stem.endswith("_before_codec")
-        assert (encodings == {ENCODING}) is encrypted, (path.name, encodings)
+        events = [e for e in _read(path).events if e.WhichOneof("attributes") not in _CORE_WRITTEN]
+        encodings = {p.metadata["encoding"] for e in events for p in all_payloads(e)}
+        plain = path.parent == BEFORE_ISSUE_9 and not path.stem.endswith("_encrypted")
+        assert (encodings == {ENCODING}) is not plain, (_name(path), encodings)
 
 
 async def test_replay_tooling_without_the_key_fails_in_one_line() -> None:
     stranger = data_converter([CodecKey.generate("not-the-tests-key")])
     with pytest.raises(MissingCodecKey) as missing:
-        await _load(Path(__file__).parent / "histories" / "escalated.json", stranger)
+        await _load(ROOT / "escalated.json", stranger)
     assert str(missing.value).startswith(
         f"Event History is encrypted with codec key {TEST_KEY.key_id!r}"
     )
@@ -123,4 +192,4 @@ async def test_replay_tooling_without_the_key_fails_in_one_line() -> None:
 
 def test_reading_an_encrypted_history_undecoded_is_refused_clearly() -> None:
     with pytest.raises(ValueError, match="still encrypted: read it through decoded_history"):
-        survivors_from_history(_read(Path(__file__).parent / "histories" / "escalated.json"))
+        survivors_from_history(_read(ROOT / "escalated.json"))

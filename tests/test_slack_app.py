@@ -84,6 +84,7 @@ class RecordingRouter:
     messages: list[InboundMessage] = field(default_factory=list)
     clicks: list[InboundClick] = field(default_factory=list)
     result: Routed | None = None
+    check_result: Routed | None = None  # what check_click answers (None: the click may count)
     gate: asyncio.Event | None = None  # when set, on_message waits for it (a slow Temporal)
     slow_text: str | None = None  # …only for the message with this text, when set
     error: Exception | None = None  # raised by on_message (the router could not keep it)
@@ -99,6 +100,9 @@ class RecordingRouter:
     async def on_click(self, click: InboundClick) -> Routed:
         self.clicks.append(click)
         return self.result or Routed.SIGNALLED
+
+    async def check_click(self, click: InboundClick) -> Routed | None:
+        return self.check_result
 
 
 @dataclass
@@ -672,8 +676,9 @@ async def test_socket_mode_connects_again_when_slack_drops_it(
 # ---------------------------------------------------------------------------------------------
 
 
-async def _escalation(slack: FakeSlackApi) -> tuple[str, str, str]:
-    """A customer's thread with the agent's escalation in it, posted by the real outbound half."""
+async def _escalation(slack: FakeSlackApi, round: int | None = None) -> tuple[str, str, str]:
+    """A customer's thread with the agent's escalation in it, posted by the real outbound half.
+    Without a round: buttons as they were posted before escalation rounds existed."""
     root_ts = slack.add_message(CHANNEL, "refund order 4500")
     thread = ThreadRef(platform="slack", workspace=TEAM, channel=CHANNEL, thread=root_ts)
     wid = workflow_id_for(thread)
@@ -684,6 +689,7 @@ async def _escalation(slack: FakeSlackApi) -> tuple[str, str, str]:
             kind="escalation",
             text="This refund needs a support agent: order 4500 ($450.00).",
             actions=["approve", "deny"],
+            round=round,
         )
     )
     return root_ts, posted.platform_message_id, wid
@@ -709,6 +715,7 @@ async def test_click_acks_removes_the_buttons_and_signals(
 
     (inbound,) = await wait_for(clicked, timeout=5, what="the click")
     assert inbound.workflow_id == wid and inbound.decision == decision
+    assert inbound.round is None  # buttons from before escalation rounds still route
     assert inbound.actor == Actor(platform="slack", user_id=SUPPORT[0], display_name=SUPPORT[1])
     assert inbound.click_id == click.payload["actions"][0]["action_ts"]
     assert inbound.event_id.endswith(click.payload["trigger_id"])
@@ -725,6 +732,46 @@ async def test_click_acks_removes_the_buttons_and_signals(
     assert context["elements"][0]["text"] == f"{verb} by <@{SUPPORT[0]}>, checking authorization"
     with pytest.raises(AssertionError, match="no refund_"):  # nothing left to press twice
         harness.sender.click(CHANNEL, escalation_ts, action_id, user=SUPPORT[0], name=SUPPORT[1])
+
+
+async def test_click_carries_the_round_of_its_buttons(harness: Harness) -> None:
+    _, escalation_ts, wid = await _escalation(harness.slack, round=3)
+    click = harness.sender.click(
+        CHANNEL, escalation_ts, APPROVE_ACTION_ID, user=SUPPORT[0], name=SUPPORT[1]
+    )
+    assert click.payload["actions"][0]["value"] == f"{wid}#3"
+    await harness.deliver(click)
+
+    async def clicked() -> list[InboundClick]:
+        return harness.router.clicks
+
+    (inbound,) = await wait_for(clicked, timeout=5, what="the click")
+    assert (inbound.workflow_id, inbound.round) == (wid, 3)
+
+
+@pytest.mark.parametrize(
+    ("result", "said"), [(Routed.STALE, "already answered"), (Routed.CLOSED, "already finished")]
+)
+async def test_click_on_a_passed_round_is_told_privately_and_changes_nothing(
+    harness: Harness, result: Routed, said: str
+) -> None:
+    harness.router.check_result = result
+    root_ts, escalation_ts, _ = await _escalation(harness.slack, round=1)
+    before = harness.slack.message(CHANNEL, escalation_ts)
+    assert before is not None and before["thread_ts"] == root_ts
+    await harness.deliver(
+        harness.sender.click(CHANNEL, escalation_ts, APPROVE_ACTION_ID, user=SUPPORT[0], name="sam")
+    )
+
+    async def told() -> list:
+        return harness.slack.ephemerals
+
+    (ephemeral,) = await wait_for(told, timeout=5, what="the ephemeral notice")
+    assert ephemeral["user"] == SUPPORT[0] and said in ephemeral["text"]
+    # The message stays as the Workflow left it: no "checking authorization" over its outcome.
+    assert harness.slack.calls_to("chat.update") == []
+    assert harness.slack.message(CHANNEL, escalation_ts) == before
+    assert harness.router.clicks == []
 
 
 async def test_click_whose_value_names_another_thread_is_dropped(harness: Harness) -> None:

@@ -23,6 +23,7 @@ from temporalio.testing import WorkflowEnvironment
 
 from agent.history import what_survives
 from agent.models import Actor, ConversationOutcome
+from agent.settings import DEMO_CUSTOMER
 from agent.stores.grants import GrantStore
 from agent.stores.ledger import Ledger
 from bot.conversations import ConversationRouter, InboundClick, InboundMessage, Routed
@@ -32,6 +33,7 @@ from bot.slack.render import APPROVE_ACTION_ID, METADATA_EVENT_TYPE
 from refund_bot.app import Stack
 from tests.fakes.slack_api import Delivery, FakeSlackApi, SlackSender, signed_headers
 from tests.support.conditions import wait_for
+from tests.support.owner import refunds_made
 from tests.support.stack import supervised_stack
 
 SECRET = "e2e-signing-secret-0123456789abcdef"
@@ -62,6 +64,9 @@ class CountingRouter:
     async def on_click(self, click: InboundClick) -> Routed:
         self.clicks.append(click)
         return await self.inner.on_click(click)
+
+    async def check_click(self, click: InboundClick) -> Routed | None:
+        return await self.inner.check_click(click)
 
 
 @dataclass
@@ -127,7 +132,13 @@ class SlackE2E:
 @asynccontextmanager
 async def slack_e2e(temporal_env: WorkflowEnvironment, data_dir: Path) -> AsyncIterator[SlackE2E]:
     async with FakeSlackApi(team_id=TEAM) as slack:
-        worker_env = {"SLACK_BOT_TOKEN": slack.token, "SLACK_API_URL": slack.url, **_NO_PROXY}
+        worker_env = {
+            "SLACK_BOT_TOKEN": slack.token,
+            "SLACK_API_URL": slack.url,
+            # A demo workspace: its unknown users play the demo customer.
+            "DEMO_CUSTOMER_FOR_NEW_USERS": DEMO_CUSTOMER,
+            **_NO_PROXY,
+        }
         async with supervised_stack(temporal_env, data_dir, worker_env) as stack:
             settings = slack.app_settings(signing_secret=SECRET, support_channel=CHANNEL)
             router = CountingRouter(stack.router)
@@ -231,13 +242,17 @@ async def test_a_slack_conversation_from_first_message_to_one_refund(
         outcome = await e2e.next_bot_message(root_ts)
         assert outcome["text"].startswith("Your refund is complete: $450.00 for order 4500")
         handle = e2e.stack.client.get_workflow_handle(wid, result_type=ConversationOutcome)
-        assert (await handle.result()).status == "refunded"
+        result = await handle.result()
+        assert result.status == "refunded" and result.refund
 
-        # The clicked message lost its buttons and says who decided.
+        # The clicked message lost its buttons; "checking authorization" was replaced by what
+        # happened, by the Workflow.
         updated = e2e.slack.message(CHANNEL, escalation["ts"])
         assert updated is not None
         assert [b["type"] for b in updated["blocks"]] == ["section", "context"]
-        assert "Approved by <@U0SAM>" in updated["blocks"][-1]["elements"][0]["text"]
+        assert updated["blocks"][-1]["elements"][0]["text"] == (
+            f"Approved by <@U0SAM>: refund issued ($450.00, reference {result.refund.refund_id})."
+        )
 
         # One refund, one call with its key.
         refunds = await Ledger(e2e.stack.settings.ledger_db).refunds_for_workflow(wid)
@@ -355,7 +370,7 @@ async def test_bad_input_over_http_reaches_nothing(
             return view["phase"] == "waiting_for_approval"
 
         await wait_for(waiting_again, what="the conversation waiting for approval again")
-        assert await Ledger(e2e.stack.settings.ledger_db).all_refunds() == []
+        assert await refunds_made(e2e.stack.settings.ledger_db) == []
 
         # Only the one real conversation reached the router; the forged and stale never did.
         assert [m.thread.thread for m in e2e.router.messages if m.opens_thread] == [root_ts]

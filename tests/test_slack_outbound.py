@@ -10,7 +10,7 @@ import pytest
 from slack_sdk.web.async_client import AsyncWebClient
 from temporalio.exceptions import ApplicationError
 
-from agent.models import MessageKey, OutboundMessage, ThreadRef
+from agent.models import Actor, MessageEdit, MessageKey, OutboundMessage, ThreadRef
 from bot.slack.outbound import SlackThreadPoster
 from bot.slack.render import (
     APPROVE_ACTION_ID,
@@ -21,6 +21,7 @@ from bot.slack.render import (
     blocks_for,
     escape,
     fallback_text,
+    parse_button_value,
 )
 from bot.slack.settings import SlackSettings
 from tests.fakes.slack_api import FakeSlackApi
@@ -156,6 +157,70 @@ async def test_escalation_renders_approve_and_deny_with_the_workflow_id(
     assert buttons[DENY_ACTION_ID]["style"] == "danger"
     assert {b["value"] for b in buttons.values()} == {message.key.workflow_id}
     assert blocks_for(message) == reply["blocks"]  # stable: a retry renders the same blocks
+
+
+async def test_escalation_buttons_carry_their_round(
+    slack: FakeSlackApi, poster: SlackThreadPoster
+) -> None:
+    root = slack.add_message(CHANNEL, "refund my $400 order")
+    message = outbound(root, kind="escalation", text="Needs a human.", actions=["approve", "deny"])
+    await poster.post(message.model_copy(update={"round": 2}))
+    (reply,) = bot_replies(slack, root)
+    (actions,) = [b for b in reply["blocks"] if b["type"] == "actions"]
+    values = {e["value"] for e in actions["elements"]}
+    assert values == {f"{message.key.workflow_id}#2"}
+    assert parse_button_value(values.pop()) == (message.key.workflow_id, 2)
+    assert parse_button_value(message.key.workflow_id) == (message.key.workflow_id, None)
+
+
+async def test_edit_replaces_the_escalation_and_keeps_its_key(
+    slack: FakeSlackApi, poster: SlackThreadPoster
+) -> None:
+    root = slack.add_message(CHANNEL, "refund my $400 order")
+    message = outbound(
+        root, kind="escalation", text="Needs a human: <$400>.", actions=["approve", "deny"]
+    )
+    posted = await poster.post(message)
+    edit = MessageEdit(
+        thread=message.thread,
+        key=message.key,
+        platform_message_id=posted.platform_message_id,
+        text=message.text,
+        outcome="not counted (Eve <eve@x> holds no live refund_approver grant).",
+        decision="approve",
+        decided_by=Actor(platform="slack", user_id="U0EVE", display_name="eve"),
+    )
+    await poster.edit(edit)
+    await poster.edit(edit)  # a retried Activity: the same message again
+
+    (reply,) = bot_replies(slack, root)
+    assert [b["type"] for b in reply["blocks"]] == ["section", "context"]
+    assert reply["blocks"][0]["text"]["text"] == escape(message.text)
+    context = reply["blocks"][1]
+    assert context["block_id"] == DECISION_BLOCK_ID
+    assert context["elements"][0]["text"] == (
+        "Approved by <@U0EVE>: not counted (Eve &lt;eve@x&gt; holds no live refund_approver grant)."
+    )
+    # The edit kept the post's metadata, so a late retry of the post still finds it.
+    assert await poster.find_posted(CHANNEL, root, str(message.key)) == posted.platform_message_id
+    assert len(slack.calls_to("chat.update")) == 2
+
+
+async def test_editing_a_deleted_message_is_not_retryable(
+    slack: FakeSlackApi, poster: SlackThreadPoster
+) -> None:
+    root = slack.add_message(CHANNEL, "refund my $400 order")
+    message = outbound(root, kind="escalation", text="Needs a human.", actions=["approve"])
+    edit = MessageEdit(
+        thread=message.thread,
+        key=message.key,
+        platform_message_id="1111111111.000100",  # no such message
+        text=message.text,
+        outcome="no decision was made in time, so this request is closed.",
+    )
+    with pytest.raises(ApplicationError) as caught:
+        await poster.edit(edit)
+    assert caught.value.non_retryable and "message_not_found" in str(caught.value)
 
 
 async def test_rate_limited_post_waits_retry_after_and_lands_once(

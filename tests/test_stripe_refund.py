@@ -6,15 +6,18 @@ import pytest
 from temporalio.exceptions import ApplicationError
 from temporalio.testing import ActivityEnvironment
 
+from agent.activities.lookups import LookupActivities
 from agent.activities.refund import RefundActivities
-from agent.effect_owner import refunds_at_owner
-from agent.models import RefundRequest
+from agent.effect_owner import effect_owner, refunds_at_owner
+from agent.models import ALREADY_REFUNDED, LookupCustomerInput, RefundRequest
 from agent.settings import AgentSettings
+from agent.stores.domain import DomainStore
 from agent.stores.ledger import Ledger
 from agent.stripe_setup import create_test_payments
+from agent.workflow import REFUND_FAILED
 from bot.local.thread_store import LocalThreadStore
 from tests.fakes.stripe_api import FakeStripe
-from tests.support.conversation import LocalConversation
+from tests.support.conversation import CUSTOMER, LocalConversation
 from tests.support.inproc import running_worker
 
 REQUEST = RefundRequest(
@@ -25,6 +28,10 @@ REQUEST = RefundRequest(
     amount_cents=8000,
     currency="usd",
 )
+
+
+def _lookups(settings: AgentSettings) -> LookupActivities:
+    return LookupActivities(DomainStore(settings.domain_db), effect_owner(settings))
 
 
 def _activities(stripe: FakeStripe, tmp_path) -> tuple[RefundActivities, AgentSettings]:
@@ -80,13 +87,16 @@ async def test_same_key_other_parameters_is_a_permanent_error(tmp_path) -> None:
 
 
 async def test_a_conversation_in_stripe_test_mode(client, tmp_path) -> None:
-    """stripe-setup pays the demo orders in test mode; a conversation then refunds at Stripe."""
+    """stripe-setup pays the demo orders in test mode (and makes the demo customer's earlier
+    refund there); a conversation then refunds at Stripe, and Stripe's refunds are the history."""
     async with FakeStripe() as stripe:
         _, settings = _activities(stripe, tmp_path)
         created = dict(await create_test_payments(settings))
         assert dict(await create_test_payments(settings)) == {}  # the second run changes nothing
-        assert set(created) == {"1234", "4500", "3003", "7777"}
+        assert set(created) == {"1234", "4500", "3003", "7777", "1001"}
         assert all(stripe.payment_intents[pi]["status"] == "succeeded" for pi in created.values())
+        (earlier,) = stripe.refunds.values()
+        assert earlier["payment_intent"] == created["1001"]
 
         threads = LocalThreadStore(tmp_path / "threads.sqlite")
         async with running_worker(client, settings, threads) as queue:
@@ -96,7 +106,55 @@ async def test_a_conversation_in_stripe_test_mode(client, tmp_path) -> None:
                 await conv.next_bot_message()
                 await conv.reply(answer)
             outcome = await handle.result()
+            lookup = _lookups(settings).lookup_customer_history
+            found = await ActivityEnvironment().run(lookup, LookupCustomerInput(customer=CUSTOMER))
+            history = found.history
     assert outcome.status == "refunded" and outcome.refund and outcome.refund.mode == "stripe"
-    (refund,) = stripe.refunds.values()
+    refund = stripe.refunds[outcome.refund.refund_id]
     assert refund["payment_intent"] == created["1234"] and refund["amount"] == 8000
     assert refund["metadata"]["temporal_workflow_id"] == handle.id
+    # Read from Stripe: the earlier refund and the one the agent just made.
+    assert history is not None and len(history.prior_refunds) == 2
+    assert {line.split(", ")[1] for line in history.prior_refunds} == {
+        "order 1001 (laptop stickers)",
+        "order 1234 (plush python)",
+    }
+
+
+async def test_a_refund_stripe_refuses_as_already_refunded_is_an_answer(tmp_path) -> None:
+    """Two conversations, two keys, one PaymentIntent: Stripe refunds once and refuses the other
+    with charge_already_refunded; the loser's result carries Stripe's record of the first."""
+    async with FakeStripe() as stripe:
+        activities, settings = _activities(stripe, tmp_path)
+        intent = dict(await create_test_payments(settings))["1234"]
+        first = REQUEST.model_copy(update={"payment_ref": intent})
+        second = first.model_copy(
+            update={"idempotency_key": "refund-bot-other", "workflow_id": "slack-T1-C2-9.9"}
+        )
+        won = await ActivityEnvironment().run(activities.issue_refund, first)
+        lost = await ActivityEnvironment().run(activities.issue_refund, second)
+    assert won.status == "succeeded"
+    assert lost.status == ALREADY_REFUNDED and lost.earlier is not None
+    assert lost.earlier.refund_id == won.refund_id == lost.refund_id
+    assert lost.earlier.workflow_id == first.workflow_id
+    assert len([r for r in stripe.refunds.values() if r["payment_intent"] == intent]) == 1
+
+
+async def test_stripes_own_words_never_reach_the_thread(client, tmp_path) -> None:
+    async with FakeStripe() as stripe:
+        _, settings = _activities(stripe, tmp_path)
+        await create_test_payments(settings)
+        threads = LocalThreadStore(tmp_path / "threads.sqlite")
+        async with running_worker(client, settings, threads) as queue:
+            conv = LocalConversation(client, threads, queue)
+            handle = await conv.open("please refund order 1234")
+            for answer in ("Yes", "Split seam"):
+                await conv.next_bot_message()
+                await conv.reply(answer)
+            stripe.refuse_next_refund("Unexpected reason", param="reason")
+            outcome = await handle.result()
+    said = [m.text for m in await conv.bot_messages()]
+    assert outcome.status == "failed" and said[-1] == REFUND_FAILED
+    assert not any("Unexpected reason" in text for text in said)
+    # The detail is for operators: the run's result in Event History carries it.
+    assert outcome.detail is not None and "Unexpected reason" in outcome.detail

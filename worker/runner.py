@@ -21,8 +21,9 @@ from agent.activities.decide import DecideActivities
 from agent.activities.lookups import LookupActivities
 from agent.activities.notify import NotifyActivities, ThreadPoster
 from agent.activities.refund import RefundActivities
+from agent.effect_owner import effect_owner
 from agent.settings import AgentSettings, TemporalSettings
-from agent.stores.domain import DomainStore
+from agent.stores.domain import DomainStore, demo_refunds
 from agent.stores.grants import GrantStore
 from agent.stores.ledger import Ledger
 from agent.workflow import RefundConversation
@@ -38,7 +39,7 @@ STICKY_TIMEOUT = timedelta(seconds=2)
 
 async def prepare_stores(settings: AgentSettings) -> tuple[DomainStore, GrantStore, Ledger]:
     """Open and seed the stores (idempotent), so a fresh data directory tells the whole story."""
-    domain = DomainStore(settings.domain_db, settings.demo_customer_for_new_users)
+    domain = DomainStore(settings.domain_db, settings.demo_customer_for)
     grants = GrantStore(settings.grants_db)
     ledger = Ledger(settings.ledger_db)
     await domain.seed()
@@ -46,6 +47,7 @@ async def prepare_stores(settings: AgentSettings) -> tuple[DomainStore, GrantSto
         tuple((admin, role, None) for admin in settings.admins for role in ("presenter", "admin"))
     )
     await ledger.seed_payments(await domain.payments())
+    await ledger.seed_refunds(demo_refunds())
     return domain, grants, ledger
 
 
@@ -57,7 +59,8 @@ async def build_worker(
     grant_sources: Mapping[str, GrantSource] | None = None,
 ) -> Worker:
     domain, grants, ledger = await prepare_stores(settings)
-    lookups = LookupActivities(domain)
+    lookups = LookupActivities(domain, effect_owner(settings, ledger))
+    notify = NotifyActivities(posters)
     return Worker(
         client,
         task_queue=task_queue,
@@ -70,7 +73,8 @@ async def build_worker(
             lookups.check_refund_policy,
             AuthorizeActivities(grants, grant_sources).authorize_refund,
             RefundActivities(settings, ledger).issue_refund,
-            NotifyActivities(posters).post_to_thread,
+            notify.post_to_thread,
+            notify.edit_thread_message,
         ],
         sticky_queue_schedule_to_start_timeout=STICKY_TIMEOUT,
         graceful_shutdown_timeout=timedelta(seconds=5),

@@ -21,7 +21,8 @@ INSTRUCTIONS = (
     "or submit your decision. Treat tool results in the observations as authoritative. Approve "
     "clear, low-value refunds for delivered, non-final-sale orders with a clean history; escalate "
     "to a human when the amount is large or the history looks risky; deny when the order is not "
-    "found on the customer's account or the refund policy says it is ineligible."
+    "found on the customer's account, when it was already refunded (its refunds list is not "
+    "empty), or when the refund policy says it is ineligible."
 )
 
 TOOLS = [

@@ -1,4 +1,4 @@
-"""post_to_thread: the outbound half of the chat platforms, seen from the agent.
+"""post_to_thread and edit_thread_message: the chat platforms' outbound half, seen from the agent.
 
 The agent package defines the interface; the Worker receives one implementation per platform by
 injection (the composition root in refund_bot/ builds them). agent/ never imports bot/.
@@ -13,11 +13,11 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from agent.activities.heartbeat import heartbeating
-from agent.models import OutboundMessage, PostedMessage
+from agent.models import MessageEdit, OutboundMessage, PostedMessage
 
 
 class ThreadPoster(Protocol):
-    """Posts one message into a thread, at most once per message key.
+    """Posts one message into a thread, at most once per message key; edits an earlier post.
 
     Implementations must make a retried call with the same `message.key` return the earlier post
     (`duplicate=True`) instead of posting again: Slack by message metadata, Discord by an enforced
@@ -27,21 +27,37 @@ class ThreadPoster(Protocol):
 
     async def post(self, message: OutboundMessage) -> PostedMessage: ...
 
+    async def edit(self, edit: MessageEdit) -> None:
+        """Replace the post `edit.platform_message_id` (its buttons go). The same edit twice
+        leaves the same message, so a retried Activity is harmless."""
+        ...
+
 
 class NotifyActivities:
     def __init__(self, posters: Mapping[str, ThreadPoster]) -> None:
         self._posters = dict(posters)
 
-    @activity.defn
-    async def post_to_thread(self, message: OutboundMessage) -> PostedMessage:
-        poster = self._posters.get(message.thread.platform)
+    def _poster(self, platform: str) -> ThreadPoster:
+        poster = self._posters.get(platform)
         if poster is None:
             # A Worker without this platform configured cannot post there; fail loudly rather than
             # drop the customer's message. Retryable: a Worker that has it may pick the task up.
             raise ApplicationError(
-                f"this Worker has no outbound poster for platform {message.thread.platform!r}",
+                f"this Worker has no outbound poster for platform {platform!r}",
                 type="PlatformNotConfigured",
             )
+        return poster
+
+    @activity.defn
+    async def post_to_thread(self, message: OutboundMessage) -> PostedMessage:
+        poster = self._poster(message.thread.platform)
         async with heartbeating():
             # EXTERNAL EFFECT: one chat message, deduplicated by message.key on the platform's side.
             return await poster.post(message)
+
+    @activity.defn
+    async def edit_thread_message(self, edit: MessageEdit) -> None:
+        poster = self._poster(edit.thread.platform)
+        async with heartbeating():
+            # EXTERNAL EFFECT: an earlier post replaced; the same edit again changes nothing.
+            await poster.edit(edit)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -11,6 +12,9 @@ import aiosqlite
 # (file, schema) pairs this process has already created: the schema runs once per file, not on
 # every Activity call. Another process creating the same tables is harmless (IF NOT EXISTS).
 _ready: set[tuple[str, str]] = set()
+# One creation at a time per file in this process: concurrent first opens would both switch the
+# journal mode, and the loser gets "database is locked" at once (the busy timeout does not apply).
+_creating: dict[tuple[str, str], asyncio.Lock] = {}
 
 
 @asynccontextmanager
@@ -22,13 +26,16 @@ async def open_db(path: Path, schema: str) -> AsyncIterator[aiosqlite.Connection
     """
     key = (str(path), schema)
     if key not in _ready:
-        path.parent.mkdir(parents=True, exist_ok=True)
+        async with _creating.setdefault(key, asyncio.Lock()):
+            if key not in _ready:
+                path.parent.mkdir(parents=True, exist_ok=True)
+                async with aiosqlite.connect(path, timeout=10) as db:
+                    await db.execute("PRAGMA busy_timeout=10000")
+                    await db.execute("PRAGMA journal_mode=WAL")  # persistent: once per file
+                    await db.executescript(schema)
+                    await db.commit()
+                _ready.add(key)
     async with aiosqlite.connect(path, timeout=10) as db:
         db.row_factory = aiosqlite.Row
         await db.execute("PRAGMA busy_timeout=10000")
-        if key not in _ready:
-            await db.execute("PRAGMA journal_mode=WAL")  # persistent: once per file is enough
-            await db.executescript(schema)
-            await db.commit()
-            _ready.add(key)
         yield db

@@ -1,19 +1,23 @@
-"""The application's domain store: customers, their platform accounts, orders, refund history.
+"""The application's domain store: customers, their platform accounts and their orders.
 
 This is domain state: the application database owns it. Lookup Activities copy rows out of it into
-the agent's working memory, and the copy never outranks the row.
+the agent's working memory, and the copy never outranks the row. Which orders were refunded is not
+domain state: the effect's owner (the offline ledger or Stripe) holds it (agent.effect_owner).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import date, timedelta
 from pathlib import Path
 
 import aiosqlite
 
-from agent.models import Actor, CustomerHistory, OrderDetails
+from agent.models import Actor, OrderDetails
+from agent.settings import DEMO_CUSTOMER
 from agent.stores.db import open_db
+from agent.stores.ledger import SeedRefund
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS customers (
@@ -38,15 +42,9 @@ CREATE TABLE IF NOT EXISTS orders (
     final_sale INTEGER NOT NULL DEFAULT 0,
     payment_ref TEXT NOT NULL
 );
-CREATE TABLE IF NOT EXISTS past_refunds (
-    customer_id TEXT NOT NULL REFERENCES customers(customer_id),
-    refunded_on TEXT NOT NULL,
-    item TEXT NOT NULL,
-    amount_cents INTEGER NOT NULL
-);
+-- A copy of refund history an earlier version kept here; the effect's owner holds it now.
+DROP TABLE IF EXISTS past_refunds;
 """
-
-DEMO_CUSTOMER = "cus_nyghtowl"
 
 
 @dataclass(frozen=True)
@@ -58,6 +56,9 @@ class SeedOrder:
     status: str
     days_ago: int
     final_sale: bool = False
+    # Seed only: the demo world refunded this order that many days ago. The refund is written to
+    # the effect's owner (the offline ledger, or Stripe by stripe-setup), never to this store.
+    refunded_days_ago: int | None = None
 
     @property
     def payment_ref(self) -> str:
@@ -65,13 +66,31 @@ class SeedOrder:
 
 
 # The docs page's order and customer, plus one order that must escalate, one that must be denied,
-# and one that belongs to somebody else.
+# one that belongs to somebody else, and the demo customer's one earlier refund.
 SEED_ORDERS = (
     SeedOrder("1234", DEMO_CUSTOMER, "plush python", 8000, "delivered", 12),
     SeedOrder("4500", DEMO_CUSTOMER, "espresso machine", 45000, "delivered", 9),
     SeedOrder("3003", DEMO_CUSTOMER, "mystery box (final sale)", 3500, "delivered", 20, True),
     SeedOrder("7777", "cus_marlow", "desk lamp", 6000, "delivered", 5),
+    SeedOrder("1001", DEMO_CUSTOMER, "laptop stickers", 1800, "delivered", 480, False, 478),
 )
+
+
+def demo_refunds(today: date | None = None) -> list[SeedRefund]:
+    """The seed orders' earlier refunds, for the effect's owner to record once."""
+    today = today or date.today()
+    return [
+        SeedRefund(
+            payment_ref=o.payment_ref,
+            amount_cents=o.amount_cents,
+            currency="usd",
+            order_number=o.order_number,
+            refunded_on=(today - timedelta(days=o.refunded_days_ago)).isoformat(),
+        )
+        for o in SEED_ORDERS
+        if o.refunded_days_ago is not None
+    ]
+
 
 # Local platform identities: the terminal support channel's demo users.
 SEED_ACCOUNTS = (("local", "customer", DEMO_CUSTOMER), ("local", "marlow", "cus_marlow"))
@@ -90,13 +109,31 @@ def _order(row: aiosqlite.Row) -> OrderDetails:
     )
 
 
+@dataclass(frozen=True)
+class Account:
+    """A customer as the domain store knows them, with every order on their account."""
+
+    customer_id: str
+    display_name: str
+    customer_since: date
+    orders: list[OrderDetails]
+
+
+# Platform -> the customer an unknown user of that platform is linked to, or None (not linked).
+NewUserLink = Callable[[str], str | None]
+
+
+def _nobody(_platform: str) -> str | None:
+    return None
+
+
 class DomainStore:
-    def __init__(self, path: Path, link_new_users_to: str | None = None) -> None:
+    def __init__(self, path: Path, link_new_users: NewUserLink = _nobody) -> None:
         self._path = path
-        # DEMO: an unknown chat user is linked to the demo customer on first contact, so anyone in
-        # a workspace can play the customer. A real deployment links accounts through its own
-        # sign-in and leaves this unset.
-        self._link_new_users_to = link_new_users_to
+        # DEMO: an unknown chat user may be linked to the demo customer on first contact, so anyone
+        # in a demo workspace can play the customer (AgentSettings.demo_customer_for). A real
+        # deployment links accounts through its own sign-in and links nobody here.
+        self._link_new_users = link_new_users
 
     async def seed(self, today: date | None = None) -> None:
         """Create the demo data once (idempotent)."""
@@ -126,13 +163,6 @@ class DomainStore:
                     for o in SEED_ORDERS
                 ],
             )
-            cursor = await db.execute("SELECT COUNT(*) FROM past_refunds")
-            (count,) = await cursor.fetchone()  # type: ignore[misc]
-            if count == 0:
-                await db.execute(
-                    "INSERT INTO past_refunds VALUES (?, ?, 'laptop stickers', 1800)",
-                    (DEMO_CUSTOMER, (today - timedelta(days=480)).isoformat()),
-                )
             await db.commit()
 
     async def _customer_id(self, db: aiosqlite.Connection, actor: Actor) -> str | None:
@@ -143,14 +173,15 @@ class DomainStore:
         row = await cursor.fetchone()
         if row is not None:
             return str(row["customer_id"])
-        if self._link_new_users_to is None:
+        linked = self._link_new_users(actor.platform)
+        if not linked:
             return None
         await db.execute(
             "INSERT OR IGNORE INTO accounts VALUES (?, ?, ?)",
-            (actor.platform, actor.user_id, self._link_new_users_to),
+            (actor.platform, actor.user_id, linked),
         )
         await db.commit()
-        return self._link_new_users_to
+        return linked
 
     async def order_for(self, order_number: str, actor: Actor) -> OrderDetails | None:
         """The order, only if it is on this actor's account.
@@ -169,8 +200,8 @@ class DomainStore:
             row = await cursor.fetchone()
         return None if row is None else _order(row)
 
-    async def history_for(self, actor: Actor, today: date | None = None) -> CustomerHistory | None:
-        today = today or date.today()
+    async def account(self, actor: Actor) -> Account | None:
+        """The actor's customer and their orders; None for a user linked to no customer."""
         async with open_db(self._path, SCHEMA) as db:
             customer_id = await self._customer_id(db, actor)
             if customer_id is None:
@@ -182,25 +213,15 @@ class DomainStore:
             if customer is None:
                 return None
             cursor = await db.execute(
-                "SELECT COUNT(*) AS n FROM orders WHERE customer_id = ?", (customer_id,)
-            )
-            orders = (await cursor.fetchone())["n"]  # type: ignore[index]
-            cursor = await db.execute(
-                "SELECT refunded_on, item, amount_cents FROM past_refunds WHERE customer_id = ? "
-                "ORDER BY refunded_on",
+                "SELECT * FROM orders WHERE customer_id = ? ORDER BY purchased_at, order_number",
                 (customer_id,),
             )
-            refunds = [
-                f"{r['refunded_on']}, {r['item']}, {r['amount_cents']} cents"
-                for r in await cursor.fetchall()
-            ]
-        since = date.fromisoformat(customer["customer_since"])
-        return CustomerHistory(
+            orders = [_order(row) for row in await cursor.fetchall()]
+        return Account(
             customer_id=customer_id,
             display_name=customer["display_name"],
-            tenure_days=(today - since).days,
+            customer_since=date.fromisoformat(customer["customer_since"]),
             orders=orders,
-            prior_refunds=refunds,
         )
 
     async def set_payment_ref(self, order_number: str, payment_ref: str) -> None:

@@ -58,6 +58,29 @@ class RefundRejected(Exception):
     """The owner refuses the refund itself (unknown payment, more than was paid)."""
 
 
+class AlreadyRefunded(RefundRejected):
+    """More than was paid, because refunds under other keys already took the payment: Stripe's
+    charge_already_refunded. The refunds themselves are read with refunds_for_payments."""
+
+
+class SeedRefund(BaseModel):
+    """A refund the demo world made before this ledger existed (the demo customer's history)."""
+
+    payment_ref: str
+    amount_cents: int
+    currency: str
+    order_number: str
+    refunded_on: str  # ISO date
+
+    @property
+    def idempotency_key(self) -> str:
+        return f"refund-bot-demo-refund-{self.order_number}"
+
+
+def _refund_id(idempotency_key: str) -> str:
+    return "re_ledger_" + hashlib.sha256(idempotency_key.encode()).hexdigest()[:20]
+
+
 class Ledger:
     def __init__(self, path: Path) -> None:
         self._path = path
@@ -121,12 +144,13 @@ class Ledger:
             (refunded,) = await cursor.fetchone()  # type: ignore[misc]
             if refunded + amount_cents > payment["amount_cents"]:
                 await db.rollback()
-                raise RefundRejected(
+                rejected = AlreadyRefunded if refunded else RefundRejected
+                raise rejected(
                     f"Refund amount ({amount_cents}) is greater than unrefunded amount on "
                     f"payment ({payment['amount_cents'] - refunded})."
                 )
             refund = LedgerRefund(
-                refund_id="re_ledger_" + hashlib.sha256(idempotency_key.encode()).hexdigest()[:20],
+                refund_id=_refund_id(idempotency_key),
                 idempotency_key=idempotency_key,
                 payment_ref=payment_ref,
                 amount_cents=amount_cents,
@@ -145,6 +169,38 @@ class Ledger:
             )
             await db.commit()
             return refund
+
+    async def seed_refunds(self, refunds: list[SeedRefund]) -> None:
+        """Record the demo world's earlier refunds once (idempotent by their keys)."""
+        async with open_db(self._path, SCHEMA) as db:
+            await db.executemany(
+                "INSERT OR IGNORE INTO refunds VALUES (?, ?, ?, ?, ?, 'succeeded', '', ?, ?, 1)",
+                [
+                    (
+                        _refund_id(r.idempotency_key),
+                        r.idempotency_key,
+                        r.payment_ref,
+                        r.amount_cents,
+                        r.currency,
+                        r.order_number,
+                        f"{r.refunded_on}T12:00:00+00:00",
+                    )
+                    for r in refunds
+                ],
+            )
+            await db.commit()
+
+    async def refunds_for_payments(self, payment_refs: list[str]) -> list[LedgerRefund]:
+        """Every refund of these payments, oldest first (in the order they were made)."""
+        if not payment_refs:
+            return []
+        async with open_db(self._path, SCHEMA) as db:
+            cursor = await db.execute(
+                f"SELECT * FROM refunds WHERE payment_ref IN ({','.join('?' * len(payment_refs))}) "
+                "ORDER BY created_at, rowid",
+                payment_refs,
+            )
+            return [LedgerRefund(**dict(r)) for r in await cursor.fetchall()]
 
     async def refunds_for_workflow(self, workflow_id: str) -> list[LedgerRefund]:
         async with open_db(self._path, SCHEMA) as db:

@@ -1,15 +1,17 @@
 """The Approve / Deny buttons: a persistent DynamicItem, and what a click on one does.
 
-    Approve / Deny click -> pre-check (may approve?) -> edit, buttons gone -> router.on_click
-                                                                            -> `approval` Signal
+    Approve / Deny click -> pre-checks (may approve? round still open?) -> edit, buttons gone
+                         -> router.on_click -> `approval` Signal
 
 The Worker posts the buttons over REST (render.components_for); no View is stored anywhere. The
 client registers DecisionButton as a class in setup_hook, and discord.py matches a click on its
-custom id (`refund:<action>:<workflow_id>`), so a click works the same after a bot restart, on any
-replica, however long ago the buttons were posted.
+custom id (`refund:<action>:r<round>:<workflow_id>`, or without the round for buttons posted
+before rounds existed), so a click works the same after a bot restart, on any replica, however
+long ago the buttons were posted.
 
-The pre-check is only a courtesy to the clicker; the Workflow's authorize_refund reads the grants
-again before any refund and decides.
+The pre-checks are only a courtesy to the clicker: the Workflow's authorize_refund reads the grants
+again before any refund and decides, and the Workflow drops a click whose round has passed. It also
+replaces "checking authorization" with what happened.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ import discord
 
 from agent.activities.authorize import GrantSource
 from agent.models import Actor
-from bot.conversations import InboundClick, Routed
+from bot.conversations import CLICK_NOTICES, InboundClick, Routed
 from bot.discord.actors import actor_for
 from bot.discord.render import (
     ACTIONS,
@@ -43,13 +45,6 @@ log = logging.getLogger(__name__)
 
 ApprovalCheck = Callable[[Actor], Awaitable[bool]]
 
-CLICK_NOTICES: dict[Routed, str] = {
-    Routed.QUEUED: "Your decision is recorded; the agent is briefly unavailable and will pick it "
-    "up shortly.",
-    Routed.CLOSED: "This conversation has already finished; your click changed nothing.",
-    Routed.UNKNOWN: "This button belongs to no conversation I know; your click changed nothing.",
-}
-
 
 def approver_check(grants: GrantSource) -> ApprovalCheck:
     """The click pre-check from a live grant source: holds refund_approver right now."""
@@ -63,22 +58,27 @@ def approver_check(grants: GrantSource) -> ApprovalCheck:
 class DecisionButton(discord.ui.DynamicItem[discord.ui.Button], template=CUSTOM_ID_TEMPLATE):
     """An Approve or Deny button the Worker posted; the conversation rides in its custom id."""
 
-    def __init__(self, item: discord.ui.Button, action: Action, workflow_id: str) -> None:
+    def __init__(
+        self, item: discord.ui.Button, action: Action, workflow_id: str, round: int | None = None
+    ) -> None:
         super().__init__(item)
         self.action: Action = action
         self.workflow_id = workflow_id
+        self.round = round
 
     @classmethod
-    def for_action(cls, action: Action, workflow_id: str) -> DecisionButton:
+    def for_action(
+        cls, action: Action, workflow_id: str, round: int | None = None
+    ) -> DecisionButton:
         """The button exactly as the Worker posts it (label, style and custom id from render)."""
-        [row] = components_for(workflow_id, [action])
+        [row] = components_for(workflow_id, [action], round)
         [spec] = row["components"]
         button: discord.ui.Button = discord.ui.Button(
             label=spec["label"],
             style=discord.ButtonStyle(spec["style"]),
             custom_id=spec["custom_id"],
         )
-        return cls(button, action, workflow_id)
+        return cls(button, action, workflow_id, round)
 
     @classmethod
     async def from_custom_id(
@@ -94,13 +94,30 @@ class DecisionButton(discord.ui.DynamicItem[discord.ui.Button], template=CUSTOM_
         client = interaction.client
         action, workflow_id = self.action, self.workflow_id
         actor = actor_for(interaction.user)
-        check = asyncio.ensure_future(_may_decide(client.can_approve, actor))
+        click = InboundClick(
+            event_id=str(interaction.id),
+            workflow_id=workflow_id,
+            decision=action,
+            actor=actor,
+            click_id=str(interaction.id),
+            round=self.round,
+        )
+
+        async def checks() -> tuple[bool | None, Routed | None]:
+            allowed = await _may_decide(client.can_approve, actor)
+            return allowed, (await client.router.check_click(click) if allowed else None)
+
+        # Both pre-checks inside Discord's 3 s for the first answer, or defer.
+        check = asyncio.ensure_future(checks())
         if not await finished_within(check, client.response_budget):
             await interaction.response.defer()  # DEFERRED_UPDATE_MESSAGE: no visible change
-        allowed = await check
+        allowed, early = await check
         if not allowed:
             text = _refusal(actor, client.settings.approver_role) if allowed is False else FAILED
             await tell_privately(interaction, text)
+            return
+        if early is not None:
+            await tell_privately(interaction, CLICK_NOTICES[early])  # the message stays as it is
             return
 
         original = interaction.message.content if interaction.message else ""
@@ -109,19 +126,12 @@ class DecisionButton(discord.ui.DynamicItem[discord.ui.Button], template=CUSTOM_
         await _edit_clicked_message(
             interaction, _append(original, f"{verb} by {actor.label}, checking authorization.")
         )
-        click = InboundClick(
-            event_id=str(interaction.id),
-            workflow_id=workflow_id,
-            decision=action,
-            actor=actor,
-            click_id=str(interaction.id),
-        )
         try:
             routed = await client.router.on_click(click)
         except Exception:
             log.exception("could not route the %s click on %s", action, workflow_id)
             # Put the buttons back so that someone can try again.
-            await _edit_clicked_message(interaction, original, buttons_of=workflow_id)
+            await _edit_clicked_message(interaction, original, buttons_of=(workflow_id, self.round))
             await tell_privately(interaction, FAILED)
             return
         notice = CLICK_NOTICES.get(routed)
@@ -158,17 +168,20 @@ def _append(original: str, line: str) -> str:
 
 
 async def _edit_clicked_message(
-    interaction: discord.Interaction, content: str, *, buttons_of: str | None = None
+    interaction: discord.Interaction,
+    content: str,
+    *,
+    buttons_of: tuple[str, int | None] | None = None,
 ) -> None:
-    """Replace the clicked message's text; its buttons go, unless `buttons_of` (a Workflow ID)
-    asks for Approve and Deny again."""
+    """Replace the clicked message's text; its buttons go, unless `buttons_of` (a Workflow ID and
+    round) asks for Approve and Deny again."""
     view: discord.ui.View | None = None
     if buttons_of is not None:
         # DecisionButtons, not plain Buttons: discord.py stores a view sent in an edit, and for
         # DynamicItems it stores only their class, so the next click still reaches this flow.
         view = discord.ui.View(timeout=None)
         for action in ACTIONS:
-            view.add_item(DecisionButton.for_action(action, buttons_of))
+            view.add_item(DecisionButton.for_action(action, *buttons_of))
     if interaction.response.is_done():
         await interaction.edit_original_response(
             content=content, view=view, allowed_mentions=NO_PINGS

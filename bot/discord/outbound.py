@@ -1,6 +1,6 @@
-"""DiscordThreadPoster: the Worker's post_to_thread for Discord, over REST only.
+"""DiscordThreadPoster: the Worker's post_to_thread and edit_thread_message for Discord, by REST.
 
-No gateway connection: the Worker only creates messages, so it logs in with
+No gateway connection: the Worker only creates and edits messages, so it logs in with
 `HTTPClient.static_login` (one GET /users/@me) and posts with discord.py's own HTTPClient, which
 keeps its rate-limit handling: it waits out a 429's `retry_after` and the bucket headers.
 
@@ -22,7 +22,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any, NoReturn
 
@@ -31,8 +31,8 @@ from discord.http import HTTPClient, MultipartParameters, Route
 from pydantic import SecretStr
 from temporalio.exceptions import ApplicationError
 
-from agent.models import OutboundMessage, PostedMessage
-from bot.discord.render import payload_for
+from agent.models import MessageEdit, MessageKey, OutboundMessage, PostedMessage
+from bot.discord.render import edit_payload_for, payload_for
 from bot.discord.settings import DiscordSettings
 
 log = logging.getLogger(__name__)
@@ -108,7 +108,7 @@ class DiscordThreadPoster:
         return cls(settings.token, api_url=settings.api_url)
 
     async def post(self, message: OutboundMessage) -> PostedMessage:
-        channel_id = _thread_channel_id(message)
+        channel_id = _thread_channel_id(message.thread.platform, message.thread.thread, message.key)
         try:
             payload = payload_for(message)
         except ValueError as exc:
@@ -116,25 +116,12 @@ class DiscordThreadPoster:
         nonce: str = payload["nonce"]
 
         started = self._now()
-        try:
-            http = await self._client()
-            data = await http.send_message(
+        data = await self._request(
+            channel_id,
+            lambda http: http.send_message(
                 channel_id, params=MultipartParameters(payload=payload, multipart=None, files=None)
-            )
-        except discord.HTTPException as exc:
-            _raise_for_http(exc, channel_id)
-        except discord.LoginFailure as exc:
-            _raise_auth(exc)
-        except discord.RateLimited as exc:
-            raise ApplicationError(
-                f"Discord rate limit on thread {channel_id} lasts {exc.retry_after:.0f}s, longer "
-                "than this Activity waits; Temporal will retry after it",
-                type=RATE_LIMITED,
-                next_retry_delay=timedelta(seconds=exc.retry_after),
-            ) from exc
-        # Anything else (5xx after discord.py's own retries, connection errors, timeouts) is
-        # transient: it propagates and Temporal retries the Activity with the same nonce.
-
+            ),
+        )
         message_id = str(data["id"])
         created = discord.utils.snowflake_time(int(message_id))
         duplicate = self._posted.get(nonce) == message_id or created < started - CLOCK_SKEW
@@ -147,6 +134,42 @@ class DiscordThreadPoster:
             " (already posted)" if duplicate else "",
         )
         return PostedMessage(platform_message_id=message_id, duplicate=duplicate)
+
+    async def edit(self, edit: MessageEdit) -> None:
+        """ThreadPoster.edit: PATCH the post with what happened and no buttons (repeatable)."""
+        channel_id = _thread_channel_id(edit.thread.platform, edit.thread.thread, edit.key)
+        try:
+            message_id = int(edit.platform_message_id)
+        except ValueError:
+            _permanent(f"Discord message id {edit.platform_message_id!r} is not a snowflake")
+        payload = edit_payload_for(edit)
+        await self._request(
+            channel_id,
+            lambda http: http.edit_message(
+                channel_id,
+                message_id,
+                params=MultipartParameters(payload=payload, multipart=None, files=None),
+            ),
+        )
+        log.info("discord edit of %s in thread %s: %s", edit.key, channel_id, edit.outcome)
+
+    async def _request(self, channel_id: int, call: Callable[[HTTPClient], Awaitable[Any]]) -> Any:
+        """One REST call, its failures sorted into what Temporal should and should not retry."""
+        try:
+            return await call(await self._client())
+        except discord.HTTPException as exc:
+            _raise_for_http(exc, channel_id)
+        except discord.LoginFailure as exc:
+            _raise_auth(exc)
+        except discord.RateLimited as exc:
+            raise ApplicationError(
+                f"Discord rate limit on thread {channel_id} lasts {exc.retry_after:.0f}s, longer "
+                "than this Activity waits; Temporal will retry after it",
+                type=RATE_LIMITED,
+                next_retry_delay=timedelta(seconds=exc.retry_after),
+            ) from exc
+        # Anything else (5xx after discord.py's own retries, connection errors, timeouts) is
+        # transient: it propagates and Temporal retries the Activity (a post with the same nonce).
 
     async def close(self) -> None:
         http, self._http = self._http, None
@@ -185,13 +208,13 @@ class DiscordThreadPoster:
             self._posted.popitem(last=False)
 
 
-def _thread_channel_id(message: OutboundMessage) -> int:
-    if message.thread.platform != "discord":
-        _permanent(f"message {message.key} is for {message.thread.platform!r}, not discord")
+def _thread_channel_id(platform: str, thread: str, key: MessageKey) -> int:
+    if platform != "discord":
+        _permanent(f"message {key} is for {platform!r}, not discord")
     try:
-        return int(message.thread.thread)
+        return int(thread)
     except ValueError:
-        _permanent(f"Discord thread id {message.thread.thread!r} is not a snowflake")
+        _permanent(f"Discord thread id {thread!r} is not a snowflake")
 
 
 def _raise_for_http(exc: discord.HTTPException, channel_id: int) -> NoReturn:

@@ -1,10 +1,12 @@
 """What one OutboundMessage looks like on Discord: pure functions, no I/O.
 
-Custom ids are the contract with the inbound adapter: `refund:<action>:<workflow_id>`, where
-action is `approve` or `deny`. A click carries the Workflow ID back, so it routes without a lookup
-table and survives bot restarts (persistent components). Discord caps a custom_id at 100
-characters, so the Workflow ID may be at most 85 characters (100 - len("refund:approve:"));
-custom_id_for refuses longer ones rather than let Discord reject the whole message.
+Custom ids are the contract with the inbound adapter: `refund:<action>:r<round>:<workflow_id>`,
+where action is `approve` or `deny` and round is the escalation round the buttons answer. A click
+carries both back, so it routes without a lookup table and survives bot restarts (persistent
+components). Buttons posted before rounds existed read `refund:<action>:<workflow_id>`; the same
+template matches them (round None). Discord caps a custom_id at 100 characters; custom_id_for
+refuses a longer one rather than let Discord reject the whole message (a Workflow ID of up to 75
+characters always fits: 100 - len("refund:approve:r999999999:")).
 """
 
 from __future__ import annotations
@@ -12,11 +14,11 @@ from __future__ import annotations
 import base64
 import hashlib
 import re
-from typing import Any, Literal, get_args
+from typing import Any, Literal, NamedTuple, get_args
 
 import discord
 
-from agent.models import MessageKey, OutboundMessage
+from agent.models import MessageEdit, MessageKey, OutboundMessage
 
 Action = Literal["approve", "deny"]
 ACTIONS: tuple[Action, ...] = get_args(Action)
@@ -28,8 +30,22 @@ MAX_NONCE = 25  # Discord's limit on a message nonce
 ELLIPSIS = "…"
 
 # For a discord.py DynamicItem(template=CUSTOM_ID_TEMPLATE): discord.py matches it with fullmatch.
-CUSTOM_ID_TEMPLATE = rf"{CUSTOM_ID_PREFIX}:(?P<action>approve|deny):(?P<workflow_id>\S+)"
+# The round is optional, so buttons posted before rounds existed still match. No Workflow ID starts
+# with "r<digits>:" (bot.ids), so the two forms never read as each other.
+CUSTOM_ID_TEMPLATE = (
+    rf"{CUSTOM_ID_PREFIX}:(?P<action>approve|deny):(?:r(?P<round>\d{{1,9}}):)?"
+    r"(?P<workflow_id>\S+)"
+)
 CUSTOM_ID_RE = re.compile(CUSTOM_ID_TEMPLATE)
+
+
+class ButtonId(NamedTuple):
+    """What a decision button's custom_id carries."""
+
+    action: Action
+    workflow_id: str
+    round: int | None  # None: a button posted before rounds existed
+
 
 _BUTTONS: dict[Action, tuple[str, discord.ButtonStyle]] = {
     "approve": ("Approve", discord.ButtonStyle.success),
@@ -37,12 +53,13 @@ _BUTTONS: dict[Action, tuple[str, discord.ButtonStyle]] = {
 }
 
 
-def custom_id_for(action: Action, workflow_id: str) -> str:
+def custom_id_for(action: Action, workflow_id: str, round: int | None = None) -> str:
     """The custom_id of an escalation button. Raises ValueError if it cannot fit Discord's limit."""
     if action not in ACTIONS:
         raise ValueError(f"unknown action {action!r}")
-    custom_id = f"{CUSTOM_ID_PREFIX}:{action}:{workflow_id}"
-    if not CUSTOM_ID_RE.fullmatch(custom_id):
+    tag = "" if round is None else f"r{round}:"
+    custom_id = f"{CUSTOM_ID_PREFIX}:{action}:{tag}{workflow_id}"
+    if parse_custom_id(custom_id, limit=None) != (action, workflow_id, round):
         raise ValueError(f"workflow id {workflow_id!r} cannot be carried in a custom_id")
     if len(custom_id) > MAX_CUSTOM_ID:
         raise ValueError(
@@ -52,15 +69,16 @@ def custom_id_for(action: Action, workflow_id: str) -> str:
     return custom_id
 
 
-def parse_custom_id(custom_id: str) -> tuple[Action, str] | None:
-    """(action, workflow_id) from a button's custom_id, or None if it is not one of ours."""
-    if len(custom_id) > MAX_CUSTOM_ID:
+def parse_custom_id(custom_id: str, limit: int | None = MAX_CUSTOM_ID) -> ButtonId | None:
+    """What a button's custom_id carries, or None if it is not one of ours."""
+    if limit is not None and len(custom_id) > limit:
         return None
     match = CUSTOM_ID_RE.fullmatch(custom_id)
     if match is None:
         return None
     action: Action = "approve" if match["action"] == "approve" else "deny"
-    return action, match["workflow_id"]
+    round = int(match["round"]) if match["round"] is not None else None
+    return ButtonId(action, match["workflow_id"], round)
 
 
 def nonce_for(key: MessageKey) -> str:
@@ -93,7 +111,9 @@ def fit_content(text: str, limit: int = MAX_CONTENT) -> str:
     return "".join(out) + ELLIPSIS
 
 
-def components_for(workflow_id: str, actions: list[Action]) -> list[dict[str, Any]]:
+def components_for(
+    workflow_id: str, actions: list[Action], round: int | None = None
+) -> list[dict[str, Any]]:
     """One action row with a button per action, in the order given (duplicates dropped)."""
     buttons = []
     for action in dict.fromkeys(actions):
@@ -103,7 +123,7 @@ def components_for(workflow_id: str, actions: list[Action]) -> list[dict[str, An
                 "type": discord.ComponentType.button.value,
                 "style": style.value,
                 "label": label,
-                "custom_id": custom_id_for(action, workflow_id),
+                "custom_id": custom_id_for(action, workflow_id, round),
             }
         )
     return [{"type": discord.ComponentType.action_row.value, "components": buttons}]
@@ -121,8 +141,19 @@ def payload_for(message: OutboundMessage) -> dict[str, Any]:
         "enforce_nonce": True,
     }
     if message.actions:
-        payload["components"] = components_for(message.key.workflow_id, message.actions)
+        payload["components"] = components_for(
+            message.key.workflow_id, message.actions, message.round
+        )
     return payload
+
+
+def edit_payload_for(edit: MessageEdit) -> dict[str, Any]:
+    """The JSON body of PATCH /channels/{thread_id}/messages/{id}: what happened, no buttons."""
+    return {
+        "content": fit_content(f"{edit.text}\n\n{edit.outcome_line()}"),
+        "components": [],
+        "allowed_mentions": {"parse": []},
+    }
 
 
 def _utf16_len(text: str) -> int:

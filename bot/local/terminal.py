@@ -16,7 +16,14 @@ from typing import TextIO
 
 from agent.models import Actor, ThreadRef
 from bot.commands import CommandReply, Commands
-from bot.conversations import NOTICES, ConversationRouter, InboundClick, InboundMessage, Routed
+from bot.conversations import (
+    CLICK_NOTICES,
+    NOTICES,
+    ConversationRouter,
+    InboundClick,
+    InboundMessage,
+    Routed,
+)
 from bot.ids import workflow_id_for
 from bot.local.thread_store import LOCAL_WORKSPACE, LocalMessage, LocalThreadStore
 
@@ -59,9 +66,9 @@ def inbound(message: LocalMessage, author: Actor) -> InboundMessage:
     )
 
 
-def render(message: LocalMessage) -> str:
+def render(message: LocalMessage, edited: bool = False) -> str:
     who = "refund-bot" if message.author_is_bot else message.author
-    lines = [f"[{message.thread_id}] {who}: {message.text}"]
+    lines = [f"[{message.thread_id}] {who}{' (edited)' if edited else ''}: {message.text}"]
     if message.actions:
         lines.append(
             f"[{message.thread_id}]    1) Approve   2) Deny   (a support agent types 1 or 2)"
@@ -84,7 +91,10 @@ class LocalChannel:
         self.me = PEOPLE["customer"]
         self.thread: str | None = None
         self._shown = 0
+        self._edits_shown = 0
         self._clicks = 0
+        # Thread -> the escalation round last shown there: what a typed 1 or 2 answers.
+        self._rounds: dict[str, int] = {}
 
     def say(self, text: str) -> None:
         print(text, file=self._out, flush=True)
@@ -93,6 +103,7 @@ class LocalChannel:
         """Until /quit or end of input."""
         lines = lines or await _stdin_reader()
         self._shown = max((m.seq for m in await self._threads.messages()), default=0)
+        self._edits_shown = max((n for n, _ in await self._threads.edits()), default=0)
         self.say("refund-bot local support channel. /help lists the commands.")
         self.say(f"You are {self.me.label}. Try: please refund order 1234")
         tail = asyncio.create_task(self._tail())
@@ -113,6 +124,11 @@ class LocalChannel:
             self._shown = message.seq
             if message.author_is_bot:
                 self.say(render(message))
+                if message.round is not None:
+                    self._rounds[message.thread_id] = message.round
+        for number, message in await self._threads.edits(after_edit=self._edits_shown):
+            self._edits_shown = number
+            self.say(render(message, edited=True))
 
     async def handle(self, line: str) -> bool:
         """One line of input; False means quit."""
@@ -185,15 +201,19 @@ class LocalChannel:
             return
         self._clicks += 1
         click_id = f"{workflow_id}:{self.me.user_id}:{self._clicks}"
-        routed = await self._router.on_click(
-            InboundClick(
-                event_id=click_id,
-                workflow_id=workflow_id,
-                decision=decision,  # type: ignore[arg-type]
-                actor=self.me,
-                click_id=click_id,
-            )
+        click = InboundClick(
+            event_id=click_id,
+            workflow_id=workflow_id,
+            decision=decision,  # type: ignore[arg-type]
+            actor=self.me,
+            click_id=click_id,
+            # The numbered choice answers the escalation last shown in this thread.
+            round=self._rounds.get(self.thread or ""),
         )
+        if (early := await self._router.check_click(click)) is not None:
+            self.say(f"(only you can see this) {CLICK_NOTICES[early]}")
+            return
+        routed = await self._router.on_click(click)
         verb = "Approved" if decision == "approve" else "Denied"
         self.say(f"[{self.thread}] {verb} by {self.me.label}, checking authorization ({routed})")
 

@@ -3,7 +3,8 @@
 It is the embedded default platform (no Slack or Discord account needed) and the local platform's
 outbound half: the Worker posts the agent's messages here, and the terminal reads them back. A post
 carries its stable key in a UNIQUE column, so a retried post_to_thread finds the earlier row
-instead of writing a second one.
+instead of writing a second one. An escalation's round is kept beside it (the terminal's numbered
+choice carries it back), and an edit rewrites the row and is logged, so the terminal shows it.
 """
 
 from __future__ import annotations
@@ -14,8 +15,9 @@ from pathlib import Path
 
 import aiosqlite
 from pydantic import BaseModel
+from temporalio.exceptions import ApplicationError
 
-from agent.models import OutboundMessage, PostedMessage
+from agent.models import MessageEdit, OutboundMessage, PostedMessage
 from agent.stores.db import open_db
 
 SCHEMA = """
@@ -37,7 +39,21 @@ CREATE TABLE IF NOT EXISTS messages (
     created_at TEXT NOT NULL
 );
 CREATE INDEX IF NOT EXISTS messages_by_thread ON messages (thread_id, seq);
+CREATE TABLE IF NOT EXISTS escalation_rounds (
+    message_key TEXT PRIMARY KEY,
+    round INTEGER NOT NULL
+);
+CREATE TABLE IF NOT EXISTS edits (
+    edit_seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    message_seq INTEGER NOT NULL,
+    created_at TEXT NOT NULL
+);
 """
+# Every read of messages brings the escalation round along (NULL for other messages).
+_SELECT = (
+    "SELECT m.*, r.round FROM messages m "
+    "LEFT JOIN escalation_rounds r ON r.message_key = m.message_key"
+)
 
 LOCAL_WORKSPACE = "local"
 BOT_AUTHOR = "refund-bot"
@@ -53,6 +69,7 @@ class LocalMessage(BaseModel):
     text: str
     actions: list[str]
     created_at: str
+    round: int | None = None  # an escalation's round: the terminal's 1 / 2 answer this round
 
     @property
     def message_id(self) -> str:
@@ -86,7 +103,7 @@ class LocalThreadStore:
                 "INSERT INTO threads VALUES (?, ?, ?, ?)", (thread_id, channel, author, _now())
             )
             await db.commit()
-            cursor = await db.execute("SELECT * FROM messages WHERE seq = ?", (seq,))
+            cursor = await db.execute(f"{_SELECT} WHERE m.seq = ?", (seq,))
             return _row(await cursor.fetchone())
 
     async def add_reply(self, thread_id: str, author: str, text: str) -> LocalMessage:
@@ -97,7 +114,7 @@ class LocalThreadStore:
                 (thread_id, author, text, _now()),
             )
             await db.commit()
-            cursor = await db.execute("SELECT * FROM messages WHERE seq = ?", (cursor.lastrowid,))
+            cursor = await db.execute(f"{_SELECT} WHERE m.seq = ?", (cursor.lastrowid,))
             return _row(await cursor.fetchone())
 
     async def post(self, message: OutboundMessage) -> PostedMessage:
@@ -117,6 +134,11 @@ class LocalThreadStore:
                 ),
             )
             inserted = cursor.rowcount == 1
+            if message.round is not None:
+                await db.execute(
+                    "INSERT OR IGNORE INTO escalation_rounds VALUES (?, ?)",
+                    (str(message.key), message.round),
+                )
             await db.commit()
             cursor = await db.execute(
                 "SELECT seq FROM messages WHERE message_key = ?", (str(message.key),)
@@ -124,17 +146,52 @@ class LocalThreadStore:
             (seq,) = await cursor.fetchone()  # type: ignore[misc]
         return PostedMessage(platform_message_id=f"local-{seq}", duplicate=not inserted)
 
+    async def edit(self, edit: MessageEdit) -> None:
+        """ThreadPoster.edit for the local platform: the row's text and buttons are replaced."""
+        text = f"{edit.text}\n{edit.outcome_line()}"
+        async with open_db(self.path, SCHEMA) as db:
+            await db.execute("BEGIN IMMEDIATE")  # one edit at a time: a retry logs no second edit
+            cursor = await db.execute(
+                "SELECT seq, text, actions FROM messages WHERE message_key = ?", (str(edit.key),)
+            )
+            row = await cursor.fetchone()
+            if row is None:
+                await db.rollback()
+                raise ApplicationError(
+                    f"no local message {edit.key} to edit",
+                    type="LocalNoSuchMessage",
+                    non_retryable=True,
+                )
+            if (row["text"], row["actions"]) != (text, "[]"):
+                await db.execute(
+                    "UPDATE messages SET text = ?, actions = '[]' WHERE seq = ?", (text, row["seq"])
+                )
+                await db.execute(
+                    "INSERT INTO edits (message_seq, created_at) VALUES (?, ?)",
+                    (row["seq"], _now()),
+                )
+            await db.commit()
+
     async def messages(
         self, thread_id: str | None = None, after_seq: int = 0
     ) -> list[LocalMessage]:
         async with open_db(self.path, SCHEMA) as db:
             if thread_id is None:
-                cursor = await db.execute(
-                    "SELECT * FROM messages WHERE seq > ? ORDER BY seq", (after_seq,)
-                )
+                cursor = await db.execute(f"{_SELECT} WHERE m.seq > ? ORDER BY m.seq", (after_seq,))
             else:
                 cursor = await db.execute(
-                    "SELECT * FROM messages WHERE thread_id = ? AND seq > ? ORDER BY seq",
+                    f"{_SELECT} WHERE m.thread_id = ? AND m.seq > ? ORDER BY m.seq",
                     (thread_id, after_seq),
                 )
             return [_row(r) for r in await cursor.fetchall()]
+
+    async def edits(self, after_edit: int = 0) -> list[tuple[int, LocalMessage]]:
+        """(edit number, the message as it reads now) for every edit after `after_edit`."""
+        async with open_db(self.path, SCHEMA) as db:
+            cursor = await db.execute(
+                "SELECT e.edit_seq, m.*, r.round FROM edits e JOIN messages m "
+                "ON m.seq = e.message_seq LEFT JOIN escalation_rounds r "
+                "ON r.message_key = m.message_key WHERE e.edit_seq > ? ORDER BY e.edit_seq",
+                (after_edit,),
+            )
+            return [(row["edit_seq"], _row(row)) for row in await cursor.fetchall()]

@@ -3,8 +3,10 @@
     Approve / Deny button -> ConversationRouter.on_click -> `approval` Signal
 
 The listener acks first, then (with a live grant source) refuses privately a click from someone
-who may not decide, replaces the buttons with who decided what, and routes the click. If routing
-fails the buttons come back, so someone can try again.
+who may not decide, tells privately a click on buttons whose round has passed (answered already, or
+an earlier escalation's) and leaves the message as it is, replaces the buttons with who decided
+what, and routes the click. If routing fails the buttons come back, so someone can try again. The
+Workflow later replaces "checking authorization" with what happened.
 """
 
 from __future__ import annotations
@@ -20,9 +22,15 @@ from slack_sdk.web.async_client import AsyncWebClient
 
 from agent.activities.authorize import GrantSource
 from agent.models import Actor
-from bot.conversations import ConversationRouter, InboundClick, Routed
+from bot.conversations import CLICK_NOTICES, ConversationRouter, InboundClick, Routed
 from bot.slack.links import conversation_prefix, thread_workflow_id
-from bot.slack.render import APPROVE_ACTION_ID, DECISION_BLOCK_ID, DENY_ACTION_ID, escape
+from bot.slack.render import (
+    APPROVE_ACTION_ID,
+    DECISION_BLOCK_ID,
+    DENY_ACTION_ID,
+    escape,
+    parse_button_value,
+)
 from bot.slack.replies import post_ephemeral
 
 log = logging.getLogger(__name__)
@@ -30,12 +38,6 @@ log = logging.getLogger(__name__)
 _DECISIONS: dict[str, Literal["approve", "deny"]] = {
     APPROVE_ACTION_ID: "approve",
     DENY_ACTION_ID: "deny",
-}
-_CLICK_NOTICES: dict[Routed, str] = {
-    Routed.QUEUED: "Your decision is recorded; the agent is briefly unavailable and will pick it "
-    "up shortly.",
-    Routed.CLOSED: "This conversation has already finished; your click changed nothing.",
-    Routed.UNKNOWN: "This button belongs to no conversation I know; your click changed nothing.",
 }
 _CLICK_FAILED = "Your click could not be handled just now; nothing changed. Please try again."
 _CHECKING = "checking authorization"
@@ -65,6 +67,9 @@ def register_decision_actions(
             if not allowed:
                 await tell(_refusal(click.actor) if allowed is False else _CLICK_FAILED)
                 return
+        if (early := await router.check_click(click)) is not None:
+            await tell(CLICK_NOTICES[early])  # the message stays as the Workflow left it
+            return
         # The buttons go, so nobody presses them twice.
         await _update_clicked(client, body, decided_blocks(body, click, _CHECKING))
         try:
@@ -75,7 +80,7 @@ def register_decision_actions(
             await tell(_CLICK_FAILED)
             return
         log.info("slack click %s on %s: %s", click.click_id, click.workflow_id, routed)
-        notice = _CLICK_NOTICES.get(routed)
+        notice = CLICK_NOTICES.get(routed)
         if notice is not None:
             if routed in (Routed.CLOSED, Routed.UNKNOWN):
                 await _update_clicked(client, body, decided_blocks(body, click, notice))
@@ -92,7 +97,7 @@ def inbound_click(body: dict[str, Any]) -> InboundClick | None:
     if len(actions) != 1 or not user.get("id"):
         return None
     action = actions[0]
-    workflow_id = str(action.get("value") or "")
+    workflow_id, round = parse_button_value(str(action.get("value") or ""))
     where = _click_location(body)
     team_id = (body.get("team") or {}).get("id") or user.get("team_id") or ""
     if where is not None and where[2] is not None:
@@ -115,6 +120,7 @@ def inbound_click(body: dict[str, Any]) -> InboundClick | None:
             display_name=user.get("username") or user.get("name") or user["id"],
         ),
         click_id=click_id,
+        round=round,
     )
 
 

@@ -24,8 +24,15 @@ from slack_sdk.web.async_client import AsyncWebClient
 from slack_sdk.web.async_slack_response import AsyncSlackResponse
 from temporalio.exceptions import ApplicationError
 
-from agent.models import OutboundMessage, PostedMessage
-from bot.slack.render import blocks_for, fallback_text, metadata_for, metadata_key
+from agent.models import MessageEdit, OutboundMessage, PostedMessage
+from bot.slack.render import (
+    blocks_for,
+    edited_blocks,
+    edited_line,
+    fallback_text,
+    metadata_for,
+    metadata_key,
+)
 from bot.slack.settings import SLACK_API_URL, SlackSettings
 
 log = logging.getLogger(__name__)
@@ -58,6 +65,8 @@ _HINTS = {
     "token_revoked": "the bot token was revoked; reinstall the app",
     "account_inactive": "the bot token belongs to a deactivated app or user",
     "missing_scope": "add the scope to the app and reinstall it",
+    "message_not_found": "the message was deleted",
+    "cant_update_message": "only the bot's own messages can be edited",
 }
 
 REPLIES_PAGE_SIZE = 200  # Slack recommends no more than 200 per page
@@ -176,6 +185,32 @@ class SlackThreadPoster:
         ts = str(response["ts"])
         log.info("slack post %s landed in %s/%s as %s", key, thread.channel, thread.thread, ts)
         return PostedMessage(platform_message_id=ts, duplicate=False)
+
+    async def edit(self, edit: MessageEdit) -> None:
+        """ThreadPoster.edit: chat.update of the post; the same update again changes nothing.
+
+        The message keeps its metadata (chat.update leaves it when none is sent), so its key
+        still finds it.
+        """
+        thread = edit.thread
+        if thread.platform != "slack":
+            raise ApplicationError(
+                f"not a Slack thread: platform={thread.platform!r}",
+                type=PERMANENT_ERROR_TYPE,
+                non_retryable=True,
+            )
+        await _call(
+            "chat.update",
+            thread.channel,
+            self._client.chat_update(
+                channel=thread.channel,
+                ts=edit.platform_message_id,
+                text=edited_line(edit),  # notifications show what happened
+                blocks=edited_blocks(edit),
+                link_names=False,
+            ),
+        )
+        log.info("slack edit of %s in %s: %s", edit.key, thread.channel, edit.outcome)
 
     async def find_posted(self, channel: str, thread_ts: str, key: str) -> str | None:
         """The ts of the message in this thread (root included) whose metadata carries `key`."""

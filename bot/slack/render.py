@@ -7,10 +7,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from agent.models import OutboundMessage
+from agent.models import MessageEdit, OutboundMessage
 
 # Button ids: the inbound adapter registers handlers for these; a click's `value` is the Workflow
-# ID, so routing the click back needs no lookup table.
+# ID and the escalation round, `<workflow id>#<round>`, so routing the click back needs no lookup
+# table. Buttons posted before rounds existed carry the Workflow ID alone.
 APPROVE_ACTION_ID = "refund_approve"
 DENY_ACTION_ID = "refund_deny"
 DECISION_BLOCK_ID = "refund_decision"
@@ -65,12 +66,11 @@ def fallback_text(message: OutboundMessage) -> str:
     return text
 
 
-def blocks_for(message: OutboundMessage) -> list[dict[str, Any]]:
-    """Section block(s) with the escaped text, then Approve / Deny buttons when requested."""
-    chunks = _escaped_chunks(message.text, SECTION_TEXT_LIMIT)
+def _text_blocks(text: str) -> list[dict[str, Any]]:
+    chunks = _escaped_chunks(text, SECTION_TEXT_LIMIT)
     if len(chunks) > MAX_TEXT_SECTIONS:
         chunks = [*chunks[: MAX_TEXT_SECTIONS - 1], "…"]
-    blocks: list[dict[str, Any]] = [
+    return [
         {
             "type": "section",
             "block_id": f"{TEXT_BLOCK_ID_PREFIX}{i}",
@@ -80,27 +80,65 @@ def blocks_for(message: OutboundMessage) -> list[dict[str, Any]]:
         }
         for i, chunk in enumerate(chunks)
     ]
+
+
+def blocks_for(message: OutboundMessage) -> list[dict[str, Any]]:
+    """Section block(s) with the escaped text, then Approve / Deny buttons when requested."""
+    blocks = _text_blocks(message.text)
     if message.actions:
+        value = button_value(message.key.workflow_id, message.round)
         blocks.append(
             {
                 "type": "actions",
                 "block_id": DECISION_BLOCK_ID,
-                "elements": [
-                    _button(decision, message.key.workflow_id) for decision in message.actions
-                ],
+                "elements": [_button(decision, value) for decision in message.actions],
             }
         )
     return blocks
 
 
-def _button(decision: str, workflow_id: str) -> dict[str, Any]:
+def edited_blocks(edit: MessageEdit) -> list[dict[str, Any]]:
+    """The escalation's own text, and in place of its buttons a line saying what happened."""
+    return [
+        *_text_blocks(edit.text),
+        {
+            "type": "context",
+            "block_id": DECISION_BLOCK_ID,
+            "elements": [{"type": "mrkdwn", "text": edited_line(edit)}],
+        },
+    ]
+
+
+def edited_line(edit: MessageEdit) -> str:
+    """ "Approved by <@U…>: refund issued (…)", escaped; the clicker as a mention (no ping)."""
+    who = None
+    if edit.decided_by is not None:
+        actor = edit.decided_by
+        who = f"<@{actor.user_id}>" if actor.platform == "slack" else escape(actor.label)
+    escaped = edit.model_copy(update={"outcome": escape(edit.outcome)})
+    return escaped.outcome_line(who)
+
+
+def button_value(workflow_id: str, round: int | None) -> str:
+    return workflow_id if round is None else f"{workflow_id}#{round}"
+
+
+def parse_button_value(value: str) -> tuple[str, int | None]:
+    """(workflow id, round) from a button's value; round None for buttons from before rounds."""
+    workflow_id, sep, round = value.rpartition("#")
+    if sep and round.isdigit() and len(round) <= 9:
+        return workflow_id, int(round)
+    return value, None
+
+
+def _button(decision: str, value: str) -> dict[str, Any]:
     action_id, label, style = _BUTTONS[decision]
     return {
         "type": "button",
         "action_id": action_id,
         "text": {"type": "plain_text", "text": label},
         "style": style,
-        "value": workflow_id,
+        "value": value,
     }
 
 

@@ -2,7 +2,9 @@
 
 POST /v1/refunds with Stripe's idempotency semantics (the same key and parameters replay the first
 response with `Idempotent-Replayed: true`; the same key with other parameters is a 400
-idempotency_error), GET /v1/refunds?payment_intent=…, bearer-key auth, and injected 5xx answers.
+idempotency_error) and its limit (a PaymentIntent this fake created cannot be refunded beyond its
+amount: charge_already_refunded once fully refunded), GET /v1/refunds?payment_intent=…,
+bearer-key auth, injected 5xx answers, and an injected refusal shaped as Stripe's 400s.
 """
 
 from __future__ import annotations
@@ -34,15 +36,32 @@ class FakeStripe(LoopbackFake):
     payment_intents: dict[str, dict[str, Any]] = field(default_factory=dict)
     _by_key: dict[str, tuple[dict[str, str], dict[str, Any]]] = field(default_factory=dict)
     _ids: itertools.count = field(default_factory=lambda: itertools.count(1))
+    _refusal: tuple[str | None, str, str | None] | None = None
+
+    def refuse_next_refund(
+        self, message: str, *, code: str | None = None, param: str | None = None
+    ) -> None:
+        """Answer the next refund request with a 400 invalid_request_error, as Stripe does."""
+        self._refusal = (code, message, param)
 
     def routes(self, app: web.Application) -> None:
         app.router.add_post("/v1/refunds", self._create)
         app.router.add_get("/v1/refunds", self._list)
         app.router.add_post("/v1/payment_intents", self._payment_intent)
 
-    def _error(self, status: int, kind: str, message: str) -> web.Response:
-        body = {"error": {"type": kind, "message": message}}
-        return web.json_response(body, status=status, headers={"Request-Id": "req_fake"})
+    def _error(
+        self,
+        status: int,
+        kind: str,
+        message: str,
+        code: str | None = None,
+        param: str | None = None,
+    ) -> web.Response:
+        error = {"type": kind, "message": message}
+        error |= {"code": code} if code else {}
+        error |= {"param": param} if param else {}
+        headers = {"Request-Id": "req_fake"}
+        return web.json_response({"error": error}, status=status, headers=headers)
 
     def _authorized(self, request: web.Request) -> bool:
         return request.headers.get("Authorization") == f"Bearer {self.api_key}"
@@ -65,6 +84,11 @@ class FakeStripe(LoopbackFake):
                     "they were first used with.",
                 )
             return web.json_response(first_response, headers={"Idempotent-Replayed": "true"})
+        if self._refusal is not None:
+            (code, message, param), self._refusal = self._refusal, None
+            return self._error(400, "invalid_request_error", message, code, param)
+        if (refused := self._beyond_payment(params)) is not None:
+            return refused
         refund = {
             "id": f"re_fake_{next(self._ids)}",
             "object": "refund",
@@ -84,6 +108,30 @@ class FakeStripe(LoopbackFake):
         if key:
             self._by_key[key] = (params, refund)  # type: ignore[assignment]
         return web.json_response(refund)
+
+    def _beyond_payment(self, params: dict[str, str]) -> web.Response | None:
+        intent = self.payment_intents.get(params["payment_intent"])
+        if intent is None:
+            return None  # a PaymentIntent made elsewhere: this fake does not know its amount
+        refunded = sum(
+            r["amount"] for r in self.refunds.values() if r["payment_intent"] == intent["id"]
+        )
+        if refunded >= intent["amount"]:
+            return self._error(
+                400,
+                "invalid_request_error",
+                f"Charge ch_fake_{intent['id']} has already been refunded.",
+                "charge_already_refunded",
+            )
+        if refunded + int(params["amount"]) > intent["amount"]:
+            return self._error(
+                400,
+                "invalid_request_error",
+                f"Refund amount (${int(params['amount']) / 100:.2f}) is greater than unrefunded "
+                f"amount on charge (${(intent['amount'] - refunded) / 100:.2f})",
+                param="amount",
+            )
+        return None
 
     async def _payment_intent(self, request: web.Request) -> web.Response:
         params = dict(await request.post())

@@ -1,46 +1,175 @@
-"""Record the committed Event History that tests/test_replay.py replays.
+"""Record the committed Event Histories that tests/test_replay.py replays.
 
 Run it when the Workflow changes on purpose (and version the change with workflow.patched):
-    uv run python -m tests.histories.record
+    uv run python -m tests.histories.record [name ...]      (no names: every scenario)
+
 The histories are encrypted with the tests' codec key (tests/support/codec.py), as every history
-is. It overwrites auto_approved.json and escalated.json: give histories recorded before a change
-names of their own first (as *_before_codec.json were), so they keep proving that running
-conversations survive the deploy.
+written since the codec is. A history recorded before a Workflow change stays as it was recorded:
+it is the proof that a conversation that was running at the deploy still replays. Move it into a
+`before-*` folder (the replay test reads every folder) before re-recording the scenario with the
+new code.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import sys
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
+from temporalio.client import WorkflowFailureError, WorkflowHandle
+
+from agent.models import Actor
+from agent.settings import AgentSettings
+from tests.fakes.openai_api import FakeOpenAI
 from tests.support.conversation import SUPPORT, LocalConversation
 from tests.support.inproc import standalone_agent
+from tests.support.owner import place_order
 
 HERE = Path(__file__).parent
+MARLOW = Actor(platform="local", user_id="marlow", display_name="Marlow")
 
 
-async def record() -> None:
-    async with standalone_agent() as (client, threads, tq):
-        for name, text, approve in (
-            ("auto_approved", "please refund order 1234", False),
-            ("escalated", "please refund order 4500", True),
-        ):
-            conv = LocalConversation(client, threads, tq)
-            handle = await conv.open(text, hold=True)
-            await conv.next_bot_message()
-            await conv.reply("Yes")
-            await conv.next_bot_message()
-            await conv.reply("Split seam")
-            if approve:
-                await conv.next_bot_message()
-                await conv.click("approve", SUPPORT)
-            await conv.wait_phase("held_before_refund")
-            await handle.signal("release")
-            await handle.result()
-            history = await handle.fetch_history()
+async def _answer(conv: LocalConversation) -> None:
+    await conv.next_bot_message()
+    await conv.reply("Yes")
+    await conv.next_bot_message()
+    await conv.reply("Split seam")
+
+
+async def _held_then_released(conv: LocalConversation, handle: WorkflowHandle) -> None:
+    await conv.wait_phase("held_before_refund")
+    await handle.signal("release")
+    await handle.result()
+
+
+async def auto_approved(conv: LocalConversation) -> WorkflowHandle:
+    handle = await conv.open("please refund order 1234", hold=True)
+    await _answer(conv)
+    await _held_then_released(conv, handle)
+    return handle
+
+
+async def escalated(conv: LocalConversation) -> WorkflowHandle:
+    handle = await conv.open("please refund order 4500", hold=True)
+    await _answer(conv)
+    await conv.next_bot_message()
+    await conv.click("approve", SUPPORT)
+    await _held_then_released(conv, handle)
+    return handle
+
+
+async def reoffered(conv: LocalConversation) -> WorkflowHandle:
+    """Escalated; an approval and a denial from someone without a grant are each refused and the
+    buttons offered again; then a support agent approves."""
+    handle = await conv.open("please refund order 4500")
+    await _answer(conv)
+    await conv.next_bot_message()  # the escalation
+    await conv.click("approve", MARLOW)
+    await conv.next_bot_message()  # no refund yet: offered again
+    await conv.click("deny", MARLOW)
+    await conv.next_bot_message()  # can't decline: offered again
+    await conv.click("approve", SUPPORT)
+    await handle.result()
+    return handle
+
+
+async def declined(conv: LocalConversation) -> WorkflowHandle:
+    handle = await conv.open("please refund order 4500")
+    await _answer(conv)
+    await conv.next_bot_message()
+    await conv.click("deny", SUPPORT)
+    await handle.result()
+    return handle
+
+
+async def refunded_twice(conv: LocalConversation) -> WorkflowHandle:
+    """A second conversation about an order the first one refunded."""
+    first = await conv.open("please refund order 1234")
+    await _answer(conv)
+    await first.result()
+    second = LocalConversation(conv.client, conv.threads, conv.task_queue)
+    handle = await second.open("please refund order 1234")
+    await _answer(second)
+    await handle.result()
+    return handle
+
+
+async def model_refused(conv: LocalConversation) -> WorkflowHandle:
+    """The live model's API answers 401 (the Worker's key is wrong)."""
+    handle = await conv.open("please refund order 1234", decider="openai")
+    await _answer(conv)
+    # Whether the run fails or completes depends on the Workflow's version: either is recorded.
+    with contextlib.suppress(WorkflowFailureError):
+        await handle.result()
+    return handle
+
+
+async def raced(conv: LocalConversation) -> WorkflowHandle:
+    """Two conversations on one order reach the refund together; the owner refunds once and the
+    loser closes with the already-refunded answer. The loser's history is recorded."""
+    other = LocalConversation(conv.client, conv.threads, conv.task_queue)
+    handles = [await c.open("please refund order 1234", hold=True) for c in (conv, other)]
+    for c in (conv, other):
+        await _answer(c)
+        await c.wait_phase("held_before_refund")
+    await asyncio.gather(*(h.signal("release") for h in handles))
+    outcomes = await asyncio.gather(*(h.result() for h in handles))
+    return next(h for h, o in zip(handles, outcomes, strict=True) if o.status == "denied")
+
+
+async def stale_click(conv: LocalConversation) -> WorkflowHandle:
+    """Round 1 refused (no grant); a late click on round 1's buttons is dropped (and round 1's
+    outcome said again); round 2's approval refunds."""
+    handle = await conv.open("please refund order 4500")
+    await _answer(conv)
+    await conv.next_bot_message()
+    await conv.click("approve", MARLOW, round=1)
+    await conv.next_bot_message()  # round 2
+    await conv.click("approve", SUPPORT, round=1)
+    await conv.click("approve", SUPPORT, round=2)
+    await handle.result()
+    return handle
+
+
+async def refund_failed(conv: LocalConversation) -> WorkflowHandle:
+    """The owner refuses the refund (a payment it never saw): one plain sentence in the thread."""
+    settings = AgentSettings(_env_file=None, data_dir=conv.threads.path.parent)  # type: ignore[call-arg]
+    await place_order(settings, "6060", paid=False)
+    handle = await conv.open("please refund order 6060")
+    await _answer(conv)
+    await handle.result()
+    return handle
+
+
+SCENARIOS: dict[str, Callable[[LocalConversation], Awaitable[WorkflowHandle]]] = {
+    "auto_approved": auto_approved,
+    "escalated": escalated,
+    "reoffered": reoffered,
+    "declined": declined,
+    "refunded_twice": refunded_twice,
+    "model_refused": model_refused,
+    "raced": raced,
+    "stale_click": stale_click,
+    "refund_failed": refund_failed,
+}
+
+
+async def record(names: list[str]) -> None:
+    async with FakeOpenAI(api_key="sk-the-right-key") as model:
+        overrides = {
+            "openai_api_key": "sk-a-revoked-key",  # the fake answers 401
+            "openai_base_url": model.api_url,
+        }
+        for name in names:
+            # A fresh data directory each: a refund one scenario makes is the next one's history.
+            async with standalone_agent(**overrides) as (client, threads, tq):
+                handle = await SCENARIOS[name](LocalConversation(client, threads, tq))
+                history = await handle.fetch_history()
             (HERE / f"{name}.json").write_text(history.to_json())
             print(f"recorded {name}.json ({len(history.events)} events)")
 
 
 if __name__ == "__main__":
-    asyncio.run(record())
+    asyncio.run(record(sys.argv[1:] or list(SCENARIOS)))

@@ -87,11 +87,13 @@ class LocalConversation:
         )
         return mid
 
-    async def click(self, decision: str, actor: Actor = SUPPORT) -> None:
+    async def click(self, decision: str, actor: Actor = SUPPORT, round: int | None = None) -> None:
+        """A click on the escalation's buttons; `round` as the buttons carry it (None: buttons
+        posted before rounds existed)."""
         assert self.handle is not None
         await self.handle.signal(
             RefundConversation.approval,
-            Approval(decision=decision, actor=actor, click_id=uuid.uuid4().hex),  # type: ignore[arg-type]
+            Approval(decision=decision, actor=actor, click_id=uuid.uuid4().hex, round=round),  # type: ignore[arg-type]
         )
 
     async def view(self) -> ConversationView:

@@ -49,9 +49,11 @@ class RecordingRouter:
     message_result: Routed = Routed.STARTED
     click_result: Routed = Routed.SIGNALLED
     click_error: Exception | None = None
+    check_result: Routed | None = None  # what check_click answers (None: the click may count)
     gate: asyncio.Event | None = None  # when set: every on_message waits for it after recording
     messages: list[InboundMessage] = field(default_factory=list)
     clicks: list[InboundClick] = field(default_factory=list)
+    checked: list[InboundClick] = field(default_factory=list)
     accepted: set[str] = field(default_factory=set)
 
     def seen(self, event_id: str) -> bool:
@@ -70,3 +72,7 @@ class RecordingRouter:
             raise self.click_error
         self.accepted.add(click.event_id)
         return self.click_result
+
+    async def check_click(self, click: InboundClick) -> Routed | None:
+        self.checked.append(click)
+        return self.check_result

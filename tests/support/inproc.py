@@ -25,7 +25,7 @@ async def running_worker(
     threads: LocalThreadStore,
     task_queue: str | None = None,
 ) -> AsyncIterator[str]:
-    """A Worker on `task_queue` (a fresh one by default) until the block ends; yields the queue."""
+    """An in-process Worker on `task_queue` (a fresh one unless given); yields the queue."""
     task_queue = task_queue or f"test-{uuid.uuid4().hex[:8]}"
     worker = await build_worker(client, task_queue, settings, {"local": threads})
     async with worker:
@@ -33,15 +33,21 @@ async def running_worker(
 
 
 @asynccontextmanager
-async def standalone_agent() -> AsyncIterator[tuple[Client, LocalThreadStore, str]]:
+async def standalone_agent(
+    **settings_overrides: object,
+) -> AsyncIterator[tuple[Client, LocalThreadStore, str]]:
     """For scripts outside pytest: a dev server of its own, a fresh data directory and an
-    in-process Worker, encrypting with the tests' codec key. Yields the client, the local thread
-    store and the task queue."""
+    in-process Worker encrypting with the tests' codec key (its AgentSettings changed by
+    `settings_overrides`). Yields the client, the local thread store and the task queue."""
     env = await WorkflowEnvironment.start_local(
         dev_server_existing_path=str(temporal_cli_path()), data_converter=TEST_CONVERTER
     )
     with tempfile.TemporaryDirectory() as tmp:
-        settings = AgentSettings(_env_file=None, data_dir=Path(tmp))  # type: ignore[call-arg]
+        settings = AgentSettings(
+            _env_file=None,  # type: ignore[call-arg]
+            data_dir=Path(tmp),
+            **settings_overrides,
+        )
         threads = LocalThreadStore(Path(tmp) / "threads.sqlite")
         async with env, running_worker(env.client, settings, threads) as task_queue:
             yield env.client, threads, task_queue

@@ -1,0 +1,46 @@
+"""The demo world beyond its seed: orders placed for a test, refunds the ledger holds."""
+
+from __future__ import annotations
+
+from datetime import date, timedelta
+from pathlib import Path
+
+from agent.settings import DEMO_CUSTOMER, AgentSettings
+from agent.stores import domain
+from agent.stores.db import open_db
+from agent.stores.ledger import Ledger, LedgerRefund
+
+
+async def refunds_made(ledger_db: Path) -> list[LedgerRefund]:
+    """Every refund a conversation made: the seed's earlier refund (no workflow) left out."""
+    return [r for r in await Ledger(ledger_db).all_refunds() if r.workflow_id]
+
+
+async def place_order(
+    settings: AgentSettings,
+    order_number: str,
+    *,
+    item: str = "desk fan",
+    amount_cents: int = 2500,
+    customer_id: str = DEMO_CUSTOMER,
+    paid: bool = True,
+) -> str:
+    """A delivered order bought three days ago, paid in the offline ledger unless `paid` is
+    False; returns its payment reference."""
+    payment_ref = f"pi_test_{order_number}"
+    async with open_db(settings.domain_db, domain.SCHEMA) as db:
+        await db.execute(
+            "INSERT INTO orders VALUES (?, ?, ?, ?, 'usd', 'delivered', ?, 0, ?)",
+            (
+                order_number,
+                customer_id,
+                item,
+                amount_cents,
+                (date.today() - timedelta(days=3)).isoformat(),
+                payment_ref,
+            ),
+        )
+        await db.commit()
+    if paid:
+        await Ledger(settings.ledger_db).seed_payments([(payment_ref, amount_cents, "usd")])
+    return payment_ref
