@@ -80,6 +80,7 @@ async def test_a_discord_conversation_through_the_real_process(
             DISCORD_API_URL=api.api_url,
             DISCORD_GATEWAY_URL=api.gateway_url,
             REFUND_ADMINS=f"discord:{PRESENTER}",
+            DEMO_CUSTOMER_FOR_NEW_USERS="cus_nyghtowl",  # a demo workspace
             DATA_DIR=str(tmp_path / "data"),
             TEMPORAL_ADDRESS=temporal_env.client.service_client.config.target_host,
             TEMPORAL_TASK_QUEUE=queue,
@@ -122,7 +123,10 @@ async def test_a_discord_conversation_through_the_real_process(
             buttons = {
                 c["custom_id"]: c for row in escalation["components"] for c in row["components"]
             }
-            assert set(buttons) == {f"refund:approve:{workflow_id}", f"refund:deny:{workflow_id}"}
+            assert set(buttons) == {
+                f"refund:approve:r1:{workflow_id}",
+                f"refund:deny:r1:{workflow_id}",
+            }
 
             # The presenter asks where it stands, with the slash command, in the thread.
             status = api.command_interaction("refund-status", int(thread_id), PRESENTER)
@@ -132,7 +136,7 @@ async def test_a_discord_conversation_through_the_real_process(
 
             # The support agent (holding the approver role) clicks Approve.
             click = api.component_interaction(
-                int(thread_id), escalation["id"], AGENT, f"refund:approve:{workflow_id}"
+                int(thread_id), escalation["id"], AGENT, f"refund:approve:r1:{workflow_id}"
             )
             outcome = await next_bot_message(api, thread_id, 3)
             assert outcome["content"].startswith("Your refund is complete: $450.00 for order 4500")

@@ -46,6 +46,7 @@ async def test_slack_serves_while_discord_is_unreachable(
             DISCORD_API_URL=f"http://127.0.0.1:{nowhere}/api/v10",
             DISCORD_GATEWAY_URL=f"ws://127.0.0.1:{nowhere}/",
             REFUND_ADMINS=f"slack:{PRESENTER[0]}",
+            DEMO_CUSTOMER_FOR_NEW_USERS="cus_nyghtowl",  # a demo workspace
             DATA_DIR=str(tmp_path / "data"),
             TEMPORAL_ADDRESS=temporal_env.client.service_client.config.target_host,
             TEMPORAL_TASK_QUEUE=queue,

@@ -143,6 +143,7 @@ async def test_no_secret_reaches_a_log_or_event_history(tmp_path: Path) -> None:
                 "AGENT_DECIDER": "openai",
                 "OPENAI_BASE_URL": openai.api_url,
                 "REFUND_ADMINS": f"slack:{ADMIN}",
+                "DEMO_CUSTOMER_FOR_NEW_USERS": "cus_nyghtowl",  # a demo workspace
                 "CODEC_SERVER_PORT": str(codec_port),
             },
         )
