@@ -19,8 +19,7 @@ import asyncio
 import logging
 
 from aiohttp import web
-from slack_bolt.adapter.aiohttp import to_aiohttp_response, to_bolt_request
-from slack_bolt.adapter.socket_mode.async_handler import AsyncSocketModeHandler
+from slack_bolt.adapter.aiohttp import to_aiohttp_response
 from slack_bolt.async_app import AsyncApp
 from slack_sdk.web.async_client import AsyncWebClient
 
@@ -32,6 +31,14 @@ from bot.slack.actions import register_decision_actions
 from bot.slack.commands import register_commands
 from bot.slack.events import register_message_events
 from bot.slack.links import FindByOrder
+from bot.slack.requests import (
+    CheckedSocketModeHandler,
+    MalformedRequest,
+    bolt_request,
+    check_shape,
+    parse_body,
+    signature_valid,
+)
 from bot.slack.settings import SlackSettings
 
 log = logging.getLogger(__name__)
@@ -87,11 +94,25 @@ def build_app(
     return app
 
 
-def http_web_app(app: AsyncApp) -> web.Application:
-    """An aiohttp application serving POST /slack/events (Events API, interactivity, commands)."""
+def http_web_app(app: AsyncApp, signing_secret: str) -> web.Application:
+    """An aiohttp application serving POST /slack/events (Events API, interactivity, commands).
+
+    The signature is checked before the body is parsed (401), the body's shape before bolt sees
+    it (400): see bot.slack.requests.
+    """
 
     async def events(request: web.Request) -> web.Response:
-        return await to_aiohttp_response(await app.async_dispatch(await to_bolt_request(request)))
+        raw = await request.read()
+        if not signature_valid(signing_secret, raw, request.headers):
+            return web.json_response({"error": "invalid request"}, status=401)
+        try:
+            body = parse_body(raw, request.content_type)
+            check_shape(body)
+        except MalformedRequest as err:
+            log.warning("slack: refused a signed but malformed request: %s", err)
+            return web.json_response({"error": "malformed request"}, status=400)
+        bolt = bolt_request(raw, body, request.query_string, request.headers)
+        return await to_aiohttp_response(await app.async_dispatch(bolt))
 
     web_app = web.Application()
     web_app.router.add_post(EVENTS_PATH, events)
@@ -104,7 +125,7 @@ async def serve(
     """Serve Slack until cancelled: Socket Mode with SLACK_APP_TOKEN, else HTTP on SLACK_PORT."""
     health = health or PlatformHealth("slack")
     if settings.app_token is not None:
-        handler = AsyncSocketModeHandler(app, settings.app_token.get_secret_value())
+        handler = CheckedSocketModeHandler(app, settings.app_token.get_secret_value())
         try:
             await handler.connect_async()
             log.info("slack: Socket Mode connected")
@@ -114,7 +135,9 @@ async def serve(
             await handler.close_async()
         return
 
-    runner = web.AppRunner(http_web_app(app), access_log=None)
+    assert settings.signing_secret is not None  # build_app refused HTTP mode without one
+    web_app = http_web_app(app, settings.signing_secret.get_secret_value())
+    runner = web.AppRunner(web_app, access_log=None)
     await runner.setup()
     try:
         await web.TCPSite(runner, "0.0.0.0", settings.port).start()
