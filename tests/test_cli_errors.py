@@ -1,0 +1,162 @@
+"""Every configuration mistake is one clear line: the real CLI, run as a subprocess for each.
+
+Each case exits non-zero with exactly one line on stderr, naming the setting (or the id) and what
+to do, and no traceback anywhere.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from temporalio.testing import WorkflowEnvironment
+
+from refund_bot.config import env_name
+from tests.support import free_port
+from tests.test_settings import CLASSES
+
+# Placeholders the test fills in: the session's Temporal server, a regular file, a busy port.
+TEMPORAL = "{temporal}"
+A_FILE = "{file}"
+BUSY_PORT = "{busy_port}"
+
+CASES: list[tuple[str, list[str], dict[str, str], list[str]]] = [
+    # (id, argv, environment, what the line must name)
+    (
+        "slack token without signing secret or app token",
+        ["run"],
+        {"SLACK_BOT_TOKEN": "xoxb-1-2-x", "SLACK_SUPPORT_CHANNEL": "C0SUPPORT"},
+        ["SLACK_SIGNING_SECRET", "SLACK_APP_TOKEN"],
+    ),
+    (
+        "slack without a support channel",
+        ["run"],
+        {"SLACK_BOT_TOKEN": "xoxb-1-2-x", "SLACK_SIGNING_SECRET": "s3cret"},
+        ["SLACK_SUPPORT_CHANNEL"],
+    ),
+    (
+        "slack support channel given by name",
+        ["run"],
+        {
+            "SLACK_BOT_TOKEN": "xoxb-1-2-x",
+            "SLACK_APP_TOKEN": "xapp-1-2-x",
+            "SLACK_SUPPORT_CHANNEL": "#support",
+        },
+        ["SLACK_SUPPORT_CHANNEL", "'#support'"],
+    ),
+    (
+        "discord token without a support channel",
+        ["run"],
+        {"DISCORD_TOKEN": "discord-bot-token"},
+        ["DISCORD_SUPPORT_CHANNEL_ID"],
+    ),
+    ("data dir not writable", ["run"], {"DATA_DIR": f"{A_FILE}/data"}, ["DATA_DIR"]),
+    ("malformed admins entry", ["run"], {"REFUND_ADMINS": "slack:U0ADA,bob"}, ["REFUND_ADMINS"]),
+    ("integer setting not an integer", ["run"], {"SLACK_PORT": "three thousand"}, ["SLACK_PORT"]),
+    ("port not an integer", ["demo"], {"TEMPORAL_UI_PORT": "82x3"}, ["TEMPORAL_UI_PORT"]),
+    (
+        "discord channel id not a number",
+        ["run"],
+        {"DISCORD_TOKEN": "t", "DISCORD_SUPPORT_CHANNEL_ID": "#support"},
+        ["DISCORD_SUPPORT_CHANNEL_ID"],
+    ),
+    ("boolean not a boolean", ["run"], {"TEMPORAL_EMBEDDED": "maybe"}, ["TEMPORAL_EMBEDDED"]),
+    ("unknown decider", ["run"], {"AGENT_DECIDER": "gpt-5"}, ["AGENT_DECIDER", "policy"]),
+    ("openai decider without key: run", ["run"], {"AGENT_DECIDER": "openai"}, ["OPENAI_API_KEY"]),
+    ("openai decider without key: demo", ["demo"], {"AGENT_DECIDER": "openai"}, ["OPENAI_API_KEY"]),
+    (
+        "openai decider without key: worker",
+        ["worker"],
+        {"AGENT_DECIDER": "openai"},
+        ["OPENAI_API_KEY"],
+    ),
+    ("discord sync-commands without token", ["discord", "sync-commands"], {}, ["DISCORD_TOKEN"]),
+    ("stripe-setup without key", ["stripe-setup"], {}, ["STRIPE_API_KEY"]),
+    ("live stripe key", ["run"], {"STRIPE_API_KEY": "sk_live_do_not_print"}, ["STRIPE_API_KEY"]),
+    (
+        "mTLS certificate that does not exist",
+        ["status", "x"],
+        {"TEMPORAL_TLS_CERT_PATH": "/nonexistent/c.pem", "TEMPORAL_TLS_KEY_PATH": A_FILE},
+        ["TEMPORAL_TLS_CERT_PATH"],
+    ),
+    (
+        "status for an unknown id",
+        ["status", "local-local-support-t999"],
+        {"TEMPORAL_ADDRESS": TEMPORAL},
+        ["local-local-support-t999", "TEMPORAL_ADDRESS", "slack-"],
+    ),
+    ("status with Temporal down", ["status", "local-local-support-t1"], {}, ["TEMPORAL_ADDRESS"]),
+    (
+        "run with no embedded server and Temporal down",
+        ["run"],
+        {"TEMPORAL_EMBEDDED": "false"},
+        ["TEMPORAL_ADDRESS"],
+    ),
+    ("Web UI port in use", ["run"], {"TEMPORAL_UI_PORT": BUSY_PORT}, ["TEMPORAL_UI_PORT"]),
+]
+
+
+IDS = [case[0] for case in CASES]
+
+
+@pytest.fixture
+def busy_port() -> Iterator[int]:
+    with socket.create_server(("127.0.0.1", 0)) as squatter:
+        yield squatter.getsockname()[1]
+
+
+def clean_environment() -> dict[str, str]:
+    """The test process's environment without any refund-bot setting a developer may have set."""
+    names = {env_name(cls, field) for cls in CLASSES for field in cls.model_fields}
+    return {k: v for k, v in os.environ.items() if k not in names}
+
+
+@pytest.mark.parametrize(
+    ("argv", "env", "named"), [c[1:] for c in CASES], ids=[c[0] for c in CASES]
+)
+def test_a_mistake_is_one_line_naming_the_setting(
+    argv: list[str],
+    env: dict[str, str],
+    named: list[str],
+    tmp_path: Path,
+    temporal_env: WorkflowEnvironment,
+    busy_port: int,
+) -> None:
+    a_file = tmp_path / "a-file"
+    a_file.write_text("not a directory\n")
+    fill = {
+        TEMPORAL: temporal_env.client.service_client.config.target_host,
+        A_FILE: str(a_file),
+        BUSY_PORT: str(busy_port),
+    }
+    for placeholder, value in fill.items():
+        env = {k: v.replace(placeholder, value) for k, v in env.items()}
+    proc = subprocess.run(
+        [sys.executable, "-m", "refund_bot", *argv],
+        env={
+            **clean_environment(),
+            "DATA_DIR": str(tmp_path / ".data"),
+            "TEMPORAL_ADDRESS": f"127.0.0.1:{free_port()}",  # nothing answers there
+            "TEMPORAL_UI_PORT": str(free_port()),
+            **env,
+        },
+        cwd=tmp_path,  # no .env here
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode != 0, proc.stdout + proc.stderr
+    assert "Traceback" not in proc.stderr + proc.stdout, proc.stderr
+    assert len(lines) == 1, proc.stderr
+    (line,) = lines
+    assert line.startswith("refund-bot: "), line
+    for name in named:
+        assert name in line, line
+    assert "sk_live_do_not_print" not in proc.stderr + proc.stdout  # a secret is never shown
