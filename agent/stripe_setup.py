@@ -9,6 +9,7 @@ order, and an order already pointing at a real PaymentIntent is left alone.
 
 from __future__ import annotations
 
+from agent.models import OrderDetails
 from agent.settings import AgentSettings
 from agent.stores.domain import DomainStore
 from agent.stripe_client import stripe_client
@@ -18,20 +19,27 @@ async def create_test_payments(settings: AgentSettings) -> list[tuple[str, str]]
     """(order number, PaymentIntent id) for every order that was paid offline only."""
     domain = DomainStore(settings.domain_db)
     await domain.seed()
-    created = []
+    return [
+        (order.order_number, await pay_order(settings, domain, order))
+        for order in await domain.orders_paid_offline()
+    ]
+
+
+async def pay_order(settings: AgentSettings, domain: DomainStore, order: OrderDetails) -> str:
+    """Pay `order` with a confirmed test-mode PaymentIntent and point the order at it."""
+    reference = order.payment_ref.removeprefix("pi_demo_")
     async with stripe_client(settings) as client:
-        for order in await domain.orders_paid_offline():
-            intent = await client.v1.payment_intents.create_async(
-                params={
-                    "amount": order.amount_cents,
-                    "currency": order.currency,
-                    "payment_method": "pm_card_visa",
-                    "confirm": True,
-                    "automatic_payment_methods": {"enabled": True, "allow_redirects": "never"},
-                    "metadata": {"order_number": order.order_number, "source": "refund-bot demo"},
-                },
-                options={"idempotency_key": f"refund-bot-demo-payment-{order.order_number}"},
-            )
-            await domain.set_payment_ref(order.order_number, intent.id)
-            created.append((order.order_number, intent.id))
-    return created
+        intent = await client.v1.payment_intents.create_async(
+            params={
+                "amount": order.amount_cents,
+                "currency": order.currency,
+                "payment_method": "pm_card_visa",
+                "confirm": True,
+                "automatic_payment_methods": {"enabled": True, "allow_redirects": "never"},
+                "metadata": {"order_number": order.order_number, "source": "refund-bot demo"},
+            },
+            # A seed order's key is its number; a placed order's carries its random suffix too.
+            options={"idempotency_key": f"refund-bot-demo-payment-{reference}"},
+        )
+    await domain.set_payment_ref(order.order_number, intent.id)
+    return intent.id

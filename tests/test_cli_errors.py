@@ -6,7 +6,6 @@ to do, and no traceback anywhere.
 
 from __future__ import annotations
 
-import os
 import socket
 import subprocess
 import sys
@@ -16,9 +15,7 @@ from pathlib import Path
 import pytest
 from temporalio.testing import WorkflowEnvironment
 
-from refund_bot.config import env_name
-from tests.support import free_port
-from tests.test_settings import CLASSES
+from tests.support import clean_environment, free_port
 
 # Placeholders the test fills in: the session's Temporal server, a regular file, a busy port.
 TEMPORAL = "{temporal}"
@@ -108,12 +105,6 @@ IDS = [case[0] for case in CASES]
 def busy_port() -> Iterator[int]:
     with socket.create_server(("127.0.0.1", 0)) as squatter:
         yield squatter.getsockname()[1]
-
-
-def clean_environment() -> dict[str, str]:
-    """The test process's environment without any refund-bot setting a developer may have set."""
-    names = {env_name(cls, field) for cls in CLASSES for field in cls.model_fields}
-    return {k: v for k, v in os.environ.items() if k not in names}
 
 
 @pytest.mark.parametrize(
