@@ -6,6 +6,7 @@ to do, and no traceback anywhere.
 
 from __future__ import annotations
 
+import argparse
 import socket
 import subprocess
 import sys
@@ -15,6 +16,7 @@ from pathlib import Path
 import pytest
 from temporalio.testing import WorkflowEnvironment
 
+from refund_bot.cli import build_parser
 from tests.support import clean_environment, free_port
 
 # Placeholders the test fills in: the session's Temporal server, a regular file, a busy port.
@@ -151,3 +153,30 @@ def test_a_mistake_is_one_line_naming_the_setting(
     for name in named:
         assert name in line, line
     assert "sk_live_do_not_print" not in proc.stderr + proc.stdout  # a secret is never shown
+
+
+def test_every_command_has_a_one_line_description() -> None:
+    parser = build_parser()
+    listed = parser.format_help()
+    for name, sub in _subcommands(parser):
+        summary = sub.description.split(". ")[0] if sub.description else ""
+        assert summary and "\n" not in summary, name
+        assert sub.format_usage().startswith(f"usage: refund-bot {name}"), name
+        assert name.split()[0] in listed
+    # The same one line, shown in the parent's list next to each command.
+    assert "what survives of a conversation" in listed
+    status = dict(_subcommands(parser))["status"].format_help()
+    for form in ("local-local-support-t1", "slack-<team>-<channel>-<thread ts>", "discord-<guild"):
+        assert form in " ".join(status.split()), status
+
+
+def _subcommands(
+    parser: argparse.ArgumentParser, prefix: str = ""
+) -> list[tuple[str, argparse.ArgumentParser]]:
+    found = []
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                found.append((f"{prefix}{name}", sub))
+                found.extend(_subcommands(sub, f"{prefix}{name} "))
+    return found
