@@ -7,9 +7,11 @@ to do, and no traceback anywhere.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import socket
 import subprocess
 import sys
+from asyncio.subprocess import PIPE
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -17,6 +19,7 @@ import pytest
 from temporalio.testing import WorkflowEnvironment
 
 from refund_bot.cli import build_parser
+from tests.fakes.discord_api import FakeDiscordAPI
 from tests.support import clean_environment, free_port
 
 # Placeholders the test fills in: the session's Temporal server, a regular file, a busy port.
@@ -180,3 +183,40 @@ def _subcommands(
                 found.append((f"{prefix}{name}", sub))
                 found.extend(_subcommands(sub, f"{prefix}{name} "))
     return found
+
+
+async def test_discord_sync_commands_refusals_are_one_line(tmp_path: Path) -> None:
+    async def sync(token: str, api_url: str) -> tuple[int, str, str]:
+        env = {**clean_environment(), "DISCORD_TOKEN": token, "DISCORD_API_URL": api_url}
+        for name in ("HTTP_PROXY", "http_proxy", "HTTPS_PROXY", "https_proxy", "ALL_PROXY"):
+            env.pop(name, None)  # the fake is on loopback
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-m",
+            "refund_bot",
+            "discord",
+            "sync-commands",
+            env=env,
+            cwd=tmp_path,
+            stdout=PIPE,
+            stderr=PIPE,
+        )
+        out, err = await asyncio.wait_for(proc.communicate(), timeout=120)
+        assert proc.returncode is not None
+        return proc.returncode, out.decode(), err.decode()
+
+    async with FakeDiscordAPI() as api:
+        code, out, err = await sync("not-the-bot-token", api.api_url)
+        assert code == 1 and "Traceback" not in err, err
+        (line,) = err.strip().splitlines()
+        assert line.startswith("refund-bot: DISCORD_TOKEN was refused by Discord"), line
+        assert "not-the-bot-token" not in out + err
+
+        code, out, err = await sync(api.token, api.api_url)
+        assert code == 0, err
+        assert out.startswith("Registered ") and "refund-status" in out
+
+    code, out, err = await sync(api.token, f"http://127.0.0.1:{free_port()}/api/v10")
+    assert code == 1 and "Traceback" not in err, err
+    (line,) = err.strip().splitlines()
+    assert "DISCORD_API_URL" in line, line
