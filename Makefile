@@ -1,12 +1,14 @@
 # Two commands on a fresh machine with Python 3.11+ and make: `make run` and `make test`.
-# Both bootstrap uv (pinned, from PyPI, into .tools/) and the project's locked .venv first.
+# Every target bootstraps uv (pinned, from PyPI, into .tools/) and the project's locked .venv
+# first; `make setup` (the default) does only that. The CLI is then .venv/bin/refund-bot.
 
 UV_VERSION := 0.13.9
 PYTHON ?= python3
 UV := .tools/bin/uv
 export UV_PYTHON_DOWNLOADS := never
 
-.PHONY: run demo test lint bench clean
+.DEFAULT_GOAL := setup
+.PHONY: setup run demo test lint bench clean
 
 $(UV):
 	$(PYTHON) -m venv .tools
@@ -15,6 +17,8 @@ $(UV):
 .venv/.synced: $(UV) pyproject.toml uv.lock
 	$(UV) sync --locked --python $(PYTHON)
 	touch $@
+
+setup: .venv/.synced  ## uv in .tools/, the locked environment in .venv/: .venv/bin/refund-bot --help
 
 run: .venv/.synced  ## the main job: embedded Temporal, supervised Worker, platforms (local by default)
 	$(UV) run --locked refund-bot run

@@ -27,6 +27,21 @@ ENV_FILE = ".env"
 DEMO_CUSTOMER = "cus_nyghtowl"
 
 
+def parse_admins(text: str) -> list[Actor]:
+    """`slack:U0123ABCD,discord:81384788765712384` -> Actors; ValueError names a bad entry."""
+    people = []
+    for entry in filter(None, (e.strip() for e in text.split(","))):
+        platform, _, user_id = entry.partition(":")
+        if platform not in ("slack", "discord", "local") or not user_id.strip():
+            raise ValueError(
+                f"REFUND_ADMINS entry {entry!r} is not platform:user_id: write comma-separated "
+                "entries such as slack:U0123ABCD,discord:81384788765712384 (platform slack, "
+                "discord or local)"
+            )
+        people.append(Actor(platform=platform, user_id=user_id.strip()))  # type: ignore[arg-type]
+    return people
+
+
 class TemporalSettings(BaseSettings):
     """Where Temporal is. Local dev server by default; Temporal Cloud through settings alone."""
 
@@ -87,13 +102,13 @@ class AgentSettings(BaseSettings):
 
     @property
     def admins(self) -> list[Actor]:
-        people = []
-        for entry in filter(None, (e.strip() for e in self.bootstrap_admins.split(","))):
-            platform, _, user_id = entry.partition(":")
-            if platform not in ("slack", "discord", "local") or not user_id:
-                raise ValueError(f"REFUND_ADMINS entry {entry!r} is not platform:user_id")
-            people.append(Actor(platform=platform, user_id=user_id))  # type: ignore[arg-type]
-        return people
+        return parse_admins(self.bootstrap_admins)
+
+    @field_validator("bootstrap_admins")
+    @classmethod
+    def _admins_well_formed(cls, value: str) -> str:
+        parse_admins(value)  # a malformed entry refuses the settings at start-up
+        return value
 
     def demo_customer_for(self, platform: str) -> str | None:
         """The customer an unknown user of `platform` is linked to on first contact, if any."""

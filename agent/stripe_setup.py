@@ -13,8 +13,10 @@ pointing at a real PaymentIntent is left alone.
 
 from __future__ import annotations
 
+from agent.models import OrderDetails
 from agent.settings import AgentSettings
 from agent.stores.domain import DomainStore, demo_refunds
+from agent.stores.ledger import SeedRefund
 from agent.stripe_client import stripe_client
 
 METADATA = {"source": "refund-bot demo"}
@@ -25,31 +27,47 @@ async def create_test_payments(settings: AgentSettings) -> list[tuple[str, str]]
     domain = DomainStore(settings.domain_db)
     await domain.seed()
     refunded = {r.order_number: r for r in demo_refunds()}
-    created = []
+    return [
+        (
+            order.order_number,
+            await pay_order(settings, domain, order, refunded.get(order.order_number)),
+        )
+        for order in await domain.orders_paid_offline()
+    ]
+
+
+async def pay_order(
+    settings: AgentSettings,
+    domain: DomainStore,
+    order: OrderDetails,
+    earlier_refund: SeedRefund | None = None,
+) -> str:
+    """Pay `order` with a confirmed test-mode PaymentIntent (and make its seeded earlier refund, if
+    it has one) and point the order at it."""
+    reference = order.payment_ref.removeprefix("pi_demo_")
     async with stripe_client(settings) as client:
-        for order in await domain.orders_paid_offline():
-            intent = await client.v1.payment_intents.create_async(
+        intent = await client.v1.payment_intents.create_async(
+            params={
+                "amount": order.amount_cents,
+                "currency": order.currency,
+                "payment_method": "pm_card_visa",
+                "confirm": True,
+                "automatic_payment_methods": {"enabled": True, "allow_redirects": "never"},
+                "metadata": METADATA | {"order_number": order.order_number},
+            },
+            # A seed order's key is its number; a placed order's carries its random suffix too.
+            options={"idempotency_key": f"refund-bot-demo-payment-{reference}"},
+        )
+        if earlier_refund is not None:
+            # Before the order points at the payment: a failure here is retried by a re-run.
+            await client.v1.refunds.create_async(
                 params={
-                    "amount": order.amount_cents,
-                    "currency": order.currency,
-                    "payment_method": "pm_card_visa",
-                    "confirm": True,
-                    "automatic_payment_methods": {"enabled": True, "allow_redirects": "never"},
+                    "payment_intent": intent.id,
+                    "amount": earlier_refund.amount_cents,
+                    "reason": "requested_by_customer",
                     "metadata": METADATA | {"order_number": order.order_number},
                 },
-                options={"idempotency_key": f"refund-bot-demo-payment-{order.order_number}"},
+                options={"idempotency_key": earlier_refund.idempotency_key},
             )
-            if (seed := refunded.get(order.order_number)) is not None:
-                # Before the order points at the payment: a failure here is retried by a re-run.
-                await client.v1.refunds.create_async(
-                    params={
-                        "payment_intent": intent.id,
-                        "amount": seed.amount_cents,
-                        "reason": "requested_by_customer",
-                        "metadata": METADATA | {"order_number": order.order_number},
-                    },
-                    options={"idempotency_key": seed.idempotency_key},
-                )
-            await domain.set_payment_ref(order.order_number, intent.id)
-            created.append((order.order_number, intent.id))
-    return created
+    await domain.set_payment_ref(order.order_number, intent.id)
+    return intent.id

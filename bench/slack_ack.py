@@ -81,7 +81,7 @@ async def run(requests: int, burst: int, delay: float) -> None:
         router = SlowRouter(delay)
         settings = slack.app_settings(signing_secret=SECRET, support_channel=CHANNEL)
         app = build_app(settings, router, SlowCommands(router))  # type: ignore[arg-type]
-        runner = web.AppRunner(http_web_app(app), access_log=None)
+        runner = web.AppRunner(http_web_app(app, SECRET), access_log=None)
         await runner.setup()
         await web.TCPSite(runner, "127.0.0.1", 0).start()
         url = f"http://127.0.0.1:{runner.addresses[0][1]}/slack/events"

@@ -7,8 +7,9 @@ live role check against the authorization store: presenter for the demo commands
 
 from __future__ import annotations
 
+import asyncio
 import re
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Protocol
 
 from pydantic import BaseModel
@@ -81,6 +82,23 @@ class Commands:
             text=f"Sorry {actor.label}, this command needs the {' or '.join(roles)} role, "
             "and you don't hold it. Ask an admin for /refund-grant.",
         )
+
+    async def conversation_states(self, workflow_ids: Sequence[str]) -> dict[str, str]:
+        """Where each conversation stands, asked of Temporal now: "running", "completed",
+        "failed", … or "none" when Temporal has no conversation by that id (yet)."""
+
+        async def state(workflow_id: str) -> str:
+            try:
+                described = await self._client.get_workflow_handle(workflow_id).describe()
+            except RPCError as err:
+                if err.status == RPCStatusCode.NOT_FOUND:
+                    return "none"
+                raise
+            status = described.status
+            return status.name.lower().replace("_", " ") if status else "unknown"
+
+        states = await asyncio.gather(*(state(w) for w in workflow_ids))
+        return dict(zip(workflow_ids, states, strict=True))
 
     async def crash_worker(self, actor: Actor) -> CommandReply:
         if refusal := await self._refusal(actor, "presenter"):

@@ -8,6 +8,9 @@ refund-bot status ID what survives of a conversation, read from Event History (n
 refund-bot codec-server            the payload codec over HTTP, for the Temporal Web UI and CLI
 refund-bot discord sync-commands   register the Discord application commands
 refund-bot stripe-setup            pay the demo orders in Stripe test mode (once, sk_test_ key)
+
+Every command reads and checks its settings first (refund_bot.config): a mistake is one line on
+stderr naming the setting and what to do, and a non-zero exit, never a traceback.
 """
 
 from __future__ import annotations
@@ -16,153 +19,217 @@ import argparse
 import asyncio
 import logging
 import sys
-from typing import NoReturn
 
-from pydantic import ValidationError
+from temporalio.service import RPCError, RPCStatusCode
 
 from agent.codec import CodecKeyError, NoCodecKey
-from agent.settings import AgentSettings, CodecServerSettings, TemporalSettings
+from refund_bot import config
+from refund_bot.config import Config, ConfigError
 from worker.exit import exit_now
+from worker.server import TemporalServerError
+
+DESCRIPTION = "A Slack and Discord front end for a durable customer-support refund agent."
+# What a conversation's id looks like (bot/ids.py), for `status` and its errors.
+ID_FORMS = (
+    "local-local-support-t1 (the terminal's thread t1), "
+    "slack-<team>-<channel>-<thread ts> (e.g. slack-T0123ABCD-C0456EFGH-1732860000.000100), "
+    "discord-<guild id>-<thread id>"
+)
 
 
-def _settings() -> tuple[TemporalSettings, AgentSettings]:
-    try:
-        return TemporalSettings(), AgentSettings()
-    except ValidationError as err:
-        _refuse(err)
+class Refused(Exception):
+    """A command cannot do what was asked; the message is the one line that says why."""
 
 
-def _refuse(err: ValidationError) -> NoReturn:
-    # A clear refusal at start-up (a live Stripe key, a malformed value), never a traceback.
-    messages = "; ".join(e["msg"].removeprefix("Value error, ") for e in err.errors())
-    sys.exit(f"refund-bot: invalid settings: {messages}")
-
-
-async def _worker() -> None:
+async def _worker(cfg: Config) -> None:
     from agent.codec_keys import codec_keys
     from agent.temporal_client import connect
     from refund_bot.wiring import grant_sources, outbound_posters
     from worker.runner import run_worker
 
-    temporal, settings = _settings()
-    keys = codec_keys(settings)
+    keys = codec_keys(cfg.agent)
     if not keys:
         raise NoCodecKey  # a Worker never writes a conversation to Temporal in clear
-    client = await connect(temporal, keys=keys)
+    client = await connect(cfg.temporal, keys=keys)
     await run_worker(
-        client, temporal, settings, outbound_posters(settings), grant_sources(settings)
+        client,
+        cfg.temporal,
+        cfg.agent,
+        outbound_posters(cfg.agent, cfg.slack, cfg.discord),
+        grant_sources(cfg.agent, cfg.slack, cfg.discord),
     )
 
 
-async def _status(workflow_id: str) -> None:
+async def _status(cfg: Config, workflow_id: str) -> None:
     from agent.codec_keys import codec_keys
     from agent.history import what_survives
     from agent.temporal_client import connect
 
-    temporal, settings = _settings()
-    client = await connect(temporal, keys=codec_keys(settings))
-    print((await what_survives(client, workflow_id)).model_dump_json(indent=2))
+    client = await connect(cfg.temporal, keys=codec_keys(cfg.agent))
+    try:
+        survivors = await what_survives(client, workflow_id)
+    except RPCError as err:
+        if err.status != RPCStatusCode.NOT_FOUND:
+            raise
+        raise Refused(
+            f"no conversation {workflow_id!r} at TEMPORAL_ADDRESS={cfg.temporal.address} "
+            f"(namespace {cfg.temporal.namespace}): give a Workflow ID such as {ID_FORMS}"
+        ) from err
+    print(survivors.model_dump_json(indent=2))
 
 
-async def _codec_server() -> int:
+async def _codec_server(cfg: Config) -> None:
     from agent.codec_keys import codec_keys
     from worker.codec_server import CodecServerRefused, serve
 
-    temporal, settings = _settings()
-    try:
-        server = CodecServerSettings()
-    except ValidationError as err:
-        _refuse(err)
-    keys = codec_keys(settings)
+    keys = codec_keys(cfg.agent)
     if not keys:
         raise NoCodecKey
     try:
-        await serve(server, keys, temporal)
+        await serve(cfg.codec_server, keys, cfg.temporal)
     except (CodecServerRefused, OSError) as err:
-        print(f"refund-bot: codec server not started: {err}", file=sys.stderr)
-        return 1
-    return 0
+        raise Refused(f"codec server not started: {err}") from err
 
 
-async def _run(local: bool) -> None:
+async def _run(cfg: Config, local: bool) -> None:
     from refund_bot.app import run
 
-    temporal, settings = _settings()
-    await run(temporal, settings, local=local)
+    await run(cfg.temporal, cfg.agent, local=local)
 
 
-async def _demo() -> int:
+async def _demo(cfg: Config) -> int:
     from refund_bot.demo import demo
 
-    temporal, settings = _settings()
-    return await demo(temporal, settings)
+    return await demo(cfg.temporal, cfg.agent)
 
 
-async def _discord_sync() -> None:
+async def _discord_sync(cfg: Config) -> None:
+    import aiohttp
+    import discord
+
     from bot.discord.commands_spec import sync_commands
-    from bot.discord.settings import DiscordSettings
 
-    names = await sync_commands(DiscordSettings())
+    try:
+        names = await sync_commands(cfg.discord)
+    except discord.LoginFailure as err:
+        raise Refused(
+            "DISCORD_TOKEN was refused by Discord: copy the bot's token again (Developer Portal > "
+            "Bot > Reset Token)"
+        ) from err
+    except discord.Forbidden as err:
+        raise Refused(
+            "Discord refused to register the commands: invite the bot with the "
+            "applications.commands scope (docs/discord.md), and check DISCORD_GUILD_ID"
+        ) from err
+    except aiohttp.ClientConnectionError as err:
+        where = cfg.discord.api_url or "Discord's API"
+        raise Refused(f"cannot reach {where} (DISCORD_API_URL): {err}") from err
     print(f"Registered {len(names)} Discord commands: {', '.join(names)}")
 
 
-async def _stripe_setup() -> int:
+async def _stripe_setup(cfg: Config) -> None:
     from agent.stripe_setup import create_test_payments
 
-    _, settings = _settings()
-    if settings.stripe_api_key is None:
-        print("refund-bot: set STRIPE_API_KEY (a sk_test_ key) first", file=sys.stderr)
-        return 1
-    for order_number, intent in await create_test_payments(settings):
+    for order_number, intent in await create_test_payments(cfg.agent):
         print(f"order {order_number}: paid in Stripe test mode by {intent}")
-    return 0
 
 
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="refund-bot", description=__doc__.split("\n")[0])
-    parser.add_argument("-v", "--verbose", action="store_true")
-    commands = parser.add_subparsers(dest="command", required=True)
-    run = commands.add_parser("run", help="the main job (local terminal channel by default)")
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="refund-bot",
+        description=DESCRIPTION,
+        epilog="Settings come from the environment or a .env file; .env.example lists them all.",
+    )
+    parser.add_argument("-v", "--verbose", action="store_true", help="log at INFO level")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    def command(name: str, summary: str, details: str = "") -> argparse.ArgumentParser:
+        return commands.add_parser(
+            name, help=summary, description=summary + (f". {details}" if details else "")
+        )
+
+    run = command(
+        "run",
+        "the main job: Temporal, the supervised Worker and every configured chat platform",
+        "Starts an embedded Temporal dev server when none answers at TEMPORAL_ADDRESS, and the "
+        "local terminal support channel when neither Slack nor Discord is configured",
+    )
     run.add_argument(
         "--local", action="store_true", help="open the terminal channel even with Slack/Discord"
     )
-    commands.add_parser("demo", help="the unattended crash-and-resume story")
-    commands.add_parser("worker", help="run one Worker")
-    commands.add_parser("stripe-setup", help="pay the demo orders in Stripe test mode")
-    discord = commands.add_parser("discord", help="Discord set-up")
-    discord.add_subparsers(dest="discord_command", required=True).add_parser(
-        "sync-commands", help="register the commands in manifests/discord-commands.json"
+    command(
+        "demo",
+        "the unattended crash-and-resume story on a fresh order; non-zero if an invariant broke",
+        "Honours AGENT_DECIDER: with openai the model makes the story's decisions",
     )
-    status = commands.add_parser("status", help="what survives of a conversation, from history")
-    status.add_argument("workflow_id")
-    commands.add_parser(
-        "codec-server", help="decrypt Event History for the Web UI and CLI (loopback by default)"
+    command("worker", "one Temporal Worker for the refund conversations (run's supervisor runs it)")
+    status = command(
+        "status",
+        "what survives of a conversation, read from Temporal's Event History (no Worker needed)",
     )
-    args = parser.parse_args(argv)
+    status.add_argument(
+        "workflow_id", metavar="WORKFLOW_ID", help=f"the conversation's Workflow ID: {ID_FORMS}"
+    )
+    command(
+        "codec-server",
+        "the payload codec over HTTP, so the Web UI and CLI can read Event History (loopback)",
+    )
+    discord = command("discord", "Discord set-up: sync-commands registers the bot's commands")
+    discord_commands = discord.add_subparsers(
+        dest="discord_command", required=True, metavar="COMMAND"
+    )
+    summary = "register the application commands (manifests/discord-commands.json)"
+    discord_commands.add_parser(
+        "sync-commands",
+        help=summary,
+        description=f"{summary} with DISCORD_TOKEN: to DISCORD_GUILD_ID when set (instant), "
+        "globally otherwise",
+    )
+    command(
+        "stripe-setup",
+        "pay the demo orders with Stripe test-mode PaymentIntents (once, with a sk_test_ key)",
+    )
+    return parser
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = build_parser().parse_args(argv)
     logging.basicConfig(
         level=logging.INFO if args.verbose or args.command == "worker" else logging.WARNING,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
     commands_by_name = {
-        "run": lambda: _run(args.local),
-        "demo": _demo,
-        "worker": _worker,
-        "discord": _discord_sync,
-        "stripe-setup": _stripe_setup,
-        "status": lambda: _status(args.workflow_id),
-        "codec-server": _codec_server,
+        "run": (config.RUN, lambda cfg: _run(cfg, args.local)),
+        "demo": (config.DEMO, _demo),
+        "worker": (config.WORKER, _worker),
+        "discord": (config.DISCORD_SYNC, _discord_sync),
+        "stripe-setup": (config.STRIPE_SETUP, _stripe_setup),
+        "status": (config.STATUS, lambda cfg: _status(cfg, args.workflow_id)),
+        "codec-server": (config.CODEC_SERVER, _codec_server),
     }
+    checks, work = commands_by_name[args.command]
+    address = "?"
     try:
-        code = asyncio.run(commands_by_name[args.command]()) or 0
-    except KeyboardInterrupt:
-        code = 130
-    except CodecKeyError as err:
-        # A missing or wrong key: one line naming the key id, never a traceback, never the key.
+        cfg = config.check(config.load(), *checks)
+        address = cfg.temporal.address
+        code = asyncio.run(work(cfg)) or 0
+    except ConfigError as err:
+        print(f"refund-bot: {err}", file=sys.stderr)
+        code = 2
+    except (Refused, TemporalServerError, CodecKeyError) as err:
+        # A codec key problem names the key id, never the key.
         print(f"refund-bot: {err}", file=sys.stderr)
         code = 1
+    except KeyboardInterrupt:
+        code = 130
     except RuntimeError as err:
         if not str(err).startswith("Failed client connect"):
             raise
-        print(f"refund-bot: cannot reach Temporal at {TemporalSettings().address}", file=sys.stderr)
+        print(
+            f"refund-bot: cannot reach Temporal at TEMPORAL_ADDRESS={address}: start it "
+            "(`refund-bot run` embeds one unless TEMPORAL_EMBEDDED=false), or point "
+            "TEMPORAL_ADDRESS at a running server",
+            file=sys.stderr,
+        )
         code = 1
     exit_now(code)

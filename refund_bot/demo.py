@@ -1,10 +1,18 @@
 """`refund-bot demo`: the docs page's story, unattended, in the local support channel.
 
-A customer asks for a refund; the agent asks two questions, looks up the order and the customer's
-history, and chooses to issue the refund; the demo hold stops it one step before the effect. Then
-the Worker is SIGKILLed, what survives is read from Event History while no Worker is alive, a new
-Worker starts, the hold is released, and the refund goes through once. Exit status 0 only if every
-invariant held: no question asked twice, no decide step or lookup run again, one refund.
+    fresh order -> customer asks -> two answers -> lookups -> held before the refund -> SIGKILL
+    -> what survives, read with no Worker -> new Worker -> released -> one refund -> the checks
+
+Each run places a fresh order for the demo customer (the plush python of order 1234, under a new
+number, paid where the refund will go), so the story can be told again and again on one data
+directory. The customer asks for a refund; the agent asks two questions, looks up the order and the
+customer's history, and chooses to issue the refund; the demo hold stops it one step before the
+effect. Then the Worker is SIGKILLed, what survives is read from Event History while no Worker is
+alive, a new Worker starts, the hold is released, and the refund goes through once. The decide step
+is AGENT_DECIDER's: the offline policy, or the live model. If the agent escalates instead (the
+model may, and a customer with enough earlier refunds no longer clears on their own), the support
+agent approves in the thread and the story carries on. Exit status 0 only if every invariant held:
+no question asked twice, no decide step or lookup run again, one refund.
 """
 
 from __future__ import annotations
@@ -16,20 +24,28 @@ from temporalio.api.enums.v1 import EventType
 
 from agent.effect_owner import refunds_at_owner
 from agent.history import what_survives
-from agent.models import ConversationView
+from agent.models import ConversationView, OrderDetails
 from agent.settings import AgentSettings, TemporalSettings
+from agent.stores.domain import SEED_ORDERS, DomainStore
+from agent.stores.ledger import Ledger
+from agent.stripe_setup import pay_order
 from bot.conversations import ConversationRouter
 from bot.ids import workflow_id_for
 from bot.inbox import Inbox
-from bot.local.terminal import PEOPLE, inbound, render, thread_ref
+from bot.local.terminal import PEOPLE, LocalChannel, inbound, render, thread_ref
 from bot.local.thread_store import LocalMessage, LocalThreadStore
 from refund_bot.app import Stack, running_stack
 from refund_bot.wiring import local_thread_store
 
-OPENING = "please refund order 1234"
+# The docs page's order: each run places one like it (same customer, item, price, age).
+PLUSH_PYTHON = next(order for order in SEED_ORDERS if order.order_number == "1234")
 ANSWERS = ("Yes", "Split seam")
 TIMEOUT = 60.0
 LOOP_STEPS = ("decide_next_step", "lookup_order", "lookup_customer_history", "check_refund_policy")
+
+
+class DemoFailed(Exception):
+    """The story could not be told to the end; the message says where it stopped."""
 
 
 def banner(text: str) -> None:
@@ -43,7 +59,7 @@ async def _next_bot_message(threads: LocalThreadStore, thread_id: str, after: in
             if message.author_is_bot:
                 return message
         await asyncio.sleep(0.1)
-    raise SystemExit(f"demo: the agent said nothing in {thread_id} within {TIMEOUT:.0f}s")
+    raise DemoFailed(f"the agent said nothing in {thread_id} within {TIMEOUT:.0f}s")
 
 
 async def _say(
@@ -53,6 +69,25 @@ async def _say(
     message = await threads.add_reply(thread, customer.user_id, text)
     print(f"[{thread}] {customer.label}: {text}", flush=True)
     await router.on_message(inbound(message, customer))
+
+
+async def place_demo_order(settings: AgentSettings) -> OrderDetails:
+    """A fresh order for the demo customer, paid where its refund will go: in the offline ledger,
+    or by a test-mode PaymentIntent in Stripe test mode (as `refund-bot stripe-setup` pays)."""
+    domain = DomainStore(settings.domain_db)
+    order = await domain.place_order(PLUSH_PYTHON)
+    if settings.stripe_api_key is None:
+        payment = (order.payment_ref, order.amount_cents, order.currency)
+        await Ledger(settings.ledger_db).seed_payments([payment])
+        return order
+    intent = await pay_order(settings, domain, order)
+    return order.model_copy(update={"payment_ref": intent})
+
+
+def decider_label(settings: AgentSettings) -> str:
+    if settings.agent_decider == "openai":
+        return f"the model {settings.openai_model} (AGENT_DECIDER=openai)"
+    return "the offline policy (AGENT_DECIDER=policy)"
 
 
 async def _history_counts(stack: Stack, workflow_id: str) -> dict[str, int]:
@@ -66,24 +101,44 @@ async def _history_counts(stack: Stack, workflow_id: str) -> dict[str, int]:
 
 
 async def demo(temporal: TemporalSettings, settings: AgentSettings) -> int:
+    try:
+        return await _story(temporal, settings)
+    except DemoFailed as err:
+        print(f"FAIL the story stopped: {err}", flush=True)
+        return 1
+
+
+async def _story(temporal: TemporalSettings, settings: AgentSettings) -> int:
     threads = local_thread_store(settings)
     customer, presenter = PEOPLE["customer"], PEOPLE["presenter"]
     async with running_stack(temporal, settings) as stack:
         print(f"Temporal at {stack.temporal.address}; Web UI: {stack.web_ui}", flush=True)
         print(f"Worker pid {stack.supervisor.pid} is polling {temporal.task_queue!r}", flush=True)
+        print(f"Decide step: {decider_label(settings)}", flush=True)
 
         async def hold() -> bool:
             return True  # the demo always holds one step before the refund
 
         router = ConversationRouter(
-            stack.client, temporal.task_queue, Inbox(settings.data_dir / "inbox.sqlite"), hold
+            stack.client,
+            temporal.task_queue,
+            Inbox(settings.data_dir / "inbox.sqlite"),
+            hold,
+            decider=settings.agent_decider,
+        )
+        order = await place_demo_order(settings)
+        opening = f"please refund order {order.order_number}"
+        print(
+            f"A fresh order for this run: {order.order_number} ({order.item}, "
+            f"${order.amount_cents / 100:,.2f}), paid with {order.payment_ref}",
+            flush=True,
         )
 
         banner("A customer writes in the support channel")
-        root = await threads.open_thread("support", customer.user_id, OPENING)
+        root = await threads.open_thread("support", customer.user_id, opening)
         thread = root.thread_id
         workflow_id = workflow_id_for(thread_ref(thread))
-        print(f"[{thread}] {customer.label}: {OPENING}", flush=True)
+        print(f"[{thread}] {customer.label}: {opening}", flush=True)
         await router.on_message(inbound(root, customer))
         print(f"Workflow {workflow_id} (open it in the Web UI)", flush=True)
         seen = root.seq
@@ -95,6 +150,16 @@ async def demo(temporal: TemporalSettings, settings: AgentSettings) -> int:
         held = await _next_bot_message(threads, thread, seen)
         seen = held.seq
         print(render(held), flush=True)
+        if held.kind == "escalation":
+            # The support agent clicks Approve, through the terminal channel's own click.
+            support = LocalChannel(threads, router, stack.commands)
+            support.me, support.thread = PEOPLE["support"], thread
+            await support.handle("1")
+            held = await _next_bot_message(threads, thread, seen)
+            seen = held.seq
+            print(render(held), flush=True)
+        if held.kind != "info" or "Holding before the refund" not in held.text:
+            raise DemoFailed(f"the agent did not stop before the refund: {held.text!r}")
         before = await _history_counts(stack, workflow_id)
         view = await stack.client.get_workflow_handle(workflow_id).query(
             "view", result_type=ConversationView
@@ -105,7 +170,7 @@ async def demo(temporal: TemporalSettings, settings: AgentSettings) -> int:
 
         async def while_no_worker() -> None:
             survivors = await what_survives(stack.client, workflow_id)
-            owner = await refunds_at_owner(settings, workflow_id, None)
+            owner = await refunds_at_owner(settings, workflow_id, order.payment_ref)
             print("Read from Temporal just now (no Worker alive):", flush=True)
             print(f"  customer answers: {len(survivors.answers)} {survivors.answers}", flush=True)
             print(f"  completed lookups: {len(survivors.lookups)} {survivors.lookups}", flush=True)
@@ -127,7 +192,7 @@ async def demo(temporal: TemporalSettings, settings: AgentSettings) -> int:
 
         after = await _history_counts(stack, workflow_id)
         questions = [m for m in await threads.messages(thread) if m.kind == "question"]
-        refunds = (await refunds_at_owner(settings, workflow_id, None)).refunds
+        refunds = (await refunds_at_owner(settings, workflow_id, order.payment_ref)).refunds
         banner("What the run shows")
         checks = {
             "NO REPEATED QUESTIONS": len(questions) == len(ANSWERS),

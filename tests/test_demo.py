@@ -2,54 +2,128 @@
 
 from __future__ import annotations
 
-import os
-import subprocess
+import asyncio
 import sys
+from pathlib import Path
 
 from agent.settings import AgentSettings, TemporalSettings
 from agent.stores.ledger import Ledger
 from agent.workflow import RefundConversation
 from refund_bot.app import running_stack
 from refund_bot.wiring import local_thread_store
-from tests.support import free_port
+from tests.fakes.openai_api import FakeOpenAI
+from tests.fakes.stripe_api import FakeStripe
+from tests.support import clean_environment, free_port
 from tests.support.conversation import LocalConversation
 from worker.server import temporal_answers
 
 
-def test_refund_bot_demo_tells_the_whole_story(tmp_path) -> None:
-    port = free_port()
-    env = {
-        **os.environ,
-        "DATA_DIR": str(tmp_path / ".data"),
-        "TEMPORAL_ADDRESS": f"127.0.0.1:{port}",  # nothing answers there: the demo embeds one
+def _demo_env(data_dir: Path, **settings: str) -> dict[str, str]:
+    return {
+        **clean_environment(),
+        "DATA_DIR": str(data_dir),
+        "TEMPORAL_ADDRESS": f"127.0.0.1:{free_port()}",  # nothing answers: the demo embeds one
         "TEMPORAL_UI_PORT": str(free_port()),
-        "SLACK_BOT_TOKEN": "",
-        "DISCORD_TOKEN": "",
-        "STRIPE_API_KEY": "",
+        **settings,
     }
-    proc = subprocess.run(
-        [sys.executable, "-m", "refund_bot", "demo"],
+
+
+async def _run_demo(env: dict[str, str], cwd: Path) -> str:
+    """`refund-bot demo` as a subprocess, awaited so this loop keeps serving any fakes."""
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "refund_bot",
+        "demo",
         env=env,
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=240,
+        cwd=cwd,
+        stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.STDOUT,
     )
-    out = proc.stdout
-    assert proc.returncode == 0, out + proc.stderr
-    # Two answers, two lookups, next action issue refund, Worker killed, survivors read from
-    # history, released, "Your refund is complete", one refund.
+    output, _ = await asyncio.wait_for(proc.communicate(), timeout=240)
+    out = output.decode()
+    assert proc.returncode == 0, out
+    assert "Traceback" not in out, out
+    return out
+
+
+def _assert_the_story(out: str, order_number: str) -> None:
+    # A fresh order, two answers, two lookups, next action issue refund, Worker killed, survivors
+    # read from history, released, "Your refund is complete", one refund.
+    assert f"A fresh order for this run: {order_number} (plush python, $80.00)" in out
+    assert "refund-bot: Was the package opened?" in out
     assert out.count("refund-bot: Was the package opened?") == 1
     assert out.count("refund-bot: What was damaged?") == 1
     assert "Next action: issue refund" in out
     assert "customer answers: 2" in out and "completed lookups: 2" in out
-    assert "  next action: issue refund" in out
-    assert "offline ledger: refunds none" in out
     assert "New Worker: old pid" in out
     assert "refund-bot: Your refund is complete" in out
     for check in ("NO REPEATED QUESTIONS", "NO LOOP RESTART", "ONE REFUND"):
         assert f"ok   {check}" in out
-    assert (tmp_path / ".data" / "temporal.sqlite").exists()
+
+
+async def test_refund_bot_demo_tells_the_story_again_and_again(tmp_path: Path) -> None:
+    data_dir = tmp_path / ".data"
+    first = await _run_demo(_demo_env(data_dir), tmp_path)
+    _assert_the_story(first, "10001")
+    assert "Decide step: the offline policy" in first
+    assert "  next action: issue refund" in first  # read from history while no Worker was alive
+    assert "offline ledger: refunds none" in first  # read while no Worker was alive
+    assert (data_dir / "temporal.sqlite").exists()
+
+    # README's story in between: the customer has order 1234 refunded in the terminal channel.
+    temporal = TemporalSettings(
+        _env_file=None,  # type: ignore[call-arg]
+        address=f"127.0.0.1:{free_port()}",
+        ui_port=free_port(),
+    )
+    settings = AgentSettings(_env_file=None, data_dir=data_dir)  # type: ignore[call-arg]
+    env = {"DATA_DIR": str(data_dir), "SLACK_BOT_TOKEN": "", "DISCORD_TOKEN": ""}
+    async with running_stack(temporal, settings, worker_env=env) as stack:
+        conv = LocalConversation(stack.client, local_thread_store(settings), temporal.task_queue)
+        handle = await conv.open("please refund order 1234")
+        await conv.next_bot_message()
+        await conv.reply("Yes")
+        await conv.next_bot_message()
+        await conv.reply("Split seam")
+        assert (await handle.result()).status == "refunded"
+
+    second = await _run_demo(_demo_env(data_dir), tmp_path)
+    _assert_the_story(second, "10002")
+    refunded = {r.order_number for r in await Ledger(settings.ledger_db).all_refunds()}
+    assert refunded == {"10001", "1234", "10002"}
+
+
+async def test_demo_honours_agent_decider_and_pays_in_stripe_test_mode(tmp_path: Path) -> None:
+    # The model escalates: the support agent approves in the thread, and the story carries on.
+    async with FakeOpenAI(decision="escalate") as model, FakeStripe() as stripe:
+        env = _demo_env(
+            tmp_path / ".data",
+            AGENT_DECIDER="openai",
+            OPENAI_API_KEY=model.api_key,
+            OPENAI_BASE_URL=model.api_url,
+            OPENAI_MODEL="test-model",
+            STRIPE_API_KEY=stripe.api_key,
+            STRIPE_API_BASE=stripe.url,
+        )
+        for name in ("HTTP_PROXY", "http_proxy", "HTTPS_PROXY", "https_proxy", "ALL_PROXY"):
+            env.pop(name, None)  # the fakes are on loopback
+        out = await _run_demo(env, tmp_path)
+    _assert_the_story(out, "10001")
+    assert "Decide step: the model test-model (AGENT_DECIDER=openai)" in out
+    # The model made every decide step (the policy keeps only the intake questions).
+    assert len(model.requests) == 3
+    assert all(r["model"] == "test-model" for r in model.requests)
+    assert "10001" in model.requests[-1]["input"]
+    assert "refund-bot: This refund needs a support agent: order 10001" in out
+    assert "Approved by Sam (support agent), checking authorization" in out
+    # The fresh order was paid by a test-mode PaymentIntent, and that is what was refunded.
+    (intent,) = stripe.payment_intents.values()
+    assert intent["amount"] == 8000 and intent["status"] == "succeeded"
+    (refund,) = stripe.refunds.values()
+    assert refund["payment_intent"] == intent["id"] and refund["amount"] == 8000
+    assert f"paid with {intent['id']}" in out
 
 
 async def test_open_conversation_survives_a_restart_of_everything(tmp_path) -> None:

@@ -10,6 +10,7 @@ from pydantic_settings import BaseSettings
 from agent.settings import AgentSettings, CodecServerSettings, TemporalSettings
 from bot.discord.settings import DiscordSettings
 from bot.slack.settings import SlackSettings
+from refund_bot.config import env_name
 
 EXAMPLE = Path(__file__).parent.parent / ".env.example"
 CLASSES: tuple[type[BaseSettings], ...] = (
@@ -22,8 +23,7 @@ CLASSES: tuple[type[BaseSettings], ...] = (
 
 
 def _env_names(cls: type[BaseSettings]) -> set[str]:
-    prefix = cls.model_config.get("env_prefix", "")
-    return {(field.alias or f"{prefix}{name}").upper() for name, field in cls.model_fields.items()}
+    return {env_name(cls, name) for name in cls.model_fields}
 
 
 def test_env_example_documents_every_setting() -> None:

@@ -455,7 +455,7 @@ async def test_forged_and_stale_requests_get_401_and_reach_nothing(harness: Harn
 
 
 async def test_http_mode_serves_slack_events_over_real_http(harness: Harness) -> None:
-    runner = aiohttp.web.AppRunner(http_web_app(harness.app))
+    runner = aiohttp.web.AppRunner(http_web_app(harness.app, SECRET))
     await runner.setup()
     site = aiohttp.web.TCPSite(runner, "127.0.0.1", 0)
     await site.start()

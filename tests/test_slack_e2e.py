@@ -149,7 +149,7 @@ async def slack_e2e(temporal_env: WorkflowEnvironment, data_dir: Path) -> AsyncI
                 find_by_order=order_finder(stack.client),
                 grants=GrantStore(stack.settings.grants_db),
             )
-            runner = web.AppRunner(http_web_app(app), access_log=None)
+            runner = web.AppRunner(http_web_app(app, SECRET), access_log=None)
             await runner.setup()
             await web.TCPSite(runner, "127.0.0.1", 0).start()
             port = runner.addresses[0][1]

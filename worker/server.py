@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import logging
 import shutil
 import signal
+import socket
 import sysconfig
 import time
 from datetime import timedelta
@@ -81,6 +83,15 @@ def split_address(address: str) -> tuple[str, int]:
     if not sep or not port.isdigit():
         raise ValueError(f"Temporal address {address!r} is not host:port")
     return host.strip("[]") or "localhost", int(port)
+
+
+def port_taken(host: str, port: int) -> bool:
+    """Whether something already listens on host:port (SO_REUSEADDR, as the server binds)."""
+    try:
+        socket.create_server((host, port)).close()
+    except OSError as err:
+        return err.errno == errno.EADDRINUSE
+    return False
 
 
 def _tail(path: Path, lines: int = 30) -> str:
@@ -175,6 +186,12 @@ class EmbeddedTemporal:
         await self.stop()
 
     async def _start(self) -> None:
+        if port_taken(self.host, self.settings.ui_port):
+            # Otherwise the server exits at once, and the reason is buried in its log.
+            raise TemporalServerError(
+                f"TEMPORAL_UI_PORT={self.settings.ui_port} is in use by another program: set "
+                "TEMPORAL_UI_PORT to a free port, or stop that program"
+            )
         self.data_dir.mkdir(parents=True, exist_ok=True)
         with self.log_path.open("ab") as log_file:
             # Own session: a Ctrl-C in the terminal reaches refund-bot, which stops the Worker and

@@ -7,6 +7,8 @@ domain state: the effect's owner (the offline ledger or Stripe) holds it (agent.
 
 from __future__ import annotations
 
+import dataclasses
+import secrets
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import date, timedelta
@@ -92,8 +94,26 @@ def demo_refunds(today: date | None = None) -> list[SeedRefund]:
     ]
 
 
+# Orders placed after the seed (`refund-bot demo` places one per run) are numbered from here up.
+FIRST_PLACED_ORDER = 10001
+
 # Local platform identities: the terminal support channel's demo users.
 SEED_ACCOUNTS = (("local", "customer", DEMO_CUSTOMER), ("local", "marlow", "cus_marlow"))
+
+
+def _order_values(order: SeedOrder, today: date, payment_ref: str) -> tuple[object, ...]:
+    """An orders row (currency aside), purchased `order.days_ago` days before `today`."""
+    purchased = (today - timedelta(days=order.days_ago)).isoformat()
+    return (
+        order.order_number,
+        order.customer_id,
+        order.item,
+        order.amount_cents,
+        order.status,
+        purchased,
+        int(order.final_sale),
+        payment_ref,
+    )
 
 
 def _order(row: aiosqlite.Row) -> OrderDetails:
@@ -149,21 +169,37 @@ class DomainStore:
             await db.executemany("INSERT OR IGNORE INTO accounts VALUES (?, ?, ?)", SEED_ACCOUNTS)
             await db.executemany(
                 "INSERT OR IGNORE INTO orders VALUES (?, ?, ?, ?, 'usd', ?, ?, ?, ?)",
-                [
-                    (
-                        o.order_number,
-                        o.customer_id,
-                        o.item,
-                        o.amount_cents,
-                        o.status,
-                        (today - timedelta(days=o.days_ago)).isoformat(),
-                        int(o.final_sale),
-                        o.payment_ref,
-                    )
-                    for o in SEED_ORDERS
-                ],
+                [_order_values(o, today, o.payment_ref) for o in SEED_ORDERS],
             )
             await db.commit()
+
+    async def place_order(self, like: SeedOrder, today: date | None = None) -> OrderDetails:
+        """A new order shaped like `like` (its customer, item, amount and age) under the next free
+        number, so that every `refund-bot demo` run refunds an order of its own.
+
+        Its payment_ref (`pi_demo_<number>_<random>`) is the caller's to pay, as the seed's are:
+        the ledger's seed_payments, or a test-mode PaymentIntent (agent.stripe_setup.pay_order,
+        whose idempotency key it makes unique even when a new data directory reuses the number).
+        """
+        today = today or date.today()
+        async with open_db(self._path, SCHEMA) as db:
+            # One writer from here to the commit: two runs at once never take one number.
+            await db.execute("BEGIN IMMEDIATE")
+            cursor = await db.execute("SELECT MAX(CAST(order_number AS INTEGER)) FROM orders")
+            (highest,) = await cursor.fetchone()  # type: ignore[misc]
+            order = dataclasses.replace(
+                like, order_number=str(max(highest or 0, FIRST_PLACED_ORDER - 1) + 1)
+            )
+            payment_ref = f"{order.payment_ref}_{secrets.token_hex(4)}"
+            await db.execute(
+                "INSERT INTO orders VALUES (?, ?, ?, ?, 'usd', ?, ?, ?, ?)",
+                _order_values(order, today, payment_ref),
+            )
+            await db.commit()
+            cursor = await db.execute(
+                "SELECT * FROM orders WHERE order_number = ?", (order.order_number,)
+            )
+            return _order(await cursor.fetchone())  # type: ignore[arg-type]
 
     async def _customer_id(self, db: aiosqlite.Connection, actor: Actor) -> str | None:
         cursor = await db.execute(

@@ -25,6 +25,7 @@ from bot.conversations import (
     Routed,
 )
 from bot.ids import workflow_id_for
+from bot.local.markup import plain
 from bot.local.thread_store import LOCAL_WORKSPACE, LocalMessage, LocalThreadStore
 
 CHANNEL = "support"
@@ -38,6 +39,7 @@ HELP = """\
 Type a message to post it as the current person. A message outside a thread opens one.
   /as customer|support|presenter|marlow   switch who you are
   /new                                    your next message opens a new thread
+  /threads                                list the threads and whether each is still open
   /thread t3                              switch to thread t3
   1 or /approve, 2 or /deny               click Approve or Deny on the thread's escalation
   /crash-worker                           SIGKILL the Worker and start a new one
@@ -47,6 +49,23 @@ Type a message to post it as the current person. A message outside a thread open
   /refund-grant @user role [limit]        roles: refund_approver, presenter, admin
   /refund-revoke @user role
   /help, /quit"""
+
+
+# A conversation's state at Temporal, as /threads shows it.
+STATES = {
+    "running": "open",
+    "completed": "finished",
+    "failed": "failed",
+    "terminated": "ended",
+    "canceled": "ended",
+    "timed out": "ended",
+    "continued as new": "open",
+    "none": "waiting",  # not started at Temporal yet: its first message is still in the inbox
+}
+
+# What the terminal says after a message to a thread whose conversation has finished: here,
+# "post in the support channel" means /new.
+FINISHED = "This conversation has finished. Type /new, then your message, to start a new one."
 
 
 def thread_ref(thread_id: str) -> ThreadRef:
@@ -61,8 +80,7 @@ def inbound(message: LocalMessage, author: Actor) -> InboundMessage:
         message_id=message.message_id,
         author=author,
         text=message.text,
-        # A thread's id is "t<seq of its root message>".
-        opens_thread=message.thread_id == f"t{message.seq}",
+        opens_thread=message.kind == "customer",  # a thread's root message
     )
 
 
@@ -97,7 +115,7 @@ class LocalChannel:
         self._rounds: dict[str, int] = {}
 
     def say(self, text: str) -> None:
-        print(text, file=self._out, flush=True)
+        print(plain(text), file=self._out, flush=True)
 
     async def run(self, lines: asyncio.StreamReader | None = None) -> None:
         """Until /quit or end of input."""
@@ -106,6 +124,9 @@ class LocalChannel:
         self._edits_shown = max((n for n, _ in await self._threads.edits()), default=0)
         self.say("refund-bot local support channel. /help lists the commands.")
         self.say(f"You are {self.me.label}. Try: please refund order 1234")
+        if earlier := await self._threads.threads():
+            count = f"{len(earlier)} earlier thread{'s' if len(earlier) != 1 else ''}"
+            self.say(f"{count}: /threads lists them, /thread {earlier[-1].thread_id} enters one.")
         tail = asyncio.create_task(self._tail())
         try:
             while raw := await lines.readline():
@@ -126,6 +147,8 @@ class LocalChannel:
                 self.say(render(message))
                 if message.round is not None:
                     self._rounds[message.thread_id] = message.round
+                if message.kind == "outcome" and message.thread_id == self.thread:
+                    self.say(f"[{message.thread_id}] (finished: /new starts another thread)")
         for number, message in await self._threads.edits(after_edit=self._edits_shown):
             self._edits_shown = number
             self.say(render(message, edited=True))
@@ -158,7 +181,7 @@ class LocalChannel:
         else:
             message = await self._threads.add_reply(self.thread, self.me.user_id, text)
         routed = await self._router.on_message(inbound(message, self.me))
-        if notice := NOTICES.get(routed):
+        if notice := FINISHED if routed == Routed.CLOSED else NOTICES.get(routed):
             self.say(f"[{message.thread_id}] refund-bot (notice): {notice}")
         elif routed == Routed.UNKNOWN:
             self.say(f"[{message.thread_id}] (no conversation in this thread)")
@@ -190,9 +213,33 @@ class LocalChannel:
         self.thread = None
         self.say("Your next message opens a new thread.")
 
+    async def cmd_threads(self) -> None:
+        threads = await self._threads.threads()
+        if not threads:
+            self.say("No threads yet. Type a message to open one.")
+            return
+        ids = [workflow_id_for(thread_ref(t.thread_id)) for t in threads]
+        try:
+            # Whether a conversation is open is Temporal's to say, not this store's.
+            states = await self._commands.conversation_states(ids)
+        except Exception as err:
+            self.say(f"! Temporal did not answer ({err}); the threads, without their state:")
+            states = {}
+        for thread, workflow_id in zip(threads, ids, strict=True):
+            state = STATES.get(states.get(workflow_id, ""), "state unknown")
+            here = "  <- you are here" if thread.thread_id == self.thread else ""
+            self.say(f"  {thread.thread_id:<5} {state:<9} {thread.opening_text[:50]}{here}")
+
     async def cmd_thread(self, thread: str = "") -> None:
-        self.thread = thread or None
-        self.say(f"In thread {thread}." if thread else "Outside any thread.")
+        if not thread:
+            self.thread = None
+            self.say("Outside any thread: your next message opens a new one.")
+            return
+        if thread not in {t.thread_id for t in await self._threads.threads()}:
+            self.say(f"! no thread {thread}; /threads lists them")
+            return
+        self.thread = thread
+        self.say(f"In thread {thread}.")
 
     async def _click(self, decision: str) -> None:
         workflow_id = self._workflow_id(None)
@@ -245,19 +292,32 @@ class LocalChannel:
         enabled = None if state is None else state.lower() in ("on", "true", "yes", "1")
         self._reply(await self._commands.refund_hold(self.me, enabled))
 
+    def _person(self, user: str, usage: str) -> Actor | None:
+        """`@support` -> that person; anyone else is refused: the local channel has four."""
+        person = PEOPLE.get(user.lstrip("@").lower())
+        if not user:
+            self.say(f"! usage: {usage}")
+        elif person is None:
+            self.say(f"! no one here is called {user}: one of @{', @'.join(PEOPLE)}")
+        return person
+
     async def cmd_refund_grant(
         self, user: str = "", role: str = "", limit: str | None = None
     ) -> None:
-        target = PEOPLE.get(user.lstrip("@")) or Actor(platform="local", user_id=user.lstrip("@"))
-        if not user or not role:
-            self.say("! usage: /refund-grant @user role [limit]")
+        usage = "/refund-grant @user role [limit]"
+        if (target := self._person(user, usage)) is None:
+            return
+        if not role:
+            self.say(f"! usage: {usage}")
             return
         self._reply(await self._commands.refund_grant(self.me, target, role, limit))
 
     async def cmd_refund_revoke(self, user: str = "", role: str = "") -> None:
-        target = PEOPLE.get(user.lstrip("@")) or Actor(platform="local", user_id=user.lstrip("@"))
-        if not user or not role:
-            self.say("! usage: /refund-revoke @user role")
+        usage = "/refund-revoke @user role"
+        if (target := self._person(user, usage)) is None:
+            return
+        if not role:
+            self.say(f"! usage: {usage}")
             return
         self._reply(await self._commands.refund_revoke(self.me, target, role))
 

@@ -76,6 +76,13 @@ class LocalMessage(BaseModel):
         return f"local-{self.seq}"
 
 
+class LocalThread(BaseModel):
+    thread_id: str
+    opened_by: str
+    opened_at: str
+    opening_text: str
+
+
 def _now() -> str:
     return datetime.now(UTC).isoformat(timespec="milliseconds")
 
@@ -89,22 +96,43 @@ class LocalThreadStore:
         self.path = path
 
     async def open_thread(self, channel: str, author: str, text: str) -> LocalMessage:
-        """A customer's first message in the channel: it becomes the root of a new thread."""
+        """A customer's first message in the channel: it becomes the root of a new thread.
+
+        Threads are named t1, t2, t3, … in the order they open, one past the highest name in use,
+        so a thread named by the earlier scheme (t<seq of its root message>) keeps its name and no
+        name is ever given twice.
+        """
         async with open_db(self.path, SCHEMA) as db:
+            # One writer from here to the commit: two threads opened at once get two names.
+            await db.execute("BEGIN IMMEDIATE")
             cursor = await db.execute(
-                "INSERT INTO messages (thread_id, author, author_is_bot, kind, text, created_at) "
-                "VALUES ('', ?, 0, 'customer', ?, ?)",
-                (author, text, _now()),
+                "SELECT MAX(CAST(SUBSTR(thread_id, 2) AS INTEGER)) FROM threads "
+                "WHERE thread_id GLOB 't[0-9]*'"
             )
-            seq = cursor.lastrowid
-            thread_id = f"t{seq}"
-            await db.execute("UPDATE messages SET thread_id = ? WHERE seq = ?", (thread_id, seq))
+            (highest,) = await cursor.fetchone()  # type: ignore[misc]
+            thread_id = f"t{(highest or 0) + 1}"
             await db.execute(
                 "INSERT INTO threads VALUES (?, ?, ?, ?)", (thread_id, channel, author, _now())
             )
+            cursor = await db.execute(
+                "INSERT INTO messages (thread_id, author, author_is_bot, kind, text, created_at) "
+                "VALUES (?, ?, 0, 'customer', ?, ?)",
+                (thread_id, author, text, _now()),
+            )
+            seq = cursor.lastrowid
             await db.commit()
             cursor = await db.execute(f"{_SELECT} WHERE m.seq = ?", (seq,))
             return _row(await cursor.fetchone())
+
+    async def threads(self) -> list[LocalThread]:
+        """Every thread, oldest first, with its opening message."""
+        async with open_db(self.path, SCHEMA) as db:
+            cursor = await db.execute(
+                "SELECT t.thread_id, t.opened_by, t.opened_at, m.text AS opening_text "
+                "FROM threads t JOIN messages m ON m.thread_id = t.thread_id "
+                "AND m.kind = 'customer' ORDER BY m.seq"
+            )
+            return [LocalThread(**dict(row)) for row in await cursor.fetchall()]
 
     async def add_reply(self, thread_id: str, author: str, text: str) -> LocalMessage:
         async with open_db(self.path, SCHEMA) as db:

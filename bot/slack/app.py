@@ -31,8 +31,7 @@ import logging
 import os
 
 from aiohttp import web
-from slack_bolt.adapter.aiohttp import to_aiohttp_response, to_bolt_request
-from slack_bolt.adapter.socket_mode.async_handler import AsyncSocketModeHandler
+from slack_bolt.adapter.aiohttp import to_aiohttp_response
 from slack_bolt.async_app import AsyncApp
 from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
@@ -46,6 +45,14 @@ from bot.slack.actions import register_decision_actions
 from bot.slack.commands import register_commands
 from bot.slack.events import register_message_events
 from bot.slack.links import FindByOrder
+from bot.slack.requests import (
+    CheckedSocketModeHandler,
+    MalformedRequest,
+    bolt_request,
+    check_shape,
+    parse_body,
+    signature_valid,
+)
 from bot.slack.settings import SlackSettings
 
 log = logging.getLogger(__name__)
@@ -120,11 +127,25 @@ def build_app(
     return app
 
 
-def http_web_app(app: AsyncApp) -> web.Application:
-    """An aiohttp application serving POST /slack/events (Events API, interactivity, commands)."""
+def http_web_app(app: AsyncApp, signing_secret: str) -> web.Application:
+    """An aiohttp application serving POST /slack/events (Events API, interactivity, commands).
+
+    The signature is checked before the body is parsed (401), the body's shape before bolt sees
+    it (400): see bot.slack.requests.
+    """
 
     async def events(request: web.Request) -> web.Response:
-        return await to_aiohttp_response(await app.async_dispatch(await to_bolt_request(request)))
+        raw = await request.read()
+        if not signature_valid(signing_secret, raw, request.headers):
+            return web.json_response({"error": "invalid request"}, status=401)
+        try:
+            body = parse_body(raw, request.content_type)
+            check_shape(body)
+        except MalformedRequest as err:
+            log.warning("slack: refused a signed but malformed request: %s", err)
+            return web.json_response({"error": "malformed request"}, status=400)
+        bolt = bolt_request(raw, body, request.query_string, request.headers)
+        return await to_aiohttp_response(await app.async_dispatch(bolt))
 
     web_app = web.Application()
     web_app.router.add_post(EVENTS_PATH, events)
@@ -148,16 +169,18 @@ async def serve(
         token = settings.app_token.get_secret_value()
         connect = functools.partial(_socket_mode, app, token, health, ping_interval)
     else:
-        connect = functools.partial(_http_mode, app, settings.port, health)
+        assert settings.signing_secret is not None  # build_app refused HTTP mode without one
+        secret = settings.signing_secret.get_secret_value()
+        connect = functools.partial(_http_mode, app, settings.port, secret, health)
     try:
         await keep_connected(health, connect, backoff=backoff)
     finally:
         health.stopped()
 
 
-async def _http_mode(app: AsyncApp, port: int, health: PlatformHealth) -> None:
+async def _http_mode(app: AsyncApp, port: int, signing_secret: str, health: PlatformHealth) -> None:
     await _check_bot_token(app.client)
-    runner = web.AppRunner(http_web_app(app), access_log=None)
+    runner = web.AppRunner(http_web_app(app, signing_secret), access_log=None)
     await runner.setup()
     try:
         try:
@@ -190,7 +213,7 @@ async def _socket_mode(
                 "Information > App-Level Tokens, set SLACK_APP_TOKEN and restart"
             ) from None
         raise
-    handler = AsyncSocketModeHandler(
+    handler = CheckedSocketModeHandler(
         app, app_token, logger=_SOCKET_MODE_LOG, ping_interval=ping_interval
     )
     client = handler.client

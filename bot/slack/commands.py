@@ -29,7 +29,7 @@ from bot.slack.links import (
     parse_thread_link,
     thread_workflow_id,
 )
-from bot.slack.render import escape
+from bot.slack.render import escape, unescape
 from bot.slack.replies import post_ephemeral
 
 log = logging.getLogger(__name__)
@@ -174,7 +174,9 @@ def _command_listener(name: str, work: CommandWork) -> Callable[..., Awaitable[N
             user_id=command["user_id"],
             display_name=command.get("user_name") or "",
         )
-        text, team_id = command.get("text") or "", command.get("team_id") or ""
+        # Slack sends the text with `&`, `<` and `>` escaped (a link's `&thread_ts=` arrives as
+        # `&amp;thread_ts=`); its own markup (`<@U…|name>`, `<https://…>`) is not.
+        text, team_id = unescape(command.get("text") or ""), command.get("team_id") or ""
         reply = await _reply_or_failure(f"command {name}", work(actor, text, team_id))
         # Escaped: replies can quote customer text (answers), which must not ping anyone.
         await respond(text=escape(reply.text), response_type="ephemeral")

@@ -40,6 +40,14 @@ def escape(text: str) -> str:
     return "".join(_ESCAPES.get(ch, ch) for ch in text)
 
 
+def unescape(text: str) -> str:
+    """What a person typed, from text Slack sends escaped (slash-command text, message text).
+
+    Slack escapes only these three; `&amp;` goes last so a typed `&lt;` stays `&lt;`.
+    """
+    return text.replace("&lt;", "<").replace("&gt;", ">").replace("&amp;", "&")
+
+
 def _escaped_chunks(text: str, limit: int) -> list[str]:
     # Split on the raw characters so an entity like `&amp;` is never cut in half.
     chunks: list[str] = []

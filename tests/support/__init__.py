@@ -5,6 +5,11 @@ from __future__ import annotations
 import os
 import socket
 
+from agent.settings import AgentSettings, TemporalSettings
+from bot.discord.settings import DiscordSettings
+from bot.slack.settings import SlackSettings
+from refund_bot.config import env_name
+
 
 def pid_alive(pid: int) -> bool:
     """Whether a process `pid` exists (signal 0 checks without signalling)."""
@@ -19,3 +24,11 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
+
+
+def clean_environment() -> dict[str, str]:
+    """This process's environment without any refund-bot setting a developer may have set, for a
+    child process that must see only the settings its test gives it (run it where no .env is)."""
+    classes = (TemporalSettings, AgentSettings, SlackSettings, DiscordSettings)
+    names = {env_name(cls, field) for cls in classes for field in cls.model_fields}
+    return {k: v for k, v in os.environ.items() if k not in names}

@@ -1,0 +1,234 @@
+"""Slack's requests, checked before bolt parses them: forged is 401, malformed is 400, never 500.
+
+    HTTP POST   -> signature over the raw bytes (401) -> parse_body, check_shape (400) -> bolt
+    Socket Mode -> check_shape (acked, logged and dropped) -> bolt
+
+Bolt's own HTTP path parses the body in `AsyncBoltRequest.__init__`, before its RequestVerification
+middleware looks at the signature, so a forged request with a malformed body raised a
+JSONDecodeError (HTTP 500) instead of being refused; and a body of the wrong shape (`actions` a
+string, `event` a list) raised inside bolt's listener matchers (500 again). Here the signature is
+checked first, on the bytes as received, then the body is parsed and its shape checked against
+what Slack sends, and only then does bolt see it (its own signature check still runs: harmless).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import logging
+import time
+from collections.abc import Mapping
+from typing import Any, Literal
+from urllib.parse import parse_qsl
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from slack_bolt.adapter.socket_mode.async_handler import AsyncSocketModeHandler
+from slack_bolt.context.async_context import AsyncBoltContext
+from slack_bolt.request.async_internals import build_async_context
+from slack_bolt.request.async_request import AsyncBoltRequest
+from slack_sdk.socket_mode.async_client import AsyncBaseSocketModeClient
+from slack_sdk.socket_mode.request import SocketModeRequest
+from slack_sdk.socket_mode.response import SocketModeResponse
+
+log = logging.getLogger(__name__)
+
+# Slack's documented replay window for a signed request.
+MAX_REQUEST_AGE_SECONDS = 5 * 60
+
+
+class MalformedRequest(ValueError):
+    """A correctly signed body that is not what Slack sends (HTTP 400)."""
+
+
+def signature_valid(
+    signing_secret: str, raw: bytes, headers: Mapping[str, str], now: float | None = None
+) -> bool:
+    """Slack's v0 signature: HMAC-SHA256 of `v0:{timestamp}:{body}`, the timestamp recent.
+
+    Computed over the raw bytes: slack_sdk's SignatureVerifier decodes the body as UTF-8 and
+    int()s the timestamp header first, so a forged request with bad bytes or a bad timestamp
+    would raise instead of being refused.
+    """
+    timestamp = headers.get("X-Slack-Request-Timestamp") or ""
+    signature = headers.get("X-Slack-Signature") or ""
+    if not timestamp.isascii() or not timestamp.isdigit():
+        return False
+    if abs((time.time() if now is None else now) - int(timestamp)) > MAX_REQUEST_AGE_SECONDS:
+        return False
+    digest = hmac.new(
+        signing_secret.encode(), b"v0:" + timestamp.encode() + b":" + raw, hashlib.sha256
+    ).hexdigest()
+    return hmac.compare_digest(f"v0={digest}".encode(), signature.encode(errors="replace"))
+
+
+def parse_body(raw: bytes, content_type: str | None) -> dict[str, Any]:
+    """The body as Slack sends it: JSON (Events API), `payload=<JSON>` (interactivity and
+    shortcuts) or a plain form (slash commands). Raises MalformedRequest for anything else.
+
+    Upstream: slack_bolt.request.internals.parse_body treats every form body that merely
+    *contains* the substring "payload" as an interactivity payload, so a slash command whose text
+    is `payload` (`/refund-status payload`) parses to {} and bolt answers 404 "unhandled
+    request". Here only a form whose one field is named `payload` is one.
+    """
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise MalformedRequest("the body is not UTF-8") from err
+    if not text:
+        raise MalformedRequest("the body is empty")
+    try:
+        if content_type == "application/json" or text.startswith("{"):
+            body = json.loads(text)
+        else:
+            fields = dict(parse_qsl(text, keep_blank_values=True))
+            body = json.loads(fields["payload"]) if "payload" in fields else fields
+    except (ValueError, RecursionError) as err:  # JSONDecodeError is a ValueError
+        raise MalformedRequest("the body is not valid JSON or form data") from err
+    if not isinstance(body, dict):
+        raise MalformedRequest("the body is not a JSON object")
+    return body
+
+
+# ---------------------------------------------------------------------------------------------
+# The shape Slack sends, as far as bolt's matchers and refund-bot's listeners read it. Only the
+# kinds refund-bot handles are checked closely: another event type or interaction (an operator
+# may subscribe to more) passes, because a 4xx to a genuine event makes Slack back off.
+# ---------------------------------------------------------------------------------------------
+
+
+class _Shape(BaseModel):
+    model_config = ConfigDict(extra="allow", strict=True)
+
+
+class _Event(_Shape):
+    type: str
+
+
+class _MessageEvent(_Event):
+    subtype: str | None = None
+    channel: str | None = None
+    user: str | None = None
+    text: str | None = None
+    ts: str | None = None
+    thread_ts: str | None = None
+    bot_id: str | None = None
+    team: str | None = None
+    user_profile: dict[str, Any] | None = None
+    message: dict[str, Any] | None = None
+    previous_message: dict[str, Any] | None = None
+
+
+class _EventCallback(_Shape):
+    type: Literal["event_callback"]
+    event: _Event
+    event_id: str | None = None
+    team_id: str | None = None
+    authorizations: list[dict[str, Any]] | None = None
+
+
+class _User(_Shape):
+    id: str
+    username: str | None = None
+    name: str | None = None
+    team_id: str | None = None
+
+
+class _Action(_Shape):
+    action_id: str
+    block_id: str | None = None
+    value: str | None = None
+    action_ts: str | None = None
+
+
+class _Interaction(_Shape):
+    type: str
+    user: _User
+    team: dict[str, Any] | None = None
+    channel: dict[str, Any] | None = None
+    message: dict[str, Any] | None = None
+    response_url: str | None = None
+    trigger_id: str | None = None
+
+
+class _BlockActions(_Interaction):
+    type: Literal["block_actions"]
+    actions: list[_Action] = Field(min_length=1)
+    container: dict[str, Any] | None = None
+
+
+class _MessageAction(_Interaction):
+    type: Literal["message_action"]
+    callback_id: str
+
+
+class _SlashCommand(_Shape):
+    command: str
+    text: str = ""
+    user_id: str
+    team_id: str | None = None
+
+
+def check_shape(body: dict[str, Any]) -> None:
+    """Raise MalformedRequest when a field that bolt or a listener reads has the wrong type."""
+    kind = body.get("type")
+    model: type[_Shape] | None = None
+    if kind == "event_callback":
+        model = _EventCallback
+    elif kind == "block_actions":
+        model = _BlockActions
+    elif kind == "message_action":
+        model = _MessageAction
+    elif "command" in body:
+        model = _SlashCommand
+    elif kind is not None and not isinstance(kind, str):
+        raise MalformedRequest("`type` is not a string")
+    try:
+        if model is not None:
+            model.model_validate(body)
+        event = body.get("event")
+        if kind == "event_callback" and isinstance(event, dict) and event.get("type") == "message":
+            _MessageEvent.model_validate(event)
+    except ValidationError as err:
+        first = err.errors()[0]
+        where = ".".join(str(part) for part in first["loc"]) or "body"
+        raise MalformedRequest(f"`{where}`: {first['msg']}") from err
+    try:
+        # Bolt reads ids out of any payload to build its context: a wrong type there raises.
+        build_async_context(AsyncBoltContext({}), body)
+    except (TypeError, KeyError, AttributeError, IndexError, ValueError) as err:
+        raise MalformedRequest(f"bolt cannot read the payload's ids ({err!r})") from err
+
+
+def bolt_request(
+    raw: bytes, body: dict[str, Any], query: str, headers: Mapping[str, str]
+) -> AsyncBoltRequest:
+    """An HTTP-mode AsyncBoltRequest carrying the body parsed (and checked) here.
+
+    AsyncBoltRequest parses its `body` argument itself (with the "payload" mistake above), so it
+    is built empty and given the raw text, the parsed body and the context bolt derives from it.
+    """
+    request = AsyncBoltRequest(body="", query=query, headers=dict(headers))
+    request.raw_body = raw.decode("utf-8")  # bolt's own signature check reads this
+    request.body = body
+    request.context = build_async_context(AsyncBoltContext({}), body)
+    return request
+
+
+class CheckedSocketModeHandler(AsyncSocketModeHandler):
+    """Socket Mode with the same shape check: an envelope whose payload bolt cannot read is
+    acknowledged (so Slack does not redeliver it for ever) and dropped with one log line, instead
+    of bolt answering 500 and leaving it unacknowledged."""
+
+    async def handle(  # type: ignore[override]
+        self, client: AsyncBaseSocketModeClient, req: SocketModeRequest
+    ) -> None:
+        try:
+            if not isinstance(req.payload, dict):
+                raise MalformedRequest("the payload is not a JSON object")
+            check_shape(req.payload)
+        except MalformedRequest as err:
+            log.warning("slack: dropped a malformed %s envelope: %s", req.type, err)
+            await client.send_socket_mode_response(SocketModeResponse(envelope_id=req.envelope_id))
+            return
+        await super().handle(client, req)

@@ -1,0 +1,293 @@
+"""Slack requests at the edges: forged is 401, malformed is 400, never 500; commands as typed.
+
+Over real HTTP to the app's aiohttp handler (HTTP mode) and over the fake's Socket Mode WebSocket,
+with bodies signed the way Slack signs them; the router and the commands are the recording fakes
+of tests/test_slack_app.py (no Temporal here).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import hmac
+import json
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+from urllib.parse import quote_plus
+
+import aiohttp
+import pytest
+from aiohttp import web
+
+from bot.slack.app import EVENTS_PATH, build_app, http_web_app, serve
+from bot.slack.render import APPROVE_ACTION_ID, unescape
+from tests.fakes.slack_api import FakeSlackApi, JsonDict, SlackSender
+from tests.support.conditions import wait_for
+from tests.test_slack_app import (
+    ADMIN,
+    CHANNEL,
+    SECRET,
+    SUPPORT,
+    TEAM,
+    RecordingCommands,
+    RecordingRouter,
+    _escalation,
+    settings_for,
+)
+
+FORM = "application/x-www-form-urlencoded"
+JSON = "application/json"
+
+
+def signed(body: bytes, content_type: str, secret: str = SECRET, **extra: str) -> dict[str, str]:
+    """Slack's v0 signature over the bytes sent (works for bodies that are not UTF-8, too)."""
+    ts = str(int(time.time()))
+    digest = hmac.new(secret.encode(), f"v0:{ts}:".encode() + body, hashlib.sha256).hexdigest()
+    return {
+        "Content-Type": content_type,
+        "X-Slack-Request-Timestamp": ts,
+        "X-Slack-Signature": f"v0={digest}",
+        **extra,
+    }
+
+
+def interaction(payload: JsonDict) -> bytes:
+    return ("payload=" + quote_plus(json.dumps(payload))).encode()
+
+
+class Endpoint:
+    """The HTTP-mode app on an ephemeral port, with the recording router and commands."""
+
+    def __init__(self, slack: FakeSlackApi) -> None:
+        self.slack = slack
+        self.sender = SlackSender(slack)
+        self.router = RecordingRouter()
+        self.commands = RecordingCommands()
+        self.app = build_app(settings_for(slack), self.router, self.commands)  # type: ignore[arg-type]
+        self.url = ""
+
+    async def post(self, body: bytes, headers: dict[str, str]) -> tuple[int, str]:
+        async with (
+            aiohttp.ClientSession() as http,
+            http.post(self.url, data=body, headers=headers) as resp,
+        ):
+            return resp.status, await resp.text()
+
+    async def command(self, command: str, text: str) -> str:
+        """Run a slash command as Slack sends it (over HTTP); the ephemeral answer's text."""
+        delivery = self.sender.command(command, text, user=ADMIN[0], name=ADMIN[1])
+        before = len(self.slack.responses)
+        status, body = await self.post(delivery.body.encode(), signed(delivery.body.encode(), FORM))
+        assert (status, body) == (200, "")
+
+        async def answered() -> bool:
+            return len(self.slack.responses) > before
+
+        await wait_for(answered, timeout=5, what=f"the answer to {command}")
+        return self.slack.responses[-1]["text"]
+
+
+@pytest.fixture
+async def endpoint(monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[Endpoint]:
+    for name in ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy"):
+        monkeypatch.delenv(name, raising=False)
+    async with FakeSlackApi(team_id=TEAM) as slack:
+        endpoint = Endpoint(slack)
+        runner = web.AppRunner(http_web_app(endpoint.app, SECRET))
+        await runner.setup()
+        await web.TCPSite(runner, "127.0.0.1", 0).start()
+        endpoint.url = f"http://127.0.0.1:{runner.addresses[0][1]}{EVENTS_PATH}"
+        try:
+            yield endpoint
+        finally:
+            await runner.cleanup()
+
+
+def _click_payload(actions: Any) -> JsonDict:
+    return {
+        "type": "block_actions",
+        "user": {"id": SUPPORT[0], "username": SUPPORT[1], "team_id": TEAM},
+        "team": {"id": TEAM, "domain": "fake-workspace"},
+        "channel": {"id": CHANNEL, "name": "support"},
+        "container": {"type": "message", "message_ts": "1732860000.000200", "channel_id": CHANNEL},
+        "trigger_id": "1.2.abc",
+        "actions": actions,
+    }
+
+
+def _event(event: Any) -> bytes:
+    return json.dumps(
+        {"type": "event_callback", "team_id": TEAM, "event_id": "Ev0BAD", "event": event}
+    ).encode()
+
+
+MESSAGE = {"type": "message", "channel": CHANNEL, "user": "U0CUSTOMER", "ts": "1.000001"}
+
+# (name, body, content type): each signed correctly, each not what Slack sends.
+MALFORMED: list[tuple[str, bytes, str]] = [
+    ("JSON that does not parse", b'{"type": "event_callback", "event": {', JSON),
+    ("a JSON array", b"[1, 2, 3]", JSON),
+    ("a JSON string", b'"hello"', JSON),
+    ("bytes that are not UTF-8", b'{"type": "\xff\xfe"}', JSON),
+    ("an empty body", b"", FORM),
+    ("a payload field that is not JSON", b"payload=%7Bnot+json", FORM),
+    ("a payload field that is a JSON list", b"payload=%5B1%5D", FORM),
+    ("actions a string", interaction(_click_payload("refund_approve")), FORM),
+    ("actions an object", interaction(_click_payload({"action_id": APPROVE_ACTION_ID})), FORM),
+    ("actions a list of strings", interaction(_click_payload([APPROVE_ACTION_ID])), FORM),
+    ("actions empty", interaction(_click_payload([])), FORM),
+    ("an action without action_id", interaction(_click_payload([{"value": "x"}])), FORM),
+    ("an action_id that is a number", interaction(_click_payload([{"action_id": 7}])), FORM),
+    ("a click's user a string", interaction({**_click_payload([]), "user": "U0SAM"}), FORM),
+    ("event a list", _event([MESSAGE]), JSON),
+    ("event a string", _event("message"), JSON),
+    ("a message event's text a number", _event({**MESSAGE, "text": 42}), JSON),
+    ("a message event's user an object", _event({**MESSAGE, "user": {"id": "U1"}}), JSON),
+    (
+        "a shortcut's message a list",
+        interaction(
+            {
+                **_click_payload([]),
+                "type": "message_action",
+                "callback_id": "refund_status",
+                "message": [],
+            }
+        ),
+        FORM,
+    ),
+    (
+        "authorizations a number",
+        json.dumps({"type": "url_verification", "authorizations": 3}).encode(),
+        JSON,
+    ),
+]
+
+
+@pytest.mark.parametrize(("name", "body", "content_type"), MALFORMED, ids=[m[0] for m in MALFORMED])
+async def test_a_signed_malformed_request_gets_400_and_reaches_nothing(
+    endpoint: Endpoint, name: str, body: bytes, content_type: str
+) -> None:
+    status, text = await endpoint.post(body, signed(body, content_type))
+    assert status == 400, f"{name}: {status} {text}"
+    assert json.loads(text) == {"error": "malformed request"}
+    assert endpoint.router.messages == [] and endpoint.router.clicks == []
+    assert endpoint.commands.calls == []
+
+
+@pytest.mark.parametrize(("name", "body", "content_type"), MALFORMED, ids=[m[0] for m in MALFORMED])
+async def test_a_forged_malformed_request_gets_401(
+    endpoint: Endpoint, name: str, body: bytes, content_type: str
+) -> None:
+    # The signature is checked before the body is read: a forger learns nothing about parsing.
+    forged = signed(body, content_type, secret="not-the-signing-secret")
+    assert (await endpoint.post(body, forged))[0] == 401, name
+
+
+async def test_bad_signature_headers_get_401(endpoint: Endpoint) -> None:
+    body = b'{"type": "event_callback", "event": {'
+    good = signed(body, JSON)
+    for headers in (
+        {**good, "X-Slack-Request-Timestamp": "not-a-number"},
+        {**good, "X-Slack-Request-Timestamp": "١٧٣٢٨٦٠٠٠٠"},  # digits, but not ASCII ones
+        {**good, "X-Slack-Request-Timestamp": str(int(time.time()) - 6 * 60)},  # replayed
+        {**good, "X-Slack-Signature": "v0=" + "é" * 64},
+        {"Content-Type": JSON},  # unsigned
+    ):
+        assert (await endpoint.post(body, headers))[0] == 401, headers
+
+
+async def test_well_formed_requests_still_work_after_the_checks(endpoint: Endpoint) -> None:
+    root = endpoint.sender.post(CHANNEL, "please refund order 1234")
+    status, _ = await endpoint.post(root.body.encode(), signed(root.body.encode(), JSON))
+    assert status == 200
+
+    async def routed() -> bool:
+        return len(endpoint.router.messages) == 1
+
+    await wait_for(routed, timeout=5, what="the message routed")
+    _, escalation_ts, wid = await _escalation(endpoint.slack)
+    click = endpoint.sender.click(
+        CHANNEL, escalation_ts, APPROVE_ACTION_ID, user=SUPPORT[0], name=SUPPORT[1]
+    )
+    status, _ = await endpoint.post(click.body.encode(), signed(click.body.encode(), FORM))
+    assert status == 200
+
+    async def clicked() -> bool:
+        return len(endpoint.router.clicks) == 1
+
+    await wait_for(clicked, timeout=5, what="the click routed")
+    assert endpoint.router.clicks[0].workflow_id == wid
+
+
+async def test_a_command_whose_text_says_payload_is_answered(endpoint: Endpoint) -> None:
+    # bolt's parse_body took any form body containing "payload" for an interaction: 404.
+    assert (await endpoint.command("/refund-status", "payload")).startswith("Which conversation?")
+    assert await endpoint.command("/refund-hold", "payload") == "Usage: /refund-hold [on|off]"
+    assert await endpoint.command("/refund-grant", "<@U0SAM|sam> payload") == "refund_grant done"
+    ((name, (_, target, role, limit)),) = endpoint.commands.calls
+    assert (name, target.user_id, role, limit) == ("refund_grant", "U0SAM", "payload", None)
+
+
+async def test_command_text_is_unescaped_before_it_is_parsed(endpoint: Endpoint) -> None:
+    root_ts = endpoint.slack.add_message(CHANNEL, "refund 1234")
+    reply_ts = endpoint.slack.add_message(CHANNEL, "Yes", thread_ts=root_ts)
+    base = f"https://fake-workspace.slack.com/archives/{CHANNEL}/p{reply_ts.replace('.', '')}"
+    # As Slack sends a pasted reply link: wrapped in <…>, its `&` escaped. With `cid` first, the
+    # escaped `&amp;thread_ts=` used to lose the thread and name the reply's own "thread".
+    for link in (
+        f"<{base}?cid={CHANNEL}&amp;thread_ts={root_ts}>",
+        f"{base}?thread_ts={root_ts}&amp;cid={CHANNEL}",
+    ):
+        await endpoint.command("/refund-status", link)
+    wid = f"slack-{TEAM}-{CHANNEL}-{root_ts}"
+    assert [args[1] for _, args in endpoint.commands.calls] == [wid, wid]
+
+
+def test_unescape_undoes_exactly_slacks_three_escapes() -> None:
+    assert unescape("a &amp; b &lt;c&gt;") == "a & b <c>"
+    assert unescape("&amp;lt; stays &lt; as typed") == "&lt; stays < as typed"
+    assert unescape("&quot;&#39;") == "&quot;&#39;"  # Slack does not escape these
+
+
+async def test_socket_mode_drops_a_malformed_envelope_and_acks_it(endpoint: Endpoint) -> None:
+    slack = endpoint.slack
+    settings = settings_for(slack, app_token=slack.app_token, signing_secret=None)
+    router, commands = RecordingRouter(), RecordingCommands()
+    app = build_app(settings, router, commands)  # type: ignore[arg-type]
+    serving = asyncio.create_task(serve(app, settings))
+    try:
+
+        async def connected() -> bool:
+            return slack.socket_connections == 1
+
+        await wait_for(connected, timeout=10, what="the Socket Mode connection")
+
+        async def acked(envelope_id: str) -> bool:
+            return any(a["envelope_id"] == envelope_id for a in slack.socket_acks)
+
+        bad = [
+            await slack.socket_send("interactive", _click_payload("refund_approve")),
+            await slack.socket_send("interactive", _click_payload([{"value": 1}])),
+            await slack.socket_send(
+                "events_api", json.loads(_event({**MESSAGE, "text": ["not", "text"]}))
+            ),
+        ]
+        for envelope in bad:
+            await wait_for(lambda e=envelope: acked(e), timeout=5, what="the bad envelope acked")
+
+        # The same command text over Socket Mode (payloads arrive parsed: no "payload" mistake).
+        command = endpoint.sender.command("/refund-status", "payload", user=ADMIN[0], name=ADMIN[1])
+        envelope = await slack.socket_send("slash_commands", command.payload)
+        await wait_for(lambda: acked(envelope), timeout=5, what="the command acked")
+
+        async def answered() -> list[JsonDict]:
+            return slack.responses
+
+        (answer,) = await wait_for(answered, timeout=5, what="the command's answer")
+        assert answer["text"].startswith("Which conversation?")
+        assert router.messages == [] and router.clicks == [] and commands.calls == []
+    finally:
+        serving.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await serving
