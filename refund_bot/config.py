@@ -20,7 +20,7 @@ from typing import Any
 from pydantic import SecretStr, ValidationError
 from pydantic_settings import BaseSettings
 
-from agent.settings import AgentSettings, TemporalSettings
+from agent.settings import AgentSettings, CodecServerSettings, TemporalSettings
 from bot.discord.settings import DiscordSettings
 from bot.slack.settings import SlackSettings
 
@@ -36,6 +36,7 @@ class ConfigError(Exception):
 class Config:
     temporal: TemporalSettings
     agent: AgentSettings
+    codec_server: CodecServerSettings
     slack: SlackSettings
     discord: DiscordSettings
 
@@ -83,6 +84,7 @@ def load() -> Config:
     classes: tuple[tuple[str, type[BaseSettings]], ...] = (
         ("temporal", TemporalSettings),
         ("agent", AgentSettings),
+        ("codec_server", CodecServerSettings),
         ("slack", SlackSettings),
         ("discord", DiscordSettings),
     )
@@ -211,5 +213,6 @@ RUN: tuple[Check, ...] = (
 DEMO: tuple[Check, ...] = (temporal_tls_files, data_dir_writable, decider_ready)
 WORKER: tuple[Check, ...] = (temporal_tls_files, data_dir_writable, decider_ready)
 STATUS: tuple[Check, ...] = (temporal_tls_files,)
+CODEC_SERVER: tuple[Check, ...] = (temporal_tls_files,)
 DISCORD_SYNC: tuple[Check, ...] = (discord_token,)
 STRIPE_SETUP: tuple[Check, ...] = (stripe_key, data_dir_writable)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import socket
 
-from agent.settings import AgentSettings, TemporalSettings
+from agent.settings import AgentSettings, CodecServerSettings, TemporalSettings
 from bot.discord.settings import DiscordSettings
 from bot.slack.settings import SlackSettings
 from refund_bot.config import env_name
@@ -29,6 +29,6 @@ def free_port() -> int:
 def clean_environment() -> dict[str, str]:
     """This process's environment without any refund-bot setting a developer may have set, for a
     child process that must see only the settings its test gives it (run it where no .env is)."""
-    classes = (TemporalSettings, AgentSettings, SlackSettings, DiscordSettings)
+    classes = (TemporalSettings, AgentSettings, CodecServerSettings, SlackSettings, DiscordSettings)
     names = {env_name(cls, field) for cls in classes for field in cls.model_fields}
     return {k: v for k, v in os.environ.items() if k not in names}
