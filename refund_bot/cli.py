@@ -1,7 +1,8 @@
 """`refund-bot`: the console script.
 
 refund-bot run       the main job: embedded Temporal (if needed), the supervised Worker, and every
-                     platform whose credentials are set (the local terminal channel when none are)
+                     platform whose credentials are set (the local terminal channel when none are);
+                     SIGTERM, SIGHUP or SIGINT stop it (and its children) gracefully, exit 0
 refund-bot demo      the unattended story, start to finish, on embedded defaults
 refund-bot worker    one Worker (the supervisor runs this as its child)
 refund-bot status ID what survives of a conversation, read from Event History (no Worker needed)
@@ -20,6 +21,7 @@ from pydantic import ValidationError
 
 from agent.settings import AgentSettings, TemporalSettings
 from worker.exit import exit_now
+from worker.lifecycle import until_stopped, watch_lifeline
 
 
 def _settings() -> tuple[TemporalSettings, AgentSettings]:
@@ -36,6 +38,8 @@ async def _worker() -> None:
     from refund_bot.wiring import grant_sources, outbound_posters
     from worker.runner import run_worker
 
+    # Under a supervisor: exit with it, even if it dies by SIGKILL where prctl cannot tie us to it.
+    watch_lifeline()
     temporal, settings = _settings()
     client = await connect(temporal)
     await run_worker(
@@ -88,7 +92,9 @@ async def _stripe_setup() -> int:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="refund-bot", description=__doc__.split("\n")[0])
-    parser.add_argument("-v", "--verbose", action="store_true")
+    parser.add_argument(
+        "-v", "--verbose", action="count", default=0, help="-v: info; -vv: refund-bot's debug too"
+    )
     commands = parser.add_subparsers(dest="command", required=True)
     run = commands.add_parser("run", help="the main job (local terminal channel by default)")
     run.add_argument(
@@ -108,17 +114,21 @@ def main(argv: list[str] | None = None) -> None:
         level=logging.INFO if args.verbose or args.command == "worker" else logging.WARNING,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
+    if args.verbose > 1:  # our own debug lines (the status line every minute), not every library's
+        for package in ("agent", "bot", "worker", "refund_bot"):
+            logging.getLogger(package).setLevel(logging.DEBUG)
+    # The long-running commands stop gracefully on SIGTERM, SIGHUP and SIGINT, and then exit 0.
     commands_by_name = {
-        "run": lambda: _run(args.local),
-        "demo": _demo,
-        "worker": _worker,
+        "run": lambda: until_stopped(_run(args.local)),
+        "demo": lambda: until_stopped(_demo()),
+        "worker": lambda: until_stopped(_worker()),
         "discord": _discord_sync,
         "stripe-setup": _stripe_setup,
         "status": lambda: _status(args.workflow_id),
     }
     try:
         code = asyncio.run(commands_by_name[args.command]()) or 0
-    except KeyboardInterrupt:
+    except KeyboardInterrupt:  # before the signal handlers were installed: nothing had started
         code = 130
     except RuntimeError as err:
         if not str(err).startswith("Failed client connect"):
