@@ -201,10 +201,13 @@ async def serve_platforms(platforms: list[Platform]) -> None:
         done, _ = await asyncio.wait(running, return_when=asyncio.FIRST_COMPLETED)
         for task in done:
             platform = running.pop(task)
-            if platform.health.name == "local":
-                return  # the person at the terminal ended the run
             error = task.exception()
             why = f"{type(error).__name__}: {error}" if error else "it returned"
+            if platform.health.name == "local":
+                # /quit or the end of input (a closed terminal reads as an error): the person at
+                # the terminal ended the run.
+                log.info("The terminal channel ended (%s): stopping", why)
+                return
             log.error(
                 "%s stopped (%s); the other platforms, the Worker and Temporal keep running",
                 platform.health.name, why, exc_info=error,
