@@ -218,6 +218,11 @@ async def serve_platforms(platforms: list[Platform]) -> None:
 
 async def run(temporal: TemporalSettings, settings: AgentSettings, *, local: bool) -> None:
     async with running_stack(temporal, settings) as stack:
+        if stack.server.origin.startswith("reused"):
+            say(
+                f"Using the Temporal server already answering at {stack.server.address} "
+                f"({stack.server.origin}); refund-bot will not stop it."
+            )
         if stack.web_ui:
             say(f"Temporal Web UI: {stack.web_ui}")
         platforms = start_platforms(stack, local=local)

@@ -37,13 +37,7 @@ def say(text: str) -> None:
 
 
 def _temporal(stack: Stack) -> str:
-    if stack.server.started and stack.server.pid is not None:
-        origin = f"embedded, pid {stack.server.pid}"
-    elif not stack.temporal.embedded:
-        origin = "external: TEMPORAL_EMBEDDED=false"
-    else:
-        origin = "reused: already answering, not started by this run"
-    return f"Temporal {stack.server.address} ({origin})"
+    return f"Temporal {stack.server.address} ({stack.server.origin})"
 
 
 async def _worker(stack: Stack) -> str:

@@ -276,15 +276,16 @@ async def test_a_worker_of_another_process_on_the_task_queue_is_reported(
         await wait_for(other_polls, timeout=30, what="the other process's Worker to poll")
         async with refund_bot(["run"], env, tmp_path) as bot:
             await bot.expect(
-                rf"Using the Temporal server already answering at {re.escape(address)} \(not "
-                r"started by refund-bot for this data directory\); refund-bot will not stop it"
+                rf"Using the Temporal server already answering at {re.escape(address)} \(reused: "
+                r"not started by refund-bot for this data directory\); refund-bot will not stop it"
             )
             await bot.expect(
                 rf"Task queue '{queue}' already has 1 Worker\(s\) of another process polling: "
                 rf"pid {other.pid} on {re.escape(socket.gethostname())} "
             )
             status = await bot.expect(STATUS)
-            assert status["origin"] == "reused: already answering, not started by this run"
+            assert status["origin"] == "reused: not started by refund-bot for this data directory"
+            assert "Using the Temporal server" in bot.stdout  # said, not warned: it is no fault
             assert int(status["worker"]) != other.pid
             bot.send(signal.SIGTERM)
             assert await bot.exit_code(timeout=10) == 0, bot.output

@@ -27,7 +27,8 @@ async def test_the_status_line_says_where_everything_stands_and_is_logged_on_a_p
         line = await status_line(stack, [slack, discord])
         address = re.escape(stack.server.address)
         assert re.fullmatch(
-            rf"status: Temporal {address} \(reused: already answering, not started by this run\)"
+            rf"status: Temporal {address} \(reused: not started by refund-bot for this data "
+            r"directory\)"
             rf" \| Worker pid {stack.supervisor.pid} polling '{stack.temporal.task_queue}'"
             r" \| slack connected, discord retrying for \d+s \(gateway refused\) \| inbox 0",
             line,

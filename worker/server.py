@@ -104,6 +104,7 @@ class EmbeddedTemporal:
         self.startup_timeout = startup_timeout
         self.stop_timeout = stop_timeout
         self._proc: asyncio.subprocess.Process | None = None
+        self._reused: str | None = None  # why a server that already answered is used instead
 
     @property
     def db_path(self) -> Path:
@@ -120,6 +121,15 @@ class EmbeddedTemporal:
     @property
     def pid(self) -> int | None:
         return self._proc.pid if self._proc else None
+
+    @property
+    def origin(self) -> str:
+        """Where the server at `address` comes from: `embedded, pid 4242`, `reused: …`, …"""
+        if self._proc is not None:
+            return f"embedded, pid {self._proc.pid}"
+        if not self.settings.embedded:
+            return "external: TEMPORAL_EMBEDDED=false"
+        return self._reused or "not running"
 
     def command(self) -> list[str]:
         return [
@@ -140,16 +150,12 @@ class EmbeddedTemporal:
             return self
         running = await stop_left_behind(self.pid_file, self.stop_timeout)
         if await temporal_answers(self.address):
-            whose = (
-                f"started by refund-bot pid {running.owner_pid}, which still runs"
+            self._reused = (
+                f"reused: started by refund-bot pid {running.owner_pid}, which still runs"
                 if running is not None
-                else "not started by refund-bot for this data directory"
+                else "reused: not started by refund-bot for this data directory"
             )
-            log.warning(
-                "Using the Temporal server already answering at %s (%s); refund-bot will not "
-                "stop it",
-                self.address, whose,
-            )  # fmt: skip
+            log.info("Using the Temporal server at %s (%s)", self.address, self._reused)
             return self
         await self._start()
         return self
