@@ -103,7 +103,10 @@ class RefundBotProcess:
                 )
             return match
 
-        return await wait_for(found, timeout=timeout, what=f"{pattern!r} in the output")
+        try:
+            return await wait_for(found, timeout=timeout, what=f"{pattern!r} in the output")
+        except AssertionError as err:
+            raise AssertionError(f"{err}; its output:\n{self.output}") from None
 
     def tree(self) -> set[int]:
         """Every live descendant now; remembered for close()."""
