@@ -23,6 +23,7 @@ import sys
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
+from datetime import timedelta
 from pathlib import Path
 from types import TracebackType
 
@@ -52,6 +53,7 @@ _DEATH_WINDOW = 60.0
 _BACKOFF_BASE = 0.5
 _BACKOFF_MAX = 10.0
 _POLL_INTERVAL = 0.1
+_DESCRIBE_TIMEOUT = timedelta(seconds=5)
 # Temporal lists a poller for minutes after its last poll; a live one polls again within about a
 # minute (the long-poll timeout), so one not seen for longer is gone.
 _POLLER_SEEN_WITHIN = 120.0
@@ -70,7 +72,9 @@ async def workflow_pollers(client: Client, namespace: str, task_queue: str) -> l
             namespace=namespace,
             task_queue=TaskQueue(name=task_queue, kind=TaskQueueKind.TASK_QUEUE_KIND_NORMAL),
             task_queue_type=TaskQueueType.TASK_QUEUE_TYPE_WORKFLOW,
-        )
+        ),
+        # Bounded: a slow server must not hold a start-up deadline or a status line for long.
+        timeout=_DESCRIBE_TIMEOUT,
     )
     return list(response.pollers)
 
