@@ -87,6 +87,9 @@ async def running_stack(
         async with supervisor:
             hold = HoldSwitch(data_dir / "bot.sqlite", settings.hold_before_refund)
             inbox = Inbox(data_dir / "inbox.sqlite")
+            # Created now, before the delivery task, the platforms and the status line all open
+            # it at once: two first opens of one SQLite file can fail with "database is locked".
+            await inbox.size()
             router = DrainingRouter(
                 client, temporal.task_queue, inbox, hold.enabled, decider=settings.agent_decider
             )
