@@ -1,7 +1,8 @@
 """`refund-bot`: the console script.
 
 refund-bot run       the main job: embedded Temporal (if needed), the supervised Worker, and every
-                     platform whose credentials are set (the local terminal channel when none are)
+                     platform whose credentials are set (the local terminal channel when none are);
+                     SIGTERM, SIGHUP or SIGINT stop it (and its children) gracefully, exit 0
 refund-bot demo      the unattended story, start to finish, on embedded defaults
 refund-bot worker    one Worker (the supervisor runs this as its child)
 refund-bot status ID what survives of a conversation, read from Event History (no Worker needed)
@@ -26,6 +27,7 @@ from agent.codec import CodecKeyError, NoCodecKey
 from refund_bot import config
 from refund_bot.config import Config, ConfigError
 from worker.exit import exit_now
+from worker.lifecycle import until_stopped, watch_lifeline
 from worker.server import TemporalServerError
 
 DESCRIPTION = "A Slack and Discord front end for a durable customer-support refund agent."
@@ -47,6 +49,8 @@ async def _worker(cfg: Config) -> None:
     from refund_bot.wiring import grant_sources, outbound_posters
     from worker.runner import run_worker
 
+    # Under a supervisor: exit with it, even if it dies by SIGKILL where prctl cannot tie us to it.
+    watch_lifeline()
     keys = codec_keys(cfg.agent)
     if not keys:
         raise NoCodecKey  # a Worker never writes a conversation to Temporal in clear
@@ -140,7 +144,9 @@ def build_parser() -> argparse.ArgumentParser:
         description=DESCRIPTION,
         epilog="Settings come from the environment or a .env file; .env.example lists them all.",
     )
-    parser.add_argument("-v", "--verbose", action="store_true", help="log at INFO level")
+    parser.add_argument(
+        "-v", "--verbose", action="count", default=0, help="-v: info; -vv: refund-bot's debug too"
+    )
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     def command(name: str, summary: str, details: str = "") -> argparse.ArgumentParser:
@@ -198,14 +204,18 @@ def main(argv: list[str] | None = None) -> None:
         level=logging.INFO if args.verbose or args.command == "worker" else logging.WARNING,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
+    if args.verbose > 1:  # our own debug lines (the status line every minute), not every library's
+        for package in ("agent", "bot", "worker", "refund_bot"):
+            logging.getLogger(package).setLevel(logging.DEBUG)
+    # The long-running commands stop gracefully on SIGTERM, SIGHUP and SIGINT, and then exit 0.
     commands_by_name = {
-        "run": (config.RUN, lambda cfg: _run(cfg, args.local)),
-        "demo": (config.DEMO, _demo),
-        "worker": (config.WORKER, _worker),
+        "run": (config.RUN, lambda cfg: until_stopped(_run(cfg, args.local))),
+        "demo": (config.DEMO, lambda cfg: until_stopped(_demo(cfg))),
+        "worker": (config.WORKER, lambda cfg: until_stopped(_worker(cfg))),
         "discord": (config.DISCORD_SYNC, _discord_sync),
         "stripe-setup": (config.STRIPE_SETUP, _stripe_setup),
         "status": (config.STATUS, lambda cfg: _status(cfg, args.workflow_id)),
-        "codec-server": (config.CODEC_SERVER, _codec_server),
+        "codec-server": (config.CODEC_SERVER, lambda cfg: until_stopped(_codec_server(cfg))),
     }
     checks, work = commands_by_name[args.command]
     address = "?"
@@ -220,7 +230,7 @@ def main(argv: list[str] | None = None) -> None:
         # A codec key problem names the key id, never the key.
         print(f"refund-bot: {err}", file=sys.stderr)
         code = 1
-    except KeyboardInterrupt:
+    except KeyboardInterrupt:  # before the signal handlers were installed: nothing had started
         code = 130
     except RuntimeError as err:
         if not str(err).startswith("Failed client connect"):

@@ -16,7 +16,6 @@ import asyncio
 import hmac
 import ipaddress
 import logging
-import signal
 from collections.abc import Awaitable, Callable, Collection, Sequence
 
 from aiohttp import web
@@ -120,7 +119,7 @@ def codec_app(
 async def serve(
     server: CodecServerSettings, keys: Sequence[CodecKey], temporal: TemporalSettings
 ) -> None:
-    """Serve until SIGTERM or SIGINT."""
+    """Serve until cancelled (the CLI cancels it on SIGTERM, SIGHUP or SIGINT)."""
     if not is_loopback(server.host) and server.token is None:
         raise CodecServerRefused(
             f"CODEC_SERVER_HOST={server.host} is beyond loopback: set CODEC_SERVER_TOKEN first, "
@@ -139,10 +138,6 @@ async def serve(
             f"browser origins {', '.join(sorted(origins))})",
             flush=True,
         )
-        stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, stop.set)
-        await stop.wait()
+        await asyncio.Event().wait()
     finally:
         await runner.cleanup()

@@ -7,6 +7,7 @@ order, a process that has used the SDK ends here instead of finalizing.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import sys
@@ -14,7 +15,9 @@ from typing import NoReturn
 
 
 def exit_now(code: int) -> NoReturn:
-    sys.stdout.flush()
-    sys.stderr.flush()
+    # After a SIGHUP the terminal may be gone: what could not be written is lost, the code is not.
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(OSError, ValueError, AttributeError):
+            stream.flush()
     logging.shutdown()
     os._exit(code)

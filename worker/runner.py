@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import signal
 from collections.abc import Mapping
 from datetime import timedelta
 
@@ -88,12 +87,12 @@ async def run_worker(
     posters: Mapping[str, ThreadPoster],
     grant_sources: Mapping[str, GrantSource] | None = None,
 ) -> None:
-    """Run until SIGTERM/SIGINT (graceful) or SIGKILL (not graceful: that is the drill)."""
+    """Run until cancelled, then shut down gracefully (in-flight Activities get 5 s).
+
+    `refund-bot worker` cancels it on SIGTERM, SIGHUP or SIGINT (worker.lifecycle.until_stopped);
+    a SIGKILL is not graceful, and that is the drill.
+    """
     worker = await build_worker(client, temporal.task_queue, settings, posters, grant_sources)
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
     async with worker:
         log.info("worker %s polling %s", worker_identity(), temporal.task_queue)
-        await stop.wait()
+        await asyncio.Event().wait()

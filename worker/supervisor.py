@@ -3,6 +3,10 @@
 A child counts as ready only when Temporal itself reports a poller with the child's identity on the
 workflow task queue, so "ready" means "conversations can make progress", not "the process exists".
 The supervisor also serves the control task queue, where `/crash-worker` requests arrive.
+
+Each child is tied to the supervisor's life (worker.lifecycle.spawn_child): if the supervisor's
+process dies, even by SIGKILL, its Worker exits too. Before the first child starts, Workers of other
+processes already polling the task queue are reported in one line: this one joins them.
 """
 
 from __future__ import annotations
@@ -12,15 +16,20 @@ import collections
 import contextlib
 import logging
 import os
+import re
+import signal
 import socket
 import sys
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import timedelta
 from pathlib import Path
+from types import TracebackType
 
 from temporalio import activity
 from temporalio.api.enums.v1 import TaskQueueKind, TaskQueueType
-from temporalio.api.taskqueue.v1 import TaskQueue
+from temporalio.api.taskqueue.v1 import PollerInfo, TaskQueue
 from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
 from temporalio.client import Client
 from temporalio.worker import Worker
@@ -34,7 +43,7 @@ from worker.control import (
     reset_sticky_queues,
     worker_identity,
 )
-from worker.server import terminate
+from worker.lifecycle import alive, spawn_child, terminate, to_the_end
 
 log = logging.getLogger(__name__)
 
@@ -44,22 +53,71 @@ _DEATH_WINDOW = 60.0
 _BACKOFF_BASE = 0.5
 _BACKOFF_MAX = 10.0
 _POLL_INTERVAL = 0.1
+_DESCRIBE_TIMEOUT = timedelta(seconds=5)
+# Temporal lists a poller for minutes after its last poll; a live one polls again within about a
+# minute (the long-poll timeout), so one not seen for longer is gone.
+_POLLER_SEEN_WITHIN = 120.0
+# "refund-bot-worker-4242@host" (ours), "4242@host" (the SDKs' default identity).
+_IDENTITY = re.compile(r"(\d+)@([^@\s]+)")
 
 
 class WorkerStartError(RuntimeError):
     """The Worker child exited, or did not poll its task queue, before the deadline."""
 
 
-async def worker_is_polling(client: Client, namespace: str, task_queue: str, identity: str) -> bool:
-    """Whether Temporal lists a workflow-task poller with `identity` on `task_queue`."""
+async def workflow_pollers(client: Client, namespace: str, task_queue: str) -> list[PollerInfo]:
+    """The workflow-task pollers Temporal lists on `task_queue` (recent ones, maybe not live)."""
     response = await client.workflow_service.describe_task_queue(
         DescribeTaskQueueRequest(
             namespace=namespace,
             task_queue=TaskQueue(name=task_queue, kind=TaskQueueKind.TASK_QUEUE_KIND_NORMAL),
             task_queue_type=TaskQueueType.TASK_QUEUE_TYPE_WORKFLOW,
-        )
+        ),
+        # Bounded: a slow server must not hold a start-up deadline or a status line for long.
+        timeout=_DESCRIBE_TIMEOUT,
     )
-    return any(poller.identity == identity for poller in response.pollers)
+    return list(response.pollers)
+
+
+async def worker_is_polling(client: Client, namespace: str, task_queue: str, identity: str) -> bool:
+    """Whether Temporal lists a workflow-task poller with `identity` on `task_queue`."""
+    pollers = await workflow_pollers(client, namespace, task_queue)
+    return any(poller.identity == identity for poller in pollers)
+
+
+@dataclass(frozen=True)
+class OtherWorker:
+    """A Worker of another process on the task queue, as its poller identity names it."""
+
+    identity: str
+    host: str | None
+    pid: int | None
+    seconds_since_poll: float
+
+    def __str__(self) -> str:
+        where = f"pid {self.pid} on {self.host}" if self.pid is not None else "unknown pid"
+        return f"{where} ({self.identity!r}, polled {self.seconds_since_poll:.0f} s ago)"
+
+
+async def other_workers(
+    client: Client, namespace: str, task_queue: str, *, this_host: str | None = None
+) -> list[OtherWorker]:
+    """The Workers of other processes that poll `task_queue` now.
+
+    Temporal keeps listing a poller for minutes after it stopped, so a poller not seen lately, or
+    one on this host whose process is gone (an earlier run's Worker), does not count.
+    """
+    this_host = this_host or socket.gethostname()
+    now = time.time()
+    found = []
+    for poller in await workflow_pollers(client, namespace, task_queue):
+        ago = max(0.0, now - poller.last_access_time.ToSeconds())
+        match = _IDENTITY.search(poller.identity)
+        pid, host = (int(match.group(1)), match.group(2)) if match else (None, None)
+        if ago > _POLLER_SEEN_WITHIN or (host == this_host and pid is not None and not alive(pid)):
+            continue
+        found.append(OtherWorker(poller.identity, host, pid, ago))
+    return found
 
 
 class ControlActivities:
@@ -129,6 +187,18 @@ class WorkerSupervisor:
             raise RuntimeError("WorkerSupervisor.start() has not connected yet")
         return self._client
 
+    async def __aenter__(self) -> WorkerSupervisor:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.stop()
+
     async def start(self) -> None:
         """Serve the control queue, start the child and wait until it polls."""
         if not self._stopping:
@@ -148,6 +218,7 @@ class WorkerSupervisor:
                 self._control_task.add_done_callback(self._control_done)
             async with self._lock:
                 started = time.monotonic()
+                await self._report_other_workers()
                 # A previous run's Worker may have died with conversations still sticky to it.
                 await self._reset_sticky()
                 proc = await self._spawn()
@@ -161,7 +232,11 @@ class WorkerSupervisor:
             raise
 
     async def stop(self) -> None:
-        """Stop serving the control queue and stop the child (SIGTERM, then SIGKILL)."""
+        """Stop serving the control queue and stop the child (SIGTERM, then SIGKILL), to the end
+        even if the calling task is cancelled meanwhile."""
+        await to_the_end(self._stop())
+
+    async def _stop(self) -> None:
         self._stopping = True
         for task in list(self._watchers):
             task.cancel()
@@ -236,14 +311,15 @@ class WorkerSupervisor:
         out = self.log_path.open("ab") if self.log_path else None
         try:
             # Own session: a terminal Ctrl-C reaches only refund-bot, which then stops the child
-            # in order, and never reads as an unexpected death to restart.
-            proc = await asyncio.create_subprocess_exec(
-                *self.command,
-                stdin=asyncio.subprocess.DEVNULL,
+            # in order, and never reads as an unexpected death to restart. If this process dies
+            # first, SIGKILL (and the lifeline): the agent is built to survive a Worker's death.
+            proc = await spawn_child(
+                self.command,
+                on_parent_death=signal.SIGKILL,
+                lifeline=True,
+                env=env,
                 stdout=out,
                 stderr=asyncio.subprocess.STDOUT if out else None,
-                env=env,
-                start_new_session=True,
             )
         finally:
             if out:
@@ -277,6 +353,22 @@ class WorkerSupervisor:
                     f"within {self.ready_timeout:.0f} s"
                 )
             await asyncio.sleep(_POLL_INTERVAL)
+
+    async def _report_other_workers(self) -> None:
+        """Say so when this supervisor's Worker is about to join Workers of other processes."""
+        try:
+            others = await other_workers(
+                self.client, self.settings.namespace, self.settings.task_queue, this_host=self.host
+            )
+        except Exception as err:  # a report, not a precondition
+            log.debug("Could not list the pollers of %r: %s", self.settings.task_queue, err)
+            return
+        if others:
+            log.warning(
+                "Task queue %r already has %d Worker(s) of another process polling: %s. This "
+                "run's Worker joins them; stop them if they are left over (README: More Workers)",
+                self.settings.task_queue, len(others), "; ".join(map(str, others)),
+            )  # fmt: skip
 
     async def _reset_sticky(self) -> None:
         if not self.reset_sticky:

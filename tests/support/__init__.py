@@ -32,3 +32,26 @@ def clean_environment() -> dict[str, str]:
     classes = (TemporalSettings, AgentSettings, CodecServerSettings, SlackSettings, DiscordSettings)
     names = {env_name(cls, field) for cls in classes for field in cls.model_fields}
     return {k: v for k, v in os.environ.items() if k not in names}
+
+
+def descendants(pid: int) -> set[int]:
+    """Every live process below `pid` (children, their children, …), from /proc: a child that
+    started its own session is still a descendant by parent pid."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as stat:
+                ppid = int(stat.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue  # it ended while we looked
+        children.setdefault(ppid, []).append(int(entry))
+    found: set[int] = set()
+    todo = [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            if child not in found:
+                found.add(child)
+                todo.append(child)
+    return found

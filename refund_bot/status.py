@@ -1,0 +1,92 @@
+"""`refund-bot run`'s status line: printed once at start, then logged every minute at debug level.
+
+    the stack (Temporal, Worker, inbox) + each platform's PlatformHealth -> status_line()
+
+For example (one line):
+    status: Temporal 127.0.0.1:7233 (embedded, pid 4242) | Worker pid 4250 polling 'refund-bot' |
+    slack connected, discord retrying for 42s (gateway refused) | inbox 0 waiting
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from bot.platform_health import PlatformHealth
+from worker.control import worker_identity
+from worker.supervisor import worker_is_polling
+
+if TYPE_CHECKING:
+    from refund_bot.app import Stack
+
+log = logging.getLogger(__name__)
+
+STATUS_EVERY = 60.0  # seconds between two status lines in the log
+# At start the line waits (at most this long) for each platform's first connection attempt.
+FIRST_STATUS_WAIT = 5.0
+
+
+def say(text: str) -> None:
+    """A line to stdout; a terminal already closed (SIGHUP) loses it, and nothing else happens."""
+    with contextlib.suppress(OSError, ValueError):
+        print(text, flush=True)
+
+
+def _temporal(stack: Stack) -> str:
+    return f"Temporal {stack.server.address} ({stack.server.origin})"
+
+
+async def _worker(stack: Stack) -> str:
+    supervisor = stack.supervisor
+    pid = supervisor.pid
+    if pid is None:
+        return "no Worker"
+    if not supervisor.running:
+        return f"Worker pid {pid} exited (the supervisor restarts it)"
+    s = supervisor.settings
+    try:
+        polling = await worker_is_polling(
+            supervisor.client, s.namespace, s.task_queue, worker_identity(pid)
+        )
+    except Exception as err:  # Temporal unreachable: say so, the line still goes out
+        return f"Worker pid {pid} (polling unknown: {err})"
+    return f"Worker pid {pid} {'polling' if polling else 'not polling'} {s.task_queue!r}"
+
+
+async def _inbox(stack: Stack) -> str:
+    try:
+        return f"inbox {await stack.inbox.depth()}"
+    except Exception as err:
+        return f"inbox unreadable ({err})"
+
+
+async def status_line(stack: Stack, platforms: Sequence[PlatformHealth]) -> str:
+    chat = ", ".join(health.summary() for health in platforms) or "no chat platform"
+    parts = (_temporal(stack), await _worker(stack), chat, await _inbox(stack))
+    return "status: " + " | ".join(parts)
+
+
+async def first_status(stack: Stack, platforms: Sequence[PlatformHealth]) -> str:
+    """The start-up line, once every platform has left "starting" (or FIRST_STATUS_WAIT passed)."""
+    deadline = time.monotonic() + FIRST_STATUS_WAIT
+    while any(h.state == "starting" for h in platforms):
+        if time.monotonic() > deadline:
+            break
+        await asyncio.sleep(0.1)  # PlatformHealth has no event to wait on: it is polled
+    return await status_line(stack, platforms)
+
+
+async def log_status_every(
+    stack: Stack, platforms: Sequence[PlatformHealth], every: float = STATUS_EVERY
+) -> None:
+    """Background task: the status line at debug level every `every` seconds, until cancelled."""
+    while True:
+        await asyncio.sleep(every)
+        try:
+            log.debug("%s", await status_line(stack, platforms))
+        except Exception:  # a status line must never stop the run
+            log.exception("Could not build the status line")
