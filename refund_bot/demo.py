@@ -1,16 +1,17 @@
 """`refund-bot demo`: the docs page's story, unattended, in the local support channel.
 
-    fresh order -> customer asks -> two answers -> lookups -> held before the refund -> SIGKILL
-    -> what survives, read with no Worker -> new Worker -> released -> one refund -> the checks
+    fresh customer and order -> customer asks -> two answers -> lookups -> held before the refund
+    -> SIGKILL -> what survives, read with no Worker -> new Worker -> released -> one refund
 
-Each run places a fresh order for the demo customer (the plush python of order 1234, under a new
-number, paid where the refund will go), so the story can be told again and again on one data
-directory. The customer asks for a refund; the agent asks two questions, looks up the order and the
-customer's history, and chooses to issue the refund; the demo hold stops it one step before the
-effect. Then the Worker is SIGKILLed, what survives is read from Event History while no Worker is
-alive, a new Worker starts, the hold is released, and the refund goes through once. The decide step
-is AGENT_DECIDER's: the offline policy, or the live model. If the agent escalates instead (the
-model may, and a customer with enough earlier refunds no longer clears on their own), the support
+Each run tells it with a fresh copy of the demo customer (Nyghtowl: the same tenure and one earlier
+refund, made at the effect's owner) and a fresh order (the plush python of order 1234, under a new
+number, paid where the refund will go), so the story is the same again and again on one data
+directory, and the README's story with the seeded customer is left as it was. The customer asks
+for a refund; the agent asks two questions, looks up the order and the customer's history, and
+chooses to issue the refund; the demo hold stops it one step before the effect. Then the Worker is
+SIGKILLed, what survives is read from Event History while no Worker is alive, a new Worker starts,
+the hold is released, and the refund goes through once. The decide step is AGENT_DECIDER's: the
+offline policy, or the live model. If the agent escalates instead (a live model may), the support
 agent approves in the thread and the story carries on. Exit status 0 only if every invariant held:
 no question asked twice, no decide step or lookup run again, one refund.
 """
@@ -18,16 +19,19 @@ no question asked twice, no decide step or lookup run again, one refund.
 from __future__ import annotations
 
 import asyncio
+import secrets
 import time
+from dataclasses import replace
+from datetime import date, timedelta
 
 from temporalio.api.enums.v1 import EventType
 
 from agent.effect_owner import refunds_at_owner
 from agent.history import what_survives
-from agent.models import ConversationView, OrderDetails
-from agent.settings import AgentSettings, TemporalSettings
+from agent.models import Actor, ConversationView, OrderDetails
+from agent.settings import DEMO_CUSTOMER, AgentSettings, TemporalSettings
 from agent.stores.domain import SEED_ORDERS, DomainStore
-from agent.stores.ledger import Ledger
+from agent.stores.ledger import Ledger, SeedRefund
 from agent.stripe_setup import pay_order
 from bot.conversations import ConversationRouter
 from bot.ids import workflow_id_for
@@ -37,8 +41,9 @@ from bot.local.thread_store import LocalMessage, LocalThreadStore
 from refund_bot.app import Stack, running_stack
 from refund_bot.wiring import local_thread_store
 
-# The docs page's order: each run places one like it (same customer, item, price, age).
+# The docs page's order, and the demo customer's earlier refund: each run places one like each.
 PLUSH_PYTHON = next(order for order in SEED_ORDERS if order.order_number == "1234")
+EARLIER_REFUND = next(order for order in SEED_ORDERS if order.refunded_days_ago is not None)
 ANSWERS = ("Yes", "Split seam")
 TIMEOUT = 60.0
 LOOP_STEPS = ("decide_next_step", "lookup_order", "lookup_customer_history", "check_refund_policy")
@@ -63,25 +68,42 @@ async def _next_bot_message(threads: LocalThreadStore, thread_id: str, after: in
 
 
 async def _say(
-    router: ConversationRouter, threads: LocalThreadStore, thread: str, text: str
+    router: ConversationRouter, threads: LocalThreadStore, thread: str, text: str, customer: Actor
 ) -> None:
-    customer = PEOPLE["customer"]
     message = await threads.add_reply(thread, customer.user_id, text)
     print(f"[{thread}] {customer.label}: {text}", flush=True)
     await router.on_message(inbound(message, customer))
 
 
-async def place_demo_order(settings: AgentSettings) -> OrderDetails:
-    """A fresh order for the demo customer, paid where its refund will go: in the offline ledger,
-    or by a test-mode PaymentIntent in Stripe test mode (as `refund-bot stripe-setup` pays)."""
+async def place_demo_customer(settings: AgentSettings) -> tuple[Actor, OrderDetails]:
+    """A fresh copy of the demo customer, with their earlier refund and a fresh order to refund,
+    paid where the refunds go: the offline ledger, or test-mode PaymentIntents in Stripe test
+    mode (as `refund-bot stripe-setup` pays the seed's)."""
     domain = DomainStore(settings.domain_db)
-    order = await domain.place_order(PLUSH_PYTHON)
+    persona = PEOPLE["customer"]
+    customer = persona.model_copy(update={"user_id": f"demo-{secrets.token_hex(3)}"})
+    customer_id = await domain.place_customer(DEMO_CUSTOMER, customer)
+    order = await domain.place_order(replace(PLUSH_PYTHON, customer_id=customer_id))
+    earlier = await domain.place_order(replace(EARLIER_REFUND, customer_id=customer_id))
+    refund = SeedRefund(
+        payment_ref=earlier.payment_ref,
+        amount_cents=earlier.amount_cents,
+        currency=earlier.currency,
+        order_number=earlier.order_number,
+        refunded_on=(
+            date.today() - timedelta(days=EARLIER_REFUND.refunded_days_ago or 0)
+        ).isoformat(),
+    )
     if settings.stripe_api_key is None:
-        payment = (order.payment_ref, order.amount_cents, order.currency)
-        await Ledger(settings.ledger_db).seed_payments([payment])
-        return order
+        ledger = Ledger(settings.ledger_db)
+        await ledger.seed_payments(
+            [(o.payment_ref, o.amount_cents, o.currency) for o in (order, earlier)]
+        )
+        await ledger.seed_refunds([refund])
+        return customer, order
+    await pay_order(settings, domain, earlier, refund)
     intent = await pay_order(settings, domain, order)
-    return order.model_copy(update={"payment_ref": intent})
+    return customer, order.model_copy(update={"payment_ref": intent})
 
 
 def decider_label(settings: AgentSettings) -> str:
@@ -110,7 +132,7 @@ async def demo(temporal: TemporalSettings, settings: AgentSettings) -> int:
 
 async def _story(temporal: TemporalSettings, settings: AgentSettings) -> int:
     threads = local_thread_store(settings)
-    customer, presenter = PEOPLE["customer"], PEOPLE["presenter"]
+    presenter = PEOPLE["presenter"]
     async with running_stack(temporal, settings) as stack:
         print(f"Temporal at {stack.temporal.address}; Web UI: {stack.web_ui}", flush=True)
         print(f"Worker pid {stack.supervisor.pid} is polling {temporal.task_queue!r}", flush=True)
@@ -126,7 +148,7 @@ async def _story(temporal: TemporalSettings, settings: AgentSettings) -> int:
             hold,
             decider=settings.agent_decider,
         )
-        order = await place_demo_order(settings)
+        customer, order = await place_demo_customer(settings)
         opening = f"please refund order {order.order_number}"
         print(
             f"A fresh order for this run: {order.order_number} ({order.item}, "
@@ -146,7 +168,7 @@ async def _story(temporal: TemporalSettings, settings: AgentSettings) -> int:
             question = await _next_bot_message(threads, thread, seen)
             seen = question.seq
             print(render(question), flush=True)
-            await _say(router, threads, thread, answer)
+            await _say(router, threads, thread, answer, customer)
         held = await _next_bot_message(threads, thread, seen)
         seen = held.seq
         print(render(held), flush=True)

@@ -87,12 +87,15 @@ async def test_refund_bot_demo_tells_the_story_again_and_again(tmp_path: Path) -
         await conv.reply("Yes")
         await conv.next_bot_message()
         await conv.reply("Split seam")
-        assert (await handle.result()).status == "refunded"
+        # The seeded customer's story is untouched by the demo's: 1234 still clears on its own.
+        assert (await asyncio.wait_for(handle.result(), 60)).status == "refunded"
 
     second = await _run_demo(_demo_env(data_dir), tmp_path)
-    _assert_the_story(second, "10002")
-    refunded = {r.order_number for r in await Ledger(settings.ledger_db).all_refunds()}
-    assert refunded == {"10001", "1234", "10002"}
+    _assert_the_story(second, "10003")  # 10002 was the first run's customer's earlier refund
+    made = await Ledger(settings.ledger_db).all_refunds()
+    # The agent's refunds (each from a conversation), beside the seeded earlier refunds.
+    assert {r.order_number for r in made if r.workflow_id} == {"10001", "1234", "10003"}
+    assert {r.order_number for r in made if not r.workflow_id} == {"1001", "10002", "10004"}
 
 
 async def test_demo_honours_agent_decider_and_pays_in_stripe_test_mode(tmp_path: Path) -> None:
@@ -118,12 +121,14 @@ async def test_demo_honours_agent_decider_and_pays_in_stripe_test_mode(tmp_path:
     assert "10001" in model.requests[-1]["input"]
     assert "refund-bot: This refund needs a support agent: order 10001" in out
     assert "Approved by Sam (support agent), checking authorization" in out
-    # The fresh order was paid by a test-mode PaymentIntent, and that is what was refunded.
-    (intent,) = stripe.payment_intents.values()
-    assert intent["amount"] == 8000 and intent["status"] == "succeeded"
-    (refund,) = stripe.refunds.values()
-    assert refund["payment_intent"] == intent["id"] and refund["amount"] == 8000
+    # The fresh order was paid by a test-mode PaymentIntent, and that is what was refunded; the
+    # fresh customer's earlier order was paid and refunded at Stripe too, before the story.
+    (intent,) = [i for i in stripe.payment_intents.values() if i["amount"] == 8000]
+    assert intent["status"] == "succeeded"
+    (refund,) = [r for r in stripe.refunds.values() if r["payment_intent"] == intent["id"]]
+    assert refund["amount"] == 8000
     assert f"paid with {intent['id']}" in out
+    assert sorted(r["amount"] for r in stripe.refunds.values()) == [1800, 8000]
 
 
 async def test_open_conversation_survives_a_restart_of_everything(tmp_path) -> None:

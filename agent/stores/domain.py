@@ -173,6 +173,25 @@ class DomainStore:
             )
             await db.commit()
 
+    async def place_customer(self, like: str, account: Actor) -> str:
+        """A new customer like `like` (their name and tenure, none of their orders), linked to
+        `account`: `refund-bot demo` tells its story with a fresh one each run, so the demo
+        customer's refund history (which grows with every refund: the owner keeps it) does not
+        change the next run's story, nor the README's."""
+        async with open_db(self._path, SCHEMA) as db:
+            customer_id = f"{like}_{secrets.token_hex(4)}"
+            await db.execute(
+                "INSERT INTO customers SELECT ?, display_name, customer_since FROM customers "
+                "WHERE customer_id = ?",
+                (customer_id, like),
+            )
+            await db.execute(
+                "INSERT INTO accounts VALUES (?, ?, ?)",
+                (account.platform, account.user_id, customer_id),
+            )
+            await db.commit()
+        return customer_id
+
     async def place_order(self, like: SeedOrder, today: date | None = None) -> OrderDetails:
         """A new order shaped like `like` (its customer, item, amount and age) under the next free
         number, so that every `refund-bot demo` run refunds an order of its own.

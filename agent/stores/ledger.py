@@ -74,7 +74,9 @@ class SeedRefund(BaseModel):
 
     @property
     def idempotency_key(self) -> str:
-        return f"refund-bot-demo-refund-{self.order_number}"
+        # The seed's `pi_demo_1001` gives `…-1001`; an order placed later carries its payment's
+        # random suffix, so a new data directory reusing the number never reuses the key.
+        return f"refund-bot-demo-refund-{self.payment_ref.removeprefix('pi_demo_')}"
 
 
 def _refund_id(idempotency_key: str) -> str:
