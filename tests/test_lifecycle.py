@@ -33,6 +33,7 @@ from bot.inbox import Inbox
 from tests.fakes.slack_api import FakeSlackApi, SlackSender, signed_headers
 from tests.support import free_port
 from tests.support.cli_process import RefundBotProcess, fresh_env
+from tests.support.codec import TEST_CODEC_ENV
 from tests.support.conditions import wait_for
 from worker.control import worker_identity
 from worker.lifecycle import alive, record_server, stop_left_behind
@@ -307,7 +308,10 @@ async def test_refund_bot_worker_stops_gracefully_on_sighup(
 ) -> None:
     queue = f"lifecycle-{uuid.uuid4().hex[:8]}"
     address = temporal_env.client.service_client.config.target_host
-    env = fresh_env(tmp_path / "data", TEMPORAL_ADDRESS=address, TEMPORAL_TASK_QUEUE=queue)
+    # A Worker on a shared server encrypts with the deployment's keys (it never generates one).
+    env = fresh_env(
+        tmp_path / "data", TEMPORAL_ADDRESS=address, TEMPORAL_TASK_QUEUE=queue, **TEST_CODEC_ENV
+    )
     async with refund_bot(["worker"], env, tmp_path) as worker:
 
         async def polls() -> bool:
