@@ -125,6 +125,9 @@ class CustomerHistory(_Frozen):
     prior_refunds: list[str]
     # How many there are in all. None in histories recorded before it existed: len(prior_refunds).
     prior_refund_count: int | None = None
+    # The first refund of each refunded order, by order number: read after the order lookup, so
+    # a refund another conversation made in between is seen here (empty in older histories).
+    refunded_orders: dict[str, OwnerRefund] = Field(default_factory=dict)
 
     @property
     def refund_count(self) -> int:

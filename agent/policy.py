@@ -117,6 +117,14 @@ def next_step(opening_text: str, memory: Sequence[Observation]) -> AgentStep:
     if history_lookup is None:
         return AgentStep(action="lookup", tool="lookup_customer_history")
 
+    history = history_lookup.history
+    # A refund another conversation made after this one's order lookup: the owner's later word.
+    earlier = history.refunded_orders.get(order.order_number) if history else None
+    if earlier is not None:
+        return AgentStep(
+            action="decide", outcome="deny", rationale=already_refunded(order.order_number, earlier)
+        )
+
     if order.status != "delivered":
         return AgentStep(
             action="decide",
@@ -124,7 +132,6 @@ def next_step(opening_text: str, memory: Sequence[Observation]) -> AgentStep:
             rationale=f"Order {order.order_number} has not been delivered yet ({order.status}).",
         )
 
-    history = history_lookup.history
     prior = history.refund_count if history else MAX_PRIOR_REFUNDS_FOR_AUTO + 1
     if (
         order.amount_cents <= AUTO_APPROVE_LIMIT_CENTS

@@ -97,11 +97,11 @@ async def test_a_second_request_for_a_refunded_order_gets_the_owners_date_and_re
         first = LocalConversation(client, threads, tq)
         handle = await first.open("please refund order 1234")
         await _answer_both(first)
-        refunded = await handle.result()
+        refunded = await asyncio.wait_for(handle.result(), 60)
         second = LocalConversation(client, threads, tq)
         again = await second.open("refund order 1234 again please")
         await _answer_both(second)
-        denied = await again.result()
+        denied = await asyncio.wait_for(again.result(), 60)
     assert refunded.status == "refunded" and refunded.refund
     assert denied.status == "denied"
     match = ALREADY.match(denied.message)
@@ -128,7 +128,7 @@ async def test_five_conversations_on_one_order_make_one_refund(
         if held:
             await asyncio.gather(*(c.wait_phase("held_before_refund") for c in conversations))
             await asyncio.gather(*(h.signal("release") for h in handles))
-        outcomes = await asyncio.gather(*(h.result() for h in handles))
+        outcomes = await asyncio.wait_for(asyncio.gather(*(h.result() for h in handles)), 60)
     (refund,) = await refunds_made(agent_settings.ledger_db)
     assert sorted(o.status for o in outcomes) == ["denied"] * 4 + ["refunded"]
     losers = [o for o in outcomes if o.status == "denied"]
@@ -156,7 +156,7 @@ async def test_prior_refunds_count_the_agents_own(client, agent_settings, thread
         first = LocalConversation(client, threads, tq)
         handle = await first.open("please refund order 1234")
         await _answer_both(first)
-        assert (await handle.result()).status == "refunded"
+        assert (await asyncio.wait_for(handle.result(), 60)).status == "refunded"
 
         second = LocalConversation(client, threads, tq)
         handle = await second.open("please refund order 5150")
@@ -165,7 +165,7 @@ async def test_prior_refunds_count_the_agents_own(client, agent_settings, thread
         assert escalation.kind == "escalation"
         assert "The customer has 2 prior refunds" in escalation.text
         await second.click("approve", SUPPORT)
-        assert (await handle.result()).status == "refunded"
+        assert (await asyncio.wait_for(handle.result(), 60)).status == "refunded"
     assert len(await refunds_made(agent_settings.ledger_db)) == 2
 
 
@@ -176,7 +176,7 @@ async def test_a_ledger_refusal_is_one_plain_sentence(client, agent_settings, th
         conv = LocalConversation(client, threads, tq)
         handle = await conv.open("please refund order 6060")
         await _answer_both(conv)
-        outcome = await handle.result()
+        outcome = await asyncio.wait_for(handle.result(), 60)
     said = [m.text for m in await conv.bot_messages()]
     assert outcome.status == "failed" and said[-1] == REFUND_FAILED
     assert not any("payment" in text for text in said)

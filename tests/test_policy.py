@@ -138,6 +138,30 @@ def test_a_refunded_order_is_denied_with_the_owners_date_and_reference() -> None
     )
 
 
+def test_a_refund_made_after_the_order_lookup_is_seen_in_the_history_lookup() -> None:
+    # Another conversation refunded order 1234 between this one's two lookups: the history
+    # lookup, read later from the owner, answers "already refunded" (not an escalation for the
+    # prior refund that refund itself added).
+    refund = OwnerRefund(
+        refund_id="re_ledger_won",
+        payment_ref="pi_demo_1234",
+        amount_cents=8000,
+        status="succeeded",
+        refunded_on="2026-11-30",
+    )
+    assert HISTORY.history is not None
+    later = HistoryLookup(
+        history=HISTORY.history.model_copy(
+            update={"prior_refund_count": 2, "refunded_orders": {"1234": refund}}
+        )
+    )
+    step = next_step("refund 1234", [*ANSWERS, _order(), later])
+    assert (step.action, step.outcome) == ("decide", "deny")
+    assert step.rationale == (
+        "Order 1234 was already refunded on 2026-11-30 (reference re_ledger_won)."
+    )
+
+
 def test_the_count_of_prior_refunds_decides_not_the_lines_listed() -> None:
     assert HISTORY.history is not None
     many = HistoryLookup(

@@ -71,6 +71,9 @@ class LookupActivities:
                     for r in refunds[-MAX_REFUND_LINES:]
                 ],
                 prior_refund_count=len(refunds),
+                refunded_orders={
+                    orders[r.payment_ref].order_number: r for r in reversed(refunds)
+                },  # oldest last, so each order keeps its first refund
             )
         )
 
