@@ -2,7 +2,8 @@
 
     session start -> initdb -> keeper -> postgres (tied to pytest's life, on a unix socket only)
     each test     -> CREATE DATABASE t_<random> -> its URL -> DROP DATABASE … WITH (FORCE)
-    session end   -> SIGINT (PostgreSQL's fast shutdown) -> the directory removed
+    session end   -> SIGINT (PostgreSQL's fast shutdown) -> the directory removed (by the keeper
+                     too, so a SIGKILLed pytest leaves nothing behind)
 
 Nothing is downloaded: `make test` installs pgserver (PostgreSQL 16) from the lock file like any
 other dependency. Only its binaries are used, started here rather than through pgserver's own
@@ -133,7 +134,7 @@ class PostgresServer:
         try:
             self._proc = await spawn_child(
                 [
-                    sys.executable, str(KEEPER), str(uid), str(gid), "--",
+                    sys.executable, str(KEEPER), str(uid), str(gid), str(self.root), "--",
                     str(bin_dir / "postgres"),
                     "-D", str(self.data_dir),
                     "-k", str(self.socket_dir),
