@@ -19,6 +19,7 @@ from pydantic import BaseModel
 
 from agent.models import OwnerRefund
 from agent.settings import AgentSettings
+from agent.stores.database import database_for
 from agent.stores.ledger import Ledger
 from agent.stripe_client import stripe_client
 
@@ -118,7 +119,7 @@ def effect_owner(settings: AgentSettings, ledger: Ledger | None = None) -> Effec
     """The owner this deployment refunds with: Stripe when a key is set, the ledger otherwise."""
     if settings.stripe_api_key is not None:
         return StripeOwner(settings)
-    return LedgerOwner(ledger or Ledger(settings.ledger_db))
+    return LedgerOwner(ledger or Ledger(database_for(settings)))
 
 
 class OwnerRecord(BaseModel):
@@ -131,7 +132,7 @@ async def refunds_at_owner(
 ) -> OwnerRecord:
     """/refund-status: the refunds one conversation made, as the owner records them."""
     if settings.stripe_api_key is None:
-        refunds = await Ledger(settings.ledger_db).refunds_for_workflow(workflow_id)
+        refunds = await Ledger(database_for(settings)).refunds_for_workflow(workflow_id)
         return OwnerRecord(
             owner=LedgerOwner.name,
             refunds=[

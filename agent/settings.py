@@ -21,6 +21,7 @@ from pydantic_settings import (
 
 from agent.codec import parse_keys
 from agent.models import Actor
+from agent.stores.database import check_url, sqlite_url
 
 ENV_FILE = ".env"
 # The seed data's demo customer (agent.stores.domain), whom the local channel's users play.
@@ -80,6 +81,10 @@ class AgentSettings(BaseSettings):
     )
 
     data_dir: Path = Path(".data")
+    # Where every store lives (grants, ledger, domain data, inbox, hold switch, local threads):
+    # sqlite:///<directory> or postgresql://…. Unset: the SQLite files in data_dir. A secret: a
+    # PostgreSQL URL usually holds a password.
+    database_url: SecretStr | None = Field(default=None, alias="DATABASE_URL")
     stripe_api_key: SecretStr | None = None
     # Stripe's API base URL; only for pointing the SDK at a proxy or a local test double.
     stripe_api_base: str | None = None
@@ -161,17 +166,20 @@ class AgentSettings(BaseSettings):
             )
         return key
 
-    @property
-    def domain_db(self) -> Path:
-        return self.data_dir / "domain.sqlite"
+    @field_validator("database_url")
+    @classmethod
+    def _database_url_usable(cls, url: SecretStr | None) -> SecretStr | None:
+        if url is None or not url.get_secret_value().strip():
+            return None
+        check_url(url.get_secret_value().strip())  # one line naming what to write, no password
+        return SecretStr(url.get_secret_value().strip())
 
     @property
-    def grants_db(self) -> Path:
-        return self.data_dir / "grants.sqlite"
-
-    @property
-    def ledger_db(self) -> Path:
-        return self.data_dir / "ledger.sqlite"
+    def store_url(self) -> str:
+        """DATABASE_URL, or the SQLite files in DATA_DIR when it is unset."""
+        if self.database_url is None:
+            return sqlite_url(self.data_dir)
+        return self.database_url.get_secret_value()
 
     @property
     def effect_mode(self) -> str:

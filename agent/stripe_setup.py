@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from agent.models import OrderDetails
 from agent.settings import AgentSettings
+from agent.stores.database import database_for
 from agent.stores.domain import DomainStore, demo_refunds
 from agent.stores.ledger import SeedRefund
 from agent.stripe_client import stripe_client
@@ -24,7 +25,7 @@ METADATA = {"source": "refund-bot demo"}
 
 async def create_test_payments(settings: AgentSettings) -> list[tuple[str, str]]:
     """(order number, PaymentIntent id) for every order that was paid offline only."""
-    domain = DomainStore(settings.domain_db)
+    domain = DomainStore(database_for(settings))
     await domain.seed()
     refunded = {r.order_number: r for r in demo_refunds()}
     return [

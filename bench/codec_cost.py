@@ -40,6 +40,7 @@ from temporalio.testing import WorkflowEnvironment
 from agent.codec import AesGcmCodec
 from agent.decoded_history import decoded_history
 from agent.settings import AgentSettings
+from agent.stores.database import database_for
 from bench import run_benchmark
 from bot.local.thread_store import LocalThreadStore
 from tests.support.codec import TEST_CONVERTER, TEST_KEYS, all_payloads
@@ -164,7 +165,7 @@ async def turn_latency(rounds: int) -> None:
     results: dict[str, list[tuple[float, float]]] = {name: [] for name in converters}
     with tempfile.TemporaryDirectory() as tmp:
         settings = AgentSettings(_env_file=None, data_dir=Path(tmp))  # type: ignore[call-arg]
-        threads = LocalThreadStore(Path(tmp) / "threads.sqlite")
+        threads = LocalThreadStore(database_for(settings))
         async with env:
             clients = {
                 name: await Client.connect(target, namespace=env.client.namespace, data_converter=c)

@@ -24,14 +24,18 @@ from temporalio.client import Client
 
 from agent.codec_keys import ensure_codec_key, key_file
 from agent.settings import AgentSettings, TemporalSettings
+from agent.stores.database import database_for
 from agent.stores.grants import GrantStore
 from agent.temporal_client import connect
+from bot import hold as hold_store
+from bot import inbox as inbox_store
 from bot.commands import Commands
 from bot.conversations import RPC_TIMEOUT
 from bot.discord.settings import DiscordSettings
 from bot.draining_router import DrainingRouter
 from bot.hold import HoldSwitch
 from bot.inbox import Inbox
+from bot.local import thread_store as threads_store
 from bot.local.terminal import LocalChannel
 from bot.platform_health import PlatformHealth
 from bot.slack.settings import SlackSettings
@@ -76,7 +80,9 @@ async def running_stack(
     stops what it started even if a later step failed.
     """
     data_dir = Path(settings.data_dir)
-    await prepare_stores(settings)  # creates the data directory and seeds the demo data
+    database = database_for(settings)
+    await prepare_stores(settings)  # migrates the agent's stores and seeds the demo data
+    await database.migrate(inbox_store.SCHEMA, hold_store.SCHEMA, threads_store.SCHEMA)
     # Encryption is on by default: with no key configured, one is generated into the data
     # directory, where the Worker child (which inherits DATA_DIR) reads it too.
     keys, generated = ensure_codec_key(settings)
@@ -95,8 +101,8 @@ async def running_stack(
             log_path=data_dir / "worker.log",
         )
         async with supervisor:
-            hold = HoldSwitch(data_dir / "bot.sqlite", settings.hold_before_refund)
-            inbox = Inbox(data_dir / "inbox.sqlite")
+            hold = HoldSwitch(database, settings.hold_before_refund)
+            inbox = Inbox(database)
             router = DrainingRouter(
                 client, temporal.task_queue, inbox, hold.enabled, decider=settings.agent_decider
             )
@@ -104,7 +110,7 @@ async def running_stack(
                 client,
                 lambda: request_worker_restart(client, temporal.control_task_queue),
                 settings,
-                GrantStore(settings.grants_db),
+                GrantStore(database),
                 hold,
             )
             delivery = asyncio.create_task(router.run_delivery(), name="inbox delivery")
@@ -157,7 +163,7 @@ def start_platforms(stack: Stack, *, local: bool) -> list[Platform]:
     settings = stack.settings
     slack, discord = SlackSettings(), DiscordSettings()
     sources = grant_sources(settings, slack, discord)
-    store = GrantStore(settings.grants_db)
+    store = GrantStore(database_for(settings))
     platforms: list[Platform] = []
 
     def start(name: str, serve: Coroutine[Any, Any, None], health: PlatformHealth) -> None:

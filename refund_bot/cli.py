@@ -24,6 +24,7 @@ import sys
 from temporalio.service import RPCError, RPCStatusCode
 
 from agent.codec import CodecKeyError, NoCodecKey
+from agent.stores.database import DatabaseUnavailable
 from refund_bot import config
 from refund_bot.config import Config, ConfigError
 from worker.exit import exit_now
@@ -226,8 +227,8 @@ def main(argv: list[str] | None = None) -> None:
     except ConfigError as err:
         print(f"refund-bot: {err}", file=sys.stderr)
         code = 2
-    except (Refused, TemporalServerError, CodecKeyError) as err:
-        # A codec key problem names the key id, never the key.
+    except (Refused, TemporalServerError, CodecKeyError, DatabaseUnavailable) as err:
+        # A codec key problem names the key id, never the key; a database, never its password.
         print(f"refund-bot: {err}", file=sys.stderr)
         code = 1
     except KeyboardInterrupt:  # before the signal handlers were installed: nothing had started

@@ -30,6 +30,7 @@ from agent.effect_owner import refunds_at_owner
 from agent.history import what_survives
 from agent.models import Actor, ConversationView, OrderDetails
 from agent.settings import DEMO_CUSTOMER, AgentSettings, TemporalSettings
+from agent.stores.database import database_for
 from agent.stores.domain import SEED_ORDERS, DomainStore
 from agent.stores.ledger import Ledger, SeedRefund
 from agent.stripe_setup import pay_order
@@ -79,7 +80,7 @@ async def place_demo_customer(settings: AgentSettings) -> tuple[Actor, OrderDeta
     """A fresh copy of the demo customer, with their earlier refund and a fresh order to refund,
     paid where the refunds go: the offline ledger, or test-mode PaymentIntents in Stripe test
     mode (as `refund-bot stripe-setup` pays the seed's)."""
-    domain = DomainStore(settings.domain_db)
+    domain = DomainStore(database_for(settings))
     persona = PEOPLE["customer"]
     customer = persona.model_copy(update={"user_id": f"demo-{secrets.token_hex(3)}"})
     customer_id = await domain.place_customer(DEMO_CUSTOMER, customer)
@@ -95,7 +96,7 @@ async def place_demo_customer(settings: AgentSettings) -> tuple[Actor, OrderDeta
         ).isoformat(),
     )
     if settings.stripe_api_key is None:
-        ledger = Ledger(settings.ledger_db)
+        ledger = Ledger(database_for(settings))
         await ledger.seed_payments(
             [(o.payment_ref, o.amount_cents, o.currency) for o in (order, earlier)]
         )
@@ -144,7 +145,7 @@ async def _story(temporal: TemporalSettings, settings: AgentSettings) -> int:
         router = ConversationRouter(
             stack.client,
             temporal.task_queue,
-            Inbox(settings.data_dir / "inbox.sqlite"),
+            Inbox(database_for(settings)),
             hold,
             decider=settings.agent_decider,
         )

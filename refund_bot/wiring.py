@@ -6,11 +6,10 @@ free of bot/ imports).
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from agent.activities.authorize import GrantSource
 from agent.activities.notify import ThreadPoster
 from agent.settings import AgentSettings
+from agent.stores.database import database_for
 from agent.stores.grants import GrantStore
 from bot.discord.grants import DiscordRoleGrants
 from bot.discord.outbound import DiscordThreadPoster
@@ -22,7 +21,7 @@ from bot.slack.settings import SlackSettings
 
 
 def local_thread_store(settings: AgentSettings) -> LocalThreadStore:
-    return LocalThreadStore(Path(settings.data_dir) / "threads.sqlite")
+    return LocalThreadStore(database_for(settings))
 
 
 def outbound_posters(
@@ -49,7 +48,7 @@ def grant_sources(
     """Platform-owned live grant sources, when configured; the grants store answers otherwise."""
     slack = slack or SlackSettings()
     discord = discord or DiscordSettings()
-    store = GrantStore(settings.grants_db)
+    store = GrantStore(database_for(settings))
     sources: dict[str, GrantSource] = {}
     if discord.enabled and discord.approver_role:
         sources["discord"] = DiscordRoleGrants(discord, store)

@@ -1,4 +1,5 @@
-"""Shared fixtures: one real Temporal dev server per test session, real SQLite files per test."""
+"""Shared fixtures: one real Temporal dev server and one real PostgreSQL server per test session;
+real SQLite files, or a PostgreSQL database of its own, per test."""
 
 from __future__ import annotations
 
@@ -9,7 +10,9 @@ from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
 
 from agent.settings import AgentSettings
+from agent.stores.database import Database, close_database, open_database, sqlite_url
 from tests.support.codec import TEST_CONVERTER
+from tests.support.postgres import PostgresServer
 from worker.exit import exit_now
 from worker.server import temporal_cli_path
 
@@ -36,6 +39,53 @@ def client(temporal_env: WorkflowEnvironment) -> Client:
 def agent_settings(tmp_path) -> AgentSettings:
     # _env_file=None: a developer's own .env must not leak into a test.
     return AgentSettings(_env_file=None, data_dir=tmp_path)  # type: ignore[call-arg]
+
+
+@pytest.fixture(scope="session")
+async def postgres() -> AsyncIterator[PostgresServer]:
+    """PostgreSQL 16 from the pgserver wheel, started here (tests/support/postgres.py)."""
+    server = PostgresServer()
+    try:
+        await server.start()
+        yield server
+    finally:
+        await server.stop()
+
+
+@pytest.fixture
+async def postgres_url(postgres: PostgresServer) -> AsyncIterator[str]:
+    """A fresh, empty PostgreSQL database for one test."""
+    url = await postgres.create_database()
+    try:
+        yield url
+    finally:
+        await postgres.drop_database(url)
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+async def database_url(
+    request: pytest.FixtureRequest, tmp_path, postgres: PostgresServer
+) -> AsyncIterator[str]:
+    """A test that takes this runs once on each backend: SQLite files in tmp_path, then a fresh
+    PostgreSQL database. (Both ask for the session's server: pytest-asyncio cannot start an
+    async session fixture from inside another fixture.)"""
+    if request.param == "sqlite":
+        url = sqlite_url(tmp_path / "stores")
+        try:
+            yield url
+        finally:
+            await close_database(url)
+        return
+    url = await postgres.create_database()
+    try:
+        yield url
+    finally:
+        await postgres.drop_database(url)
+
+
+@pytest.fixture
+def database(database_url: str) -> Database:
+    return open_database(database_url)
 
 
 @pytest.hookimpl(trylast=True)

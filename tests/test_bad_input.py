@@ -10,6 +10,7 @@ from pydantic import ValidationError
 
 from agent.models import MAX_TEXT_CHARS, Actor
 from agent.settings import AgentSettings
+from agent.stores.database import database_for
 from bot.local.thread_store import LocalThreadStore
 from tests.support.conversation import LocalConversation
 from tests.support.inproc import running_worker
@@ -17,7 +18,7 @@ from tests.support.inproc import running_worker
 
 @pytest.fixture
 def threads(agent_settings: AgentSettings) -> LocalThreadStore:
-    return LocalThreadStore(agent_settings.data_dir / "threads.sqlite")
+    return LocalThreadStore(database_for(agent_settings))
 
 
 async def test_duplicate_message_ids_are_applied_once(client, agent_settings, threads) -> None:

@@ -22,10 +22,12 @@ from refund_bot.cli import build_parser
 from tests.fakes.discord_api import FakeDiscordAPI
 from tests.support import clean_environment, free_port
 
-# Placeholders the test fills in: the session's Temporal server, a regular file, a busy port.
+# Placeholders the test fills in: the session's Temporal server, a regular file, a busy port, a
+# port nothing listens on.
 TEMPORAL = "{temporal}"
 A_FILE = "{file}"
 BUSY_PORT = "{busy_port}"
+FREE_PORT = "{free_port}"
 
 CASES: list[tuple[str, list[str], dict[str, str], list[str]]] = [
     # (id, argv, environment, what the line must name)
@@ -100,6 +102,24 @@ CASES: list[tuple[str, list[str], dict[str, str], list[str]]] = [
         ["TEMPORAL_ADDRESS"],
     ),
     ("Web UI port in use", ["run"], {"TEMPORAL_UI_PORT": BUSY_PORT}, ["TEMPORAL_UI_PORT"]),
+    (
+        "database url of another kind",
+        ["run"],
+        {"DATABASE_URL": "mysql://refund:hunter2@db.example.com/refund"},
+        ["DATABASE_URL", "postgresql://", "sqlite:///", "refund:***@"],
+    ),
+    (
+        "database url naming a file",
+        ["worker"],
+        {"DATABASE_URL": f"sqlite:///{A_FILE}"},
+        ["DATABASE_URL", "directory"],
+    ),
+    (
+        "database unreachable",
+        ["run"],
+        {"DATABASE_URL": f"postgresql://refund:hunter2@127.0.0.1:{FREE_PORT}/refund"},
+        ["DATABASE_URL", "cannot reach the database", "refund:***@127.0.0.1"],
+    ),
 ]
 
 
@@ -129,6 +149,7 @@ def test_a_mistake_is_one_line_naming_the_setting(
         TEMPORAL: temporal_env.client.service_client.config.target_host,
         A_FILE: str(a_file),
         BUSY_PORT: str(busy_port),
+        FREE_PORT: str(free_port()),  # nothing listens there
     }
     for placeholder, value in fill.items():
         env = {k: v.replace(placeholder, value) for k, v in env.items()}
@@ -155,7 +176,8 @@ def test_a_mistake_is_one_line_naming_the_setting(
     assert line.startswith("refund-bot: "), line
     for name in named:
         assert name in line, line
-    assert "sk_live_do_not_print" not in proc.stderr + proc.stdout  # a secret is never shown
+    for secret in ("sk_live_do_not_print", "hunter2"):
+        assert secret not in proc.stderr + proc.stdout  # a secret is never shown
 
 
 def test_every_command_has_a_one_line_description() -> None:

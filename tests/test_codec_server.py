@@ -27,6 +27,7 @@ from temporalio.client import Client
 from agent.codec import ENCODING, AesGcmCodec, CodecKey
 from agent.models import CustomerMessage
 from agent.settings import AgentSettings, CodecServerSettings, TemporalSettings
+from agent.stores.database import database_for
 from bot.local.thread_store import LocalThreadStore
 from tests.fakes.loopback import serve_on_loopback
 from tests.support import free_port
@@ -45,7 +46,7 @@ OPENING = "please refund order 1234, the plush python lost an eye"
 @pytest.fixture
 async def conversation(client: Client, agent_settings: AgentSettings) -> str:
     """A conversation the Worker wrote (encrypted with the tests' key); its Workflow ID."""
-    threads = LocalThreadStore(agent_settings.data_dir / "threads.sqlite")
+    threads = LocalThreadStore(database_for(agent_settings))
     async with running_worker(client, agent_settings, threads) as tq:
         conv = LocalConversation(client, threads, tq)
         handle = await conv.open(OPENING)

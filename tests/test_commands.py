@@ -55,7 +55,7 @@ async def test_crash_then_status_without_a_worker_then_release(temporal_env, tmp
         status = await stack.commands.refund_status(PRESENTER, conv.handle.id)
         assert "refund at the offline ledger: re_ledger_" in status.text
         assert "(calls with its key: 1)" in status.text
-    assert len(await refunds_made(stack.settings.ledger_db)) == 1
+    assert len(await refunds_made(stack.settings)) == 1
 
 
 async def test_commands_are_refused_to_people_without_the_role(temporal_env, tmp_path) -> None:

@@ -6,6 +6,7 @@ import pytest
 
 from agent.models import Actor, ConversationOutcome
 from agent.settings import AgentSettings
+from agent.stores.database import database_for
 from agent.stores.grants import GrantStore
 from agent.stores.ledger import Ledger
 from bot.local.thread_store import LocalThreadStore
@@ -16,7 +17,7 @@ from tests.support.owner import refunds_made
 
 @pytest.fixture
 def threads(agent_settings: AgentSettings) -> LocalThreadStore:
-    return LocalThreadStore(agent_settings.data_dir / "threads.sqlite")
+    return LocalThreadStore(database_for(agent_settings))
 
 
 async def _answer_both(conv: LocalConversation) -> None:
@@ -37,7 +38,7 @@ async def test_happy_path_refunds_once(client, agent_settings, threads) -> None:
     assert outcome.refund.amount_cents == 8000
     last = (await conv.bot_messages())[-1]
     assert last.kind == "outcome" and last.text.startswith("Your refund is complete")
-    refunds = await Ledger(agent_settings.ledger_db).refunds_for_workflow(handle.id)
+    refunds = await Ledger(database_for(agent_settings)).refunds_for_workflow(handle.id)
     assert len(refunds) == 1 and refunds[0].calls == 1
 
 
@@ -68,7 +69,7 @@ async def test_unknown_order_and_another_customers_order_get_the_same_answer(
             answers.append(outcome.message.replace(number, "N"))
     assert answers[0] == answers[1]
     assert "couldn't find order N on your account" in answers[0]
-    assert await refunds_made(agent_settings.ledger_db) == []
+    assert await refunds_made(agent_settings) == []
 
 
 async def test_final_sale_order_is_denied(client, agent_settings, threads) -> None:
@@ -92,13 +93,13 @@ async def test_escalation_approved_by_a_grant_holder_refunds(
         await conv.click("approve", SUPPORT)
         outcome = await handle.result()
     assert outcome.status == "refunded" and outcome.refund and outcome.refund.amount_cents == 45000
-    assert len(await Ledger(agent_settings.ledger_db).refunds_for_workflow(handle.id)) == 1
+    assert len(await Ledger(database_for(agent_settings)).refunds_for_workflow(handle.id)) == 1
 
 
 async def test_grant_revoked_after_approval_means_no_refund(
     client, agent_settings, threads
 ) -> None:
-    grants = GrantStore(agent_settings.grants_db)
+    grants = GrantStore(database_for(agent_settings))
     presenter = Actor(platform="local", user_id="presenter")
     async with running_worker(client, agent_settings, threads) as tq:
         conv = LocalConversation(client, threads, tq)
@@ -112,7 +113,7 @@ async def test_grant_revoked_after_approval_means_no_refund(
         await conv.wait_phase("waiting_for_approval")
         texts = [m.text for m in await conv.bot_messages()]
         assert any("No refund yet" in t and "no live refund_approver grant" in t for t in texts)
-        assert await refunds_made(agent_settings.ledger_db) == []
+        assert await refunds_made(agent_settings) == []
         # A later approval by someone who holds a grant now goes through.
         await grants.grant(SUPPORT, "refund_approver", 100000, by=presenter)
         await conv.click("approve", SUPPORT)
@@ -137,7 +138,7 @@ async def test_approval_without_a_grant_gives_no_refund(client, agent_settings, 
         await conv.click("deny", SUPPORT)
         outcome = await handle.result()
     assert outcome.status == "declined"
-    assert await refunds_made(agent_settings.ledger_db) == []
+    assert await refunds_made(agent_settings) == []
 
 
 async def test_agent_without_its_grant_escalates_instead_of_refunding(
@@ -145,7 +146,7 @@ async def test_agent_without_its_grant_escalates_instead_of_refunding(
 ) -> None:
     from agent.models import AGENT_PRINCIPAL
 
-    grants = GrantStore(agent_settings.grants_db)
+    grants = GrantStore(database_for(agent_settings))
     async with running_worker(client, agent_settings, threads) as tq:
         await grants.revoke(AGENT_PRINCIPAL, "refund_agent", by=SUPPORT)
         conv = LocalConversation(client, threads, tq)

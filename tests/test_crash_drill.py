@@ -6,6 +6,7 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.client import WorkflowHandle
 
 from agent.history import what_survives
+from agent.stores.database import database_for
 from agent.stores.ledger import Ledger
 from refund_bot.wiring import local_thread_store
 from tests.support import pid_alive
@@ -61,7 +62,7 @@ async def test_sigkill_while_held_resumes_without_repeating(temporal_env, tmp_pa
         assert survivors.lookups == ["lookup_order", "lookup_customer_history"]
         assert survivors.next_action == "issue refund"
         assert survivors.refund.state == "not started"
-        assert await refunds_made(stack.settings.ledger_db) == []
+        assert await refunds_made(stack.settings) == []
 
         await stack.supervisor.start()
         await handle.signal("release")
@@ -74,7 +75,7 @@ async def test_sigkill_while_held_resumes_without_repeating(temporal_env, tmp_pa
     for step in LOOP_STEPS:  # no decide step or lookup ran again, none retried
         assert after.get(step) == before.get(step), step
         assert all(attempt == 1 for attempt in after.get(step, []))
-    refunds = await Ledger(stack.settings.ledger_db).refunds_for_workflow(handle.id)
+    refunds = await Ledger(database_for(stack.settings)).refunds_for_workflow(handle.id)
     assert len(refunds) == 1 and refunds[0].calls == 1
 
 
@@ -85,7 +86,7 @@ async def test_kill_after_the_ledger_accepted_makes_no_second_refund(
     drill = {"REFUND_DRILL_PAUSE_AFTER_EFFECT": "true"}
     async with supervised_stack(temporal_env, tmp_path, drill) as stack:
         threads = local_thread_store(stack.settings)
-        ledger = Ledger(stack.settings.ledger_db)
+        ledger = Ledger(database_for(stack.settings))
         conv = LocalConversation(client, threads, stack.temporal.task_queue)
         handle = await conv.open("please refund order 1234")
         await conv.next_bot_message()

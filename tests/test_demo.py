@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 from agent.settings import AgentSettings, TemporalSettings
+from agent.stores.database import database_for
 from agent.stores.ledger import Ledger
 from agent.workflow import RefundConversation
 from refund_bot.app import running_stack
@@ -92,7 +93,7 @@ async def test_refund_bot_demo_tells_the_story_again_and_again(tmp_path: Path) -
 
     second = await _run_demo(_demo_env(data_dir), tmp_path)
     _assert_the_story(second, "10003")  # 10002 was the first run's customer's earlier refund
-    made = await Ledger(settings.ledger_db).all_refunds()
+    made = await Ledger(database_for(settings)).all_refunds()
     # The agent's refunds (each from a conversation), beside the seeded earlier refunds.
     assert {r.order_number for r in made if r.workflow_id} == {"10001", "1234", "10003"}
     assert {r.order_number for r in made if not r.workflow_id} == {"1001", "10002", "10004"}
@@ -158,4 +159,4 @@ async def test_open_conversation_survives_a_restart_of_everything(tmp_path) -> N
     assert outcome.status == "refunded"
     questions = [m.text for m in await conv.bot_messages() if m.kind == "question"]
     assert questions == ["Was the package opened?", "What was damaged?"]
-    assert len(await Ledger(settings.ledger_db).refunds_for_workflow(handle.id)) == 1
+    assert len(await Ledger(database_for(settings)).refunds_for_workflow(handle.id)) == 1

@@ -13,6 +13,7 @@ import pytest
 
 from agent.models import Actor
 from agent.settings import DEMO_CUSTOMER, AgentSettings
+from agent.stores.sqlite import SqliteDatabase
 from bot.local.thread_store import LocalThreadStore
 from tests.support.conversation import LocalConversation
 from tests.support.inproc import running_worker
@@ -86,7 +87,7 @@ async def test_an_unknown_user_is_linked_or_gets_the_unknown_order_answer(
         demo_customer_for_new_users=setting,
     )
     newcomer = Actor(platform=platform, user_id="U0NEWCOMER", display_name="New")  # type: ignore[arg-type]
-    threads = LocalThreadStore(tmp_path / "threads.sqlite")
+    threads = LocalThreadStore(SqliteDatabase(tmp_path))
     async with running_worker(client, settings, threads) as tq:
         conv = LocalConversation(client, threads, tq, customer=newcomer)
         handle = await conv.open("please refund order 1234")

@@ -25,6 +25,7 @@ from temporalio.service import RPCError, RPCStatusCode
 from agent.models import Actor, MessageKey, OutboundMessage, ThreadRef
 from agent.settings import AgentSettings
 from agent.stores.grants import GrantStore
+from agent.stores.sqlite import SqliteDatabase
 from bot.commands import GRANTABLE_ROLES, Commands
 from bot.conversations import MAX_SIGNAL_TEXT, NOTICES, InboundClick, Routed
 from bot.discord import replies, slash_commands
@@ -152,7 +153,7 @@ def settings(api: FakeDiscordAPI) -> DiscordSettings:
 
 @pytest.fixture
 async def store(tmp_path: Path) -> GrantStore:
-    grants = GrantStore(tmp_path / "grants.sqlite")
+    grants = GrantStore(SqliteDatabase(tmp_path))
     seed = Actor(platform="local", user_id="seed")
     await grants.grant(discord_actor(PRESENTER), "presenter", None, by=seed)
     await grants.grant(discord_actor(ADMIN), "admin", None, by=seed)
@@ -176,7 +177,7 @@ def restart() -> FakeRestart:
 
 @pytest.fixture
 def hold(tmp_path: Path) -> HoldSwitch:
-    return HoldSwitch(tmp_path / "hold.sqlite", default=False)
+    return HoldSwitch(SqliteDatabase(tmp_path), default=False)
 
 
 @pytest.fixture

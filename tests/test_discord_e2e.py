@@ -20,6 +20,7 @@ from temporalio.testing import WorkflowEnvironment
 
 from agent.history import what_survives
 from agent.stores.ledger import Ledger
+from agent.stores.sqlite import SqliteDatabase
 from tests.fakes.discord_api import THREADS_ROUTE, FakeDiscordAPI, Interaction
 from tests.fakes.discord_gateway import GUILD_MESSAGES, GUILDS, MESSAGE_CONTENT
 from tests.support import free_port
@@ -150,7 +151,7 @@ async def test_a_discord_conversation_through_the_real_process(
             assert [r.status for r in api.requests_to(THREADS_ROUTE)] == [201]
             survived = await what_survives(temporal_env.client, workflow_id)
             assert survived.customer_signals == 3  # the opening, "Yes", the damage
-            refunds = await Ledger(tmp_path / "data" / "ledger.sqlite").refunds_for_workflow(
+            refunds = await Ledger(SqliteDatabase(tmp_path / "data")).refunds_for_workflow(
                 workflow_id
             )
             assert len(refunds) == 1 and refunds[0].amount_cents == 45000

@@ -23,6 +23,7 @@ from agent.decoded_history import decoded_history
 from agent.history import survivors_from_history, what_survives
 from agent.models import Actor, CustomerMessage, OutboundMessage
 from agent.settings import AgentSettings, TemporalSettings
+from agent.stores.database import database_for
 from agent.stores.grants import GrantStore
 from agent.temporal_client import connect
 from agent.workflow import RefundConversation
@@ -44,7 +45,7 @@ ITEM = "plush python"  # order 1234's item, from the domain store
 
 @pytest.fixture
 def threads(agent_settings: AgentSettings) -> LocalThreadStore:
-    return LocalThreadStore(agent_settings.data_dir / "threads.sqlite")
+    return LocalThreadStore(database_for(agent_settings))
 
 
 async def _client(client: Client, keys: list[CodecKey]) -> Client:
@@ -223,8 +224,8 @@ async def test_a_missing_key_is_one_clear_line_for_every_reader(
         without,
         no_restart,  # type: ignore[arg-type]
         agent_settings,
-        GrantStore(agent_settings.grants_db),
-        HoldSwitch(agent_settings.data_dir / "bot.sqlite", False),
+        GrantStore(database_for(agent_settings)),
+        HoldSwitch(database_for(agent_settings), False),
     )
     reply = await commands.refund_status(PEOPLE["presenter"], workflow_id)
     assert not reply.ok

@@ -14,6 +14,7 @@ from temporalio.testing import WorkflowEnvironment
 
 from agent.models import Actor, ThreadRef
 from agent.settings import AgentSettings, TemporalSettings
+from agent.stores.sqlite import SqliteDatabase
 from bot.conversations import ConversationRouter, InboundMessage, Routed
 from bot.ids import workflow_id_for
 from bot.inbox import Inbox
@@ -34,7 +35,7 @@ async def test_messages_wait_for_temporal_and_arrive_in_order(tmp_path) -> None:
     settings = AgentSettings(_env_file=None, data_dir=tmp_path)  # type: ignore[call-arg]
     # A lazy client connects on first use, as a bot that starts before its Temporal would.
     client = await Client.connect(address, data_converter=TEST_CONVERTER, lazy=True)
-    inbox = Inbox(tmp_path / "inbox.sqlite")
+    inbox = Inbox(SqliteDatabase(tmp_path))
 
     async def no_hold() -> bool:
         return False
@@ -69,7 +70,7 @@ async def test_messages_wait_for_temporal_and_arrive_in_order(tmp_path) -> None:
 async def test_a_conversation_temporal_refuses_is_a_dead_letter_and_holds_back_no_other(
     temporal_env: WorkflowEnvironment, tmp_path: Path
 ) -> None:
-    inbox = Inbox(tmp_path / "inbox.sqlite")
+    inbox = Inbox(SqliteDatabase(tmp_path))
     router = ConversationRouter(
         temporal_env.client,
         f"refused-{uuid.uuid4().hex[:8]}",
@@ -104,7 +105,7 @@ async def test_messages_for_a_namespace_not_there_yet_arrive_once_it_is(
     namespace = f"late-{uuid.uuid4().hex[:8]}"
     address = temporal_env.client.service_client.config.target_host
     client = await Client.connect(address, namespace=namespace, data_converter=TEST_CONVERTER)
-    inbox = Inbox(tmp_path / "inbox.sqlite")
+    inbox = Inbox(SqliteDatabase(tmp_path))
     router = ConversationRouter(
         client,
         "refund-bot",

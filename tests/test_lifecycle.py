@@ -26,6 +26,7 @@ from temporalio.testing import WorkflowEnvironment
 
 from agent.models import Actor, ThreadRef
 from agent.settings import TemporalSettings
+from agent.stores.sqlite import SqliteDatabase
 from bot.conversations import InboundMessage, Routed
 from bot.draining_router import DrainingRouter
 from bot.ids import workflow_id_for
@@ -415,7 +416,7 @@ async def test_a_router_call_outlives_its_cancelled_caller_until_drained(
         return False
 
     queue = f"lifecycle-{uuid.uuid4().hex[:8]}"
-    router = DrainingRouter(temporal_env.client, queue, Inbox(tmp_path / "inbox.sqlite"), hold)
+    router = DrainingRouter(temporal_env.client, queue, Inbox(SqliteDatabase(tmp_path)), hold)
     customer = Actor(platform="local", user_id="customer")
     thread = ThreadRef(platform="local", workspace="local", channel="support", thread=queue)
     opening = InboundMessage(
@@ -439,6 +440,6 @@ async def test_a_router_call_outlives_its_cancelled_caller_until_drained(
     handle = temporal_env.client.get_workflow_handle(workflow_id_for(thread))
     # Started: the message reached Temporal although the platform's task was cancelled.
     assert (await handle.describe()).status == WorkflowExecutionStatus.RUNNING
-    assert await Inbox(tmp_path / "inbox.sqlite").size() == 0
+    assert await Inbox(SqliteDatabase(tmp_path)).size() == 0
     assert await router.on_message(opening) == Routed.DUPLICATE
     await handle.terminate("test over")

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import aiosqlite
 
+from agent.stores.sqlite import SqliteDatabase
 from bot.conversations import Routed
 from bot.local.markup import plain
 from bot.local.terminal import PEOPLE, LocalChannel, inbound
@@ -22,12 +23,12 @@ def channel_on(
     tmp_path: Path, routed: Routed | None = None
 ) -> tuple[LocalChannel, io.StringIO, RecordingCommands]:
     out, commands, router = io.StringIO(), RecordingCommands(), RecordingRouter(result=routed)
-    threads = LocalThreadStore(tmp_path / "threads.sqlite")
+    threads = LocalThreadStore(SqliteDatabase(tmp_path))
     return LocalChannel(threads, router, commands, out=out), out, commands  # type: ignore[arg-type]
 
 
 async def test_threads_are_named_1_2_3_in_the_order_they_open(tmp_path: Path) -> None:
-    threads = LocalThreadStore(tmp_path / "threads.sqlite")
+    threads = LocalThreadStore(SqliteDatabase(tmp_path))
     first = await threads.open_thread("support", "customer", "please refund order 1234")
     await threads.add_reply(first.thread_id, "customer", "Yes")
     await threads.add_reply(first.thread_id, "customer", "Split seam")
@@ -45,7 +46,7 @@ async def test_threads_are_named_1_2_3_in_the_order_they_open(tmp_path: Path) ->
 
 async def test_threads_named_the_old_way_keep_their_names(tmp_path: Path) -> None:
     path = tmp_path / "threads.sqlite"
-    threads = LocalThreadStore(path)
+    threads = LocalThreadStore(SqliteDatabase(tmp_path))
     await threads.messages()  # creates the schema
     # The earlier scheme: a thread was named t<seq of its root message>, so t1 and t4.
     async with aiosqlite.connect(path) as db:

@@ -9,6 +9,7 @@ from temporalio.client import WorkflowFailureError
 from agent.decoded_history import decoded_history
 from agent.history import survivors_from_history
 from agent.settings import AgentSettings
+from agent.stores.sqlite import SqliteDatabase
 from agent.workflow import SOMETHING_WENT_WRONG
 from bot.local.thread_store import LocalThreadStore
 from tests.fakes.openai_api import FakeOpenAI
@@ -35,7 +36,7 @@ async def _answer(conv: LocalConversation) -> None:
 async def test_model_chooses_lookups_and_decision_once_each(client, tmp_path) -> None:
     async with FakeOpenAI() as model:
         settings = _settings(tmp_path, model)
-        threads = LocalThreadStore(tmp_path / "threads.sqlite")
+        threads = LocalThreadStore(SqliteDatabase(tmp_path))
         async with running_worker(client, settings, threads) as queue:
             conv = LocalConversation(client, threads, queue)
             handle = await conv.open("please refund order 1234", decider="openai")
@@ -56,7 +57,7 @@ async def test_model_chooses_lookups_and_decision_once_each(client, tmp_path) ->
 async def test_a_model_5xx_is_one_call_and_a_temporal_retry(client, tmp_path) -> None:
     async with FakeOpenAI(decision="deny") as model:
         settings = _settings(tmp_path, model)
-        threads = LocalThreadStore(tmp_path / "threads.sqlite")
+        threads = LocalThreadStore(SqliteDatabase(tmp_path))
         async with running_worker(client, settings, threads) as queue:
             conv = LocalConversation(client, threads, queue)
             handle = await conv.open("please refund order 1234", decider="openai")
@@ -75,7 +76,7 @@ async def test_a_model_that_refuses_the_call_ends_with_a_plain_sentence(client, 
         settings = _settings(tmp_path, model).model_copy(
             update={"openai_api_key": SecretStr("sk-a-revoked-key")}
         )
-        threads = LocalThreadStore(tmp_path / "threads.sqlite")
+        threads = LocalThreadStore(SqliteDatabase(tmp_path))
         async with running_worker(client, settings, threads) as queue:
             conv = LocalConversation(client, threads, queue)
             handle = await conv.open("please refund order 1234", decider="openai")

@@ -14,8 +14,13 @@ from temporalio.testing import ActivityEnvironment
 
 from agent.activities.lookups import MAX_REFUND_LINES, LookupActivities
 from agent.effect_owner import LedgerOwner
-from agent.models import ALREADY_REFUNDED, LookupCustomerInput, LookupOrderInput
+from agent.models import (
+    ALREADY_REFUNDED,
+    LookupCustomerInput,
+    LookupOrderInput,
+)
 from agent.settings import AgentSettings
+from agent.stores.database import database_for
 from agent.stores.domain import DomainStore
 from agent.stores.ledger import Ledger
 from agent.workflow import REFUND_FAILED
@@ -32,7 +37,7 @@ ALREADY = re.compile(
 
 @pytest.fixture
 def threads(agent_settings: AgentSettings) -> LocalThreadStore:
-    return LocalThreadStore(agent_settings.data_dir / "threads.sqlite")
+    return LocalThreadStore(database_for(agent_settings))
 
 
 async def _answer_both(conv: LocalConversation) -> None:
@@ -42,8 +47,8 @@ async def _answer_both(conv: LocalConversation) -> None:
 
 
 def _lookups(settings: AgentSettings) -> LookupActivities:
-    owner = LedgerOwner(Ledger(settings.ledger_db))
-    return LookupActivities(DomainStore(settings.domain_db), owner)
+    owner = LedgerOwner(Ledger(database_for(settings)))
+    return LookupActivities(DomainStore(database_for(settings)), owner)
 
 
 async def test_lookups_read_refunds_from_the_ledger(client, agent_settings, threads) -> None:
@@ -57,7 +62,7 @@ async def test_lookups_read_refunds_from_the_ledger(client, agent_settings, thre
             lookups.lookup_order, LookupOrderInput(order_number="1234", customer=CUSTOMER)
         )
         history = await run(lookups.lookup_customer_history, LookupCustomerInput(customer=CUSTOMER))
-    (seeded,) = await Ledger(agent_settings.ledger_db).all_refunds()
+    (seeded,) = await Ledger(database_for(agent_settings)).all_refunds()
     assert earlier.order and [r.refund_id for r in earlier.order.refunds] == [seeded.refund_id]
     assert fresh.order and fresh.order.refunds == []
     assert history.history and history.history.orders == 4
@@ -69,7 +74,7 @@ async def test_a_long_history_is_counted_in_full_and_listed_in_part(
     client, agent_settings, threads
 ) -> None:
     async with running_worker(client, agent_settings, threads):  # seeds the stores
-        ledger = Ledger(agent_settings.ledger_db)
+        ledger = Ledger(database_for(agent_settings))
         for n in range(12):
             number = str(8000 + n)
             payment_ref = await place_order(agent_settings, number, amount_cents=1000)
@@ -106,7 +111,7 @@ async def test_a_second_request_for_a_refunded_order_gets_the_owners_date_and_re
     assert denied.status == "denied"
     match = ALREADY.match(denied.message)
     assert match, denied.message
-    (refund,) = await refunds_made(agent_settings.ledger_db)
+    (refund,) = await refunds_made(agent_settings)
     assert match.groups() == (refund.created_at[:10], refund.refund_id)
     assert (await second.bot_messages())[-1].text == denied.message
 
@@ -129,7 +134,7 @@ async def test_five_conversations_on_one_order_make_one_refund(
             await asyncio.gather(*(c.wait_phase("held_before_refund") for c in conversations))
             await asyncio.gather(*(h.signal("release") for h in handles))
         outcomes = await asyncio.wait_for(asyncio.gather(*(h.result() for h in handles)), 60)
-    (refund,) = await refunds_made(agent_settings.ledger_db)
+    (refund,) = await refunds_made(agent_settings)
     assert sorted(o.status for o in outcomes) == ["denied"] * 4 + ["refunded"]
     losers = [o for o in outcomes if o.status == "denied"]
     sentence = (
@@ -166,7 +171,7 @@ async def test_prior_refunds_count_the_agents_own(client, agent_settings, thread
         assert "The customer has 2 prior refunds" in escalation.text
         await second.click("approve", SUPPORT)
         assert (await asyncio.wait_for(handle.result(), 60)).status == "refunded"
-    assert len(await refunds_made(agent_settings.ledger_db)) == 2
+    assert len(await refunds_made(agent_settings)) == 2
 
 
 async def test_a_ledger_refusal_is_one_plain_sentence(client, agent_settings, threads) -> None:

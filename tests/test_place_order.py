@@ -6,13 +6,14 @@ import asyncio
 
 from agent.models import Actor
 from agent.stores.domain import FIRST_PLACED_ORDER, SEED_ORDERS, DomainStore
+from agent.stores.sqlite import SqliteDatabase
 
 CUSTOMER = Actor(platform="local", user_id="customer")  # the seed links it to the demo customer
 PLUSH_PYTHON = next(order for order in SEED_ORDERS if order.order_number == "1234")
 
 
 async def test_placed_orders_take_new_numbers_on_the_customers_account(tmp_path) -> None:
-    domain = DomainStore(tmp_path / "domain.sqlite")
+    domain = DomainStore(SqliteDatabase(tmp_path))
     await domain.seed()
     first = await domain.place_order(PLUSH_PYTHON)
     # Placed at once, as two demo runs on one data directory could: never one number for both.

@@ -8,14 +8,16 @@ import io
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import aiosqlite
 import pytest
 
 from agent.models import Actor, MessageEdit, MessageKey, OutboundMessage
 from agent.settings import AgentSettings
+from agent.stores.database import database_for
+from agent.stores.sqlite import SqliteDatabase
 from bot.conversations import ConversationRouter, InboundClick, Routed
 from bot.ids import workflow_id_for
 from bot.inbox import Inbox
+from bot.local import thread_store
 from bot.local.terminal import LocalChannel, thread_ref
 from bot.local.thread_store import LocalMessage, LocalThreadStore
 from tests.support.conditions import wait_for
@@ -29,7 +31,7 @@ NO_GRANT = "Marlow holds no live refund_approver grant"
 
 @pytest.fixture
 def threads(agent_settings: AgentSettings) -> LocalThreadStore:
-    return LocalThreadStore(agent_settings.data_dir / "threads.sqlite")
+    return LocalThreadStore(database_for(agent_settings))
 
 
 async def _escalated(conv: LocalConversation) -> LocalMessage:
@@ -62,7 +64,7 @@ async def test_a_click_on_an_earlier_rounds_buttons_is_dropped(
         assert conv.handle is not None
         outcome = await conv.handle.result()
     assert outcome.status == "declined"
-    assert await refunds_made(agent_settings.ledger_db) == []
+    assert await refunds_made(agent_settings) == []
 
 
 @pytest.mark.parametrize("round", [1, None], ids=["buttons-with-round", "buttons-from-before"])
@@ -87,7 +89,7 @@ async def test_a_second_click_queued_while_the_first_is_checked_is_not_taken_lat
         assert conv.handle is not None
         outcome = await conv.handle.result()
     assert outcome.status == "declined"
-    assert await refunds_made(agent_settings.ledger_db) == []
+    assert await refunds_made(agent_settings) == []
 
 
 async def test_each_round_is_replaced_by_what_happened(client, agent_settings, threads) -> None:
@@ -140,12 +142,12 @@ async def test_a_late_click_that_overwrote_an_outcome_gets_it_back(
             return row.text if row.text != first.text else None
 
         outcome_text = await wait_for(settled, what="round 1 settled")
-        async with aiosqlite.connect(threads.path) as db:  # what a platform adapter would do
+        async with threads.database.connect(thread_store.SCHEMA) as db:  # as an adapter would
             await db.execute(
                 "UPDATE messages SET text = ? WHERE seq = ?",
-                (f"{first.text}\nApproved by Sam, checking authorization", first.seq),
+                f"{first.text}\nApproved by Sam, checking authorization",
+                first.seq,
             )
-            await db.commit()
         await conv.click("approve", SUPPORT, round=1)
 
         async def restored() -> bool:
@@ -163,7 +165,7 @@ async def test_the_router_checks_a_click_against_the_open_round(
         return False
 
     async with running_worker(client, agent_settings, threads) as tq:
-        router = ConversationRouter(client, tq, Inbox(tmp_path / "inbox.sqlite"), no_hold)
+        router = ConversationRouter(client, tq, Inbox(SqliteDatabase(tmp_path)), no_hold)
         conv = LocalConversation(client, threads, tq)
         await _escalated(conv)
         assert conv.handle is not None

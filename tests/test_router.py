@@ -17,6 +17,7 @@ from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
 from agent.models import Actor, ConversationStart, ThreadRef
+from agent.stores.sqlite import SqliteDatabase
 from bot.conversations import (
     MAX_SIGNAL_TEXT,
     ConversationRouter,
@@ -90,7 +91,7 @@ def router(temporal: FakeTemporal, tmp_path) -> ConversationRouter:
     async def hold() -> bool:
         return True
 
-    return ConversationRouter(temporal, "refund-bot", Inbox(tmp_path / "inbox.sqlite"), hold)  # type: ignore[arg-type]
+    return ConversationRouter(temporal, "refund-bot", Inbox(SqliteDatabase(tmp_path)), hold)  # type: ignore[arg-type]
 
 
 def message(event_id: str, text: str = "Yes", *, opens: bool = False, **kw: Any) -> InboundMessage:
@@ -165,7 +166,7 @@ async def test_duplicate_window_is_at_least_ten_minutes(temporal, tmp_path) -> N
     async def hold() -> bool:
         return False
 
-    router = ConversationRouter(temporal, "q", Inbox(tmp_path / "i.sqlite"), hold, recent)  # type: ignore[arg-type]
+    router = ConversationRouter(temporal, "q", Inbox(SqliteDatabase(tmp_path)), hold, recent)  # type: ignore[arg-type]
     await router.on_message(message("e1", "refund 1234", opens=True))
     now[0] = 10 * 60
     assert await router.on_message(message("e1", "refund 1234", opens=True)) == Routed.DUPLICATE
@@ -190,7 +191,7 @@ async def test_inbox_keeps_messages_while_temporal_is_down(router, temporal, tmp
     assert await router.on_message(message("e4", "and it smells")) == Routed.QUEUED
     assert await router.deliver_pending() == 3
     assert [c[3].text for c in temporal.calls[1:]] == ["Yes", "Split seam", "and it smells"]
-    assert await Inbox(tmp_path / "inbox.sqlite").size() == 0
+    assert await Inbox(SqliteDatabase(tmp_path)).size() == 0
     # A platform retry of a queued event is a duplicate: it was accepted when it was queued.
     assert await router.on_message(message("e2", "Yes")) == Routed.DUPLICATE
 
@@ -200,10 +201,10 @@ async def test_the_inbox_survives_a_bot_restart(temporal, tmp_path) -> None:
         return False
 
     temporal.down = True
-    first = ConversationRouter(temporal, "q", Inbox(tmp_path / "i.sqlite"), hold)  # type: ignore[arg-type]
+    first = ConversationRouter(temporal, "q", Inbox(SqliteDatabase(tmp_path)), hold)  # type: ignore[arg-type]
     assert await first.on_message(message("e1", "refund 1234", opens=True)) == Routed.QUEUED
     temporal.down = False
-    second = ConversationRouter(temporal, "q", Inbox(tmp_path / "i.sqlite"), hold)  # type: ignore[arg-type]
+    second = ConversationRouter(temporal, "q", Inbox(SqliteDatabase(tmp_path)), hold)  # type: ignore[arg-type]
     assert await second.deliver_pending() == 1
     assert temporal.calls[0][0] == "start"
 
@@ -357,14 +358,14 @@ def quick_router(temporal: FakeTemporal, tmp_path: Path, **kwargs: Any) -> Conve
     return ConversationRouter(
         temporal,  # type: ignore[arg-type]
         "refund-bot",
-        Inbox(tmp_path / "inbox.sqlite"),
+        Inbox(SqliteDatabase(tmp_path)),
         no_hold,
         **kwargs,
     )
 
 
 def router_inbox(tmp_path: Path) -> Inbox:
-    return Inbox(tmp_path / "inbox.sqlite")
+    return Inbox(SqliteDatabase(tmp_path))
 
 
 async def _empty(tmp_path: Path) -> bool:

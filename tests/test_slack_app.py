@@ -31,6 +31,7 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from agent.models import Actor, MessageKey, OutboundMessage, ThreadRef
 from agent.stores.grants import Grant
+from agent.stores.sqlite import SqliteDatabase
 from bot.commands import CommandReply
 from bot.conversations import (
     NOT_KEPT,
@@ -346,7 +347,7 @@ async def real_router_app(
     router = ConversationRouter(
         temporal,  # type: ignore[arg-type]
         "refund-bot",
-        Inbox(tmp_path / "inbox.sqlite"),
+        Inbox(SqliteDatabase(tmp_path)),
         hold,
         RecentEvents(),
         inbox_retry=Backoff(first=0, cap=0, jitter=False),  # the inbox may retry at once

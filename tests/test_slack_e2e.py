@@ -24,6 +24,7 @@ from temporalio.testing import WorkflowEnvironment
 from agent.history import what_survives
 from agent.models import Actor, ConversationOutcome
 from agent.settings import DEMO_CUSTOMER
+from agent.stores.database import database_for
 from agent.stores.grants import GrantStore
 from agent.stores.ledger import Ledger
 from bot.conversations import ConversationRouter, InboundClick, InboundMessage, Routed
@@ -147,14 +148,14 @@ async def slack_e2e(temporal_env: WorkflowEnvironment, data_dir: Path) -> AsyncI
                 router,  # type: ignore[arg-type]
                 stack.commands,
                 find_by_order=order_finder(stack.client),
-                grants=GrantStore(stack.settings.grants_db),
+                grants=GrantStore(database_for(stack.settings)),
             )
             runner = web.AppRunner(http_web_app(app, SECRET), access_log=None)
             await runner.setup()
             await web.TCPSite(runner, "127.0.0.1", 0).start()
             port = runner.addresses[0][1]
             # The admin who runs the demo: seeded once, as a deployment's first admin would be.
-            grants = GrantStore(stack.settings.grants_db)
+            grants = GrantStore(database_for(stack.settings))
             admin = Actor(platform="slack", user_id=ADMIN[0], display_name=ADMIN[1])
             seeder = Actor(platform="local", user_id="presenter")
             await grants.grant(admin, "admin", None, by=seeder)
@@ -255,7 +256,7 @@ async def test_a_slack_conversation_from_first_message_to_one_refund(
         )
 
         # One refund, one call with its key.
-        refunds = await Ledger(e2e.stack.settings.ledger_db).refunds_for_workflow(wid)
+        refunds = await Ledger(database_for(e2e.stack.settings)).refunds_for_workflow(wid)
         assert len(refunds) == 1 and refunds[0].calls == 1 and refunds[0].amount_cents == 45000
 
         # Every agent message is in the thread, each posted once.
@@ -370,7 +371,7 @@ async def test_bad_input_over_http_reaches_nothing(
             return view["phase"] == "waiting_for_approval"
 
         await wait_for(waiting_again, what="the conversation waiting for approval again")
-        assert await refunds_made(e2e.stack.settings.ledger_db) == []
+        assert await refunds_made(e2e.stack.settings) == []
 
         # Only the one real conversation reached the router; the forged and stale never did.
         assert [m.thread.thread for m in e2e.router.messages if m.opens_thread] == [root_ts]
@@ -380,7 +381,7 @@ async def test_bad_input_over_http_reaches_nothing(
         assert not any("eve" in r["text"] and "Granted" in r["text"] for r in e2e.slack.responses)
         admins = [
             g
-            for g in await GrantStore(e2e.stack.settings.grants_db).live_grants()
+            for g in await GrantStore(database_for(e2e.stack.settings)).live_grants()
             if g.role == "admin" and g.platform == "slack"
         ]
         assert [g.user_id for g in admins] == [ADMIN[0]]

@@ -11,8 +11,10 @@ from agent.activities.refund import RefundActivities
 from agent.effect_owner import effect_owner, refunds_at_owner
 from agent.models import ALREADY_REFUNDED, LookupCustomerInput, RefundRequest
 from agent.settings import AgentSettings
+from agent.stores.database import database_for
 from agent.stores.domain import DomainStore
 from agent.stores.ledger import Ledger
+from agent.stores.sqlite import SqliteDatabase
 from agent.stripe_setup import create_test_payments
 from agent.workflow import REFUND_FAILED
 from bot.local.thread_store import LocalThreadStore
@@ -31,7 +33,7 @@ REQUEST = RefundRequest(
 
 
 def _lookups(settings: AgentSettings) -> LookupActivities:
-    return LookupActivities(DomainStore(settings.domain_db), effect_owner(settings))
+    return LookupActivities(DomainStore(database_for(settings)), effect_owner(settings))
 
 
 def _activities(stripe: FakeStripe, tmp_path) -> tuple[RefundActivities, AgentSettings]:
@@ -41,7 +43,7 @@ def _activities(stripe: FakeStripe, tmp_path) -> tuple[RefundActivities, AgentSe
         stripe_api_key=stripe.api_key,
         stripe_api_base=stripe.url,
     )
-    return RefundActivities(settings, Ledger(settings.ledger_db)), settings
+    return RefundActivities(settings, Ledger(database_for(settings))), settings
 
 
 async def test_one_refund_for_two_attempts_with_one_key(tmp_path) -> None:
@@ -98,7 +100,7 @@ async def test_a_conversation_in_stripe_test_mode(client, tmp_path) -> None:
         (earlier,) = stripe.refunds.values()
         assert earlier["payment_intent"] == created["1001"]
 
-        threads = LocalThreadStore(tmp_path / "threads.sqlite")
+        threads = LocalThreadStore(SqliteDatabase(tmp_path))
         async with running_worker(client, settings, threads) as queue:
             conv = LocalConversation(client, threads, queue)
             handle = await conv.open("please refund order 1234")
@@ -144,7 +146,7 @@ async def test_stripes_own_words_never_reach_the_thread(client, tmp_path) -> Non
     async with FakeStripe() as stripe:
         _, settings = _activities(stripe, tmp_path)
         await create_test_payments(settings)
-        threads = LocalThreadStore(tmp_path / "threads.sqlite")
+        threads = LocalThreadStore(SqliteDatabase(tmp_path))
         async with running_worker(client, settings, threads) as queue:
             conv = LocalConversation(client, threads, queue)
             handle = await conv.open("please refund order 1234")

@@ -22,6 +22,10 @@ from agent.activities.notify import NotifyActivities, ThreadPoster
 from agent.activities.refund import RefundActivities
 from agent.effect_owner import effect_owner
 from agent.settings import AgentSettings, TemporalSettings
+from agent.stores import domain as domain_store
+from agent.stores import grants as grants_store
+from agent.stores import ledger as ledger_store
+from agent.stores.database import database_for
 from agent.stores.domain import DomainStore, demo_refunds
 from agent.stores.grants import GrantStore
 from agent.stores.ledger import Ledger
@@ -37,10 +41,13 @@ STICKY_TIMEOUT = timedelta(seconds=2)
 
 
 async def prepare_stores(settings: AgentSettings) -> tuple[DomainStore, GrantStore, Ledger]:
-    """Open and seed the stores (idempotent), so a fresh data directory tells the whole story."""
-    domain = DomainStore(settings.domain_db, settings.demo_customer_for)
-    grants = GrantStore(settings.grants_db)
-    ledger = Ledger(settings.ledger_db)
+    """Migrate and seed the agent's stores (idempotent, and safe from several processes at once),
+    so a fresh database tells the whole story."""
+    database = database_for(settings)
+    await database.migrate(domain_store.SCHEMA, grants_store.SCHEMA, ledger_store.SCHEMA)
+    domain = DomainStore(database, settings.demo_customer_for)
+    grants = GrantStore(database)
+    ledger = Ledger(database)
     await domain.seed()
     await grants.seed(
         tuple((admin, role, None) for admin in settings.admins for role in ("presenter", "admin"))

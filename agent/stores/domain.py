@@ -12,41 +12,61 @@ import secrets
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import date, timedelta
-from pathlib import Path
-
-import aiosqlite
 
 from agent.models import Actor, OrderDetails
 from agent.settings import DEMO_CUSTOMER
-from agent.stores.db import open_db
+from agent.stores.database import Connection, Database, Migration, Row, Schema
 from agent.stores.ledger import SeedRefund
 
-SCHEMA = """
-CREATE TABLE IF NOT EXISTS customers (
-    customer_id TEXT PRIMARY KEY,
-    display_name TEXT NOT NULL,
-    customer_since TEXT NOT NULL
-);
-CREATE TABLE IF NOT EXISTS accounts (
-    platform TEXT NOT NULL,
-    user_id TEXT NOT NULL,
-    customer_id TEXT NOT NULL REFERENCES customers(customer_id),
-    PRIMARY KEY (platform, user_id)
-);
-CREATE TABLE IF NOT EXISTS orders (
-    order_number TEXT PRIMARY KEY,
-    customer_id TEXT NOT NULL REFERENCES customers(customer_id),
-    item TEXT NOT NULL,
-    amount_cents INTEGER NOT NULL,
-    currency TEXT NOT NULL,
-    status TEXT NOT NULL,
-    purchased_at TEXT NOT NULL,
-    final_sale INTEGER NOT NULL DEFAULT 0,
-    payment_ref TEXT NOT NULL
-);
--- A copy of refund history an earlier version kept here; the effect's owner holds it now.
-DROP TABLE IF EXISTS past_refunds;
-"""
+_TABLES = (
+    """CREATE TABLE IF NOT EXISTS customers (
+        customer_id TEXT PRIMARY KEY,
+        display_name TEXT NOT NULL,
+        customer_since TEXT NOT NULL
+    )""",
+    """CREATE TABLE IF NOT EXISTS accounts (
+        platform TEXT NOT NULL,
+        user_id TEXT NOT NULL,
+        customer_id TEXT NOT NULL REFERENCES customers(customer_id),
+        PRIMARY KEY (platform, user_id)
+    )""",
+    """CREATE TABLE IF NOT EXISTS orders (
+        order_number TEXT PRIMARY KEY,
+        customer_id TEXT NOT NULL REFERENCES customers(customer_id),
+        item TEXT NOT NULL,
+        amount_cents {cents} NOT NULL,
+        currency TEXT NOT NULL,
+        status TEXT NOT NULL,
+        purchased_at TEXT NOT NULL,
+        final_sale INTEGER NOT NULL DEFAULT 0,
+        payment_ref TEXT NOT NULL
+    )""",
+)
+SCHEMA = Schema(
+    "domain",
+    "domain.sqlite",
+    (
+        Migration(
+            1,
+            "customers, accounts and orders",
+            sqlite=(
+                *(table.format(cents="INTEGER") for table in _TABLES),
+                # A copy of refund history an earlier version kept here; the effect's owner
+                # holds it now.
+                "DROP TABLE IF EXISTS past_refunds",
+            ),
+            postgresql=tuple(table.format(cents="BIGINT") for table in _TABLES),
+        ),
+    ),
+)
+_ORDER_COLUMNS = (
+    "order_number, customer_id, item, amount_cents, currency, status, purchased_at, final_sale, "
+    "payment_ref"
+)
+_INSERT_ORDER = (
+    f"INSERT INTO orders ({_ORDER_COLUMNS}) VALUES (?, ?, ?, ?, 'usd', ?, ?, ?, ?) "
+    "ON CONFLICT DO NOTHING"
+)
 
 
 @dataclass(frozen=True)
@@ -116,7 +136,7 @@ def _order_values(order: SeedOrder, today: date, payment_ref: str) -> tuple[obje
     )
 
 
-def _order(row: aiosqlite.Row) -> OrderDetails:
+def _order(row: Row) -> OrderDetails:
     return OrderDetails(
         order_number=row["order_number"],
         item=row["item"],
@@ -148,48 +168,49 @@ def _nobody(_platform: str) -> str | None:
 
 
 class DomainStore:
-    def __init__(self, path: Path, link_new_users: NewUserLink = _nobody) -> None:
-        self._path = path
+    def __init__(self, database: Database, link_new_users: NewUserLink = _nobody) -> None:
+        self._database = database
         # DEMO: an unknown chat user may be linked to the demo customer on first contact, so anyone
         # in a demo workspace can play the customer (AgentSettings.demo_customer_for). A real
         # deployment links accounts through its own sign-in and links nobody here.
         self._link_new_users = link_new_users
 
     async def seed(self, today: date | None = None) -> None:
-        """Create the demo data once (idempotent)."""
+        """Create the demo data once (idempotent, and safe from several processes at once)."""
         today = today or date.today()
-        async with open_db(self._path, SCHEMA) as db:
+        async with self._database.connect(SCHEMA) as db:
             await db.executemany(
-                "INSERT OR IGNORE INTO customers VALUES (?, ?, ?)",
+                "INSERT INTO customers (customer_id, display_name, customer_since) "
+                "VALUES (?, ?, ?) ON CONFLICT DO NOTHING",
                 [
                     (DEMO_CUSTOMER, "Nyghtowl", (today - timedelta(days=824)).isoformat()),
                     ("cus_marlow", "Marlow", (today - timedelta(days=90)).isoformat()),
                 ],
             )
-            await db.executemany("INSERT OR IGNORE INTO accounts VALUES (?, ?, ?)", SEED_ACCOUNTS)
+            await db.executemany(_INSERT_ACCOUNT, SEED_ACCOUNTS)
             await db.executemany(
-                "INSERT OR IGNORE INTO orders VALUES (?, ?, ?, ?, 'usd', ?, ?, ?, ?)",
-                [_order_values(o, today, o.payment_ref) for o in SEED_ORDERS],
+                _INSERT_ORDER, [_order_values(o, today, o.payment_ref) for o in SEED_ORDERS]
             )
-            await db.commit()
 
     async def place_customer(self, like: str, account: Actor) -> str:
         """A new customer like `like` (their name and tenure, none of their orders), linked to
         `account`: `refund-bot demo` tells its story with a fresh one each run, so the demo
         customer's refund history (which grows with every refund: the owner keeps it) does not
         change the next run's story, nor the README's."""
-        async with open_db(self._path, SCHEMA) as db:
+        async with self._database.connect(SCHEMA) as db, db.transaction():
             customer_id = f"{like}_{secrets.token_hex(4)}"
             await db.execute(
-                "INSERT INTO customers SELECT ?, display_name, customer_since FROM customers "
-                "WHERE customer_id = ?",
-                (customer_id, like),
+                "INSERT INTO customers (customer_id, display_name, customer_since) "
+                "SELECT ?, display_name, customer_since FROM customers WHERE customer_id = ?",
+                customer_id,
+                like,
             )
             await db.execute(
-                "INSERT INTO accounts VALUES (?, ?, ?)",
-                (account.platform, account.user_id, customer_id),
+                "INSERT INTO accounts (platform, user_id, customer_id) VALUES (?, ?, ?)",
+                account.platform,
+                account.user_id,
+                customer_id,
             )
-            await db.commit()
         return customer_id
 
     async def place_order(self, like: SeedOrder, today: date | None = None) -> OrderDetails:
@@ -201,41 +222,38 @@ class DomainStore:
         whose idempotency key it makes unique even when a new data directory reuses the number).
         """
         today = today or date.today()
-        async with open_db(self._path, SCHEMA) as db:
-            # One writer from here to the commit: two runs at once never take one number.
-            await db.execute("BEGIN IMMEDIATE")
-            cursor = await db.execute("SELECT MAX(CAST(order_number AS INTEGER)) FROM orders")
-            (highest,) = await cursor.fetchone()  # type: ignore[misc]
-            order = dataclasses.replace(
-                like, order_number=str(max(highest or 0, FIRST_PLACED_ORDER - 1) + 1)
+        async with self._database.connect(SCHEMA) as db:
+            while True:
+                # Two runs at once may read one highest number: the primary key lets one of them
+                # take it, and the other takes the next.
+                highest = await db.fetchval(
+                    "SELECT MAX(CAST(order_number AS INTEGER)) FROM orders WHERE "
+                    + db.dialect.digits("order_number")
+                )
+                order = dataclasses.replace(
+                    like, order_number=str(max(highest or 0, FIRST_PLACED_ORDER - 1) + 1)
+                )
+                payment_ref = f"{order.payment_ref}_{secrets.token_hex(4)}"
+                if await db.execute(_INSERT_ORDER, *_order_values(order, today, payment_ref)):
+                    break
+            row = await db.fetchrow(
+                f"SELECT {_ORDER_COLUMNS} FROM orders WHERE order_number = ?", order.order_number
             )
-            payment_ref = f"{order.payment_ref}_{secrets.token_hex(4)}"
-            await db.execute(
-                "INSERT INTO orders VALUES (?, ?, ?, ?, 'usd', ?, ?, ?, ?)",
-                _order_values(order, today, payment_ref),
-            )
-            await db.commit()
-            cursor = await db.execute(
-                "SELECT * FROM orders WHERE order_number = ?", (order.order_number,)
-            )
-            return _order(await cursor.fetchone())  # type: ignore[arg-type]
+        assert row is not None
+        return _order(row)
 
-    async def _customer_id(self, db: aiosqlite.Connection, actor: Actor) -> str | None:
-        cursor = await db.execute(
+    async def _customer_id(self, db: Connection, actor: Actor) -> str | None:
+        customer_id = await db.fetchval(
             "SELECT customer_id FROM accounts WHERE platform = ? AND user_id = ?",
-            (actor.platform, actor.user_id),
+            actor.platform,
+            actor.user_id,
         )
-        row = await cursor.fetchone()
-        if row is not None:
-            return str(row["customer_id"])
+        if customer_id is not None:
+            return str(customer_id)
         linked = self._link_new_users(actor.platform)
         if not linked:
             return None
-        await db.execute(
-            "INSERT OR IGNORE INTO accounts VALUES (?, ?, ?)",
-            (actor.platform, actor.user_id, linked),
-        )
-        await db.commit()
+        await db.execute(_INSERT_ACCOUNT, actor.platform, actor.user_id, linked)
         return linked
 
     async def order_for(self, order_number: str, actor: Actor) -> OrderDetails | None:
@@ -244,60 +262,65 @@ class DomainStore:
         Another customer's order returns None, exactly as an unknown one does, so the answer never
         reveals that an order number exists.
         """
-        async with open_db(self._path, SCHEMA) as db:
+        async with self._database.connect(SCHEMA) as db:
             customer_id = await self._customer_id(db, actor)
             if customer_id is None:
                 return None
-            cursor = await db.execute(
-                "SELECT * FROM orders WHERE order_number = ? AND customer_id = ?",
-                (order_number, customer_id),
+            row = await db.fetchrow(
+                f"SELECT {_ORDER_COLUMNS} FROM orders WHERE order_number = ? AND customer_id = ?",
+                order_number,
+                customer_id,
             )
-            row = await cursor.fetchone()
         return None if row is None else _order(row)
 
     async def account(self, actor: Actor) -> Account | None:
         """The actor's customer and their orders; None for a user linked to no customer."""
-        async with open_db(self._path, SCHEMA) as db:
+        async with self._database.connect(SCHEMA) as db:
             customer_id = await self._customer_id(db, actor)
             if customer_id is None:
                 return None
-            cursor = await db.execute(
-                "SELECT * FROM customers WHERE customer_id = ?", (customer_id,)
+            customer = await db.fetchrow(
+                "SELECT display_name, customer_since FROM customers WHERE customer_id = ?",
+                customer_id,
             )
-            customer = await cursor.fetchone()
             if customer is None:
                 return None
-            cursor = await db.execute(
-                "SELECT * FROM orders WHERE customer_id = ? ORDER BY purchased_at, order_number",
-                (customer_id,),
+            rows = await db.fetch(
+                f"SELECT {_ORDER_COLUMNS} FROM orders WHERE customer_id = ? "
+                "ORDER BY purchased_at, order_number",
+                customer_id,
             )
-            orders = [_order(row) for row in await cursor.fetchall()]
         return Account(
             customer_id=customer_id,
             display_name=customer["display_name"],
             customer_since=date.fromisoformat(customer["customer_since"]),
-            orders=orders,
+            orders=[_order(row) for row in rows],
         )
 
     async def set_payment_ref(self, order_number: str, payment_ref: str) -> None:
-        async with open_db(self._path, SCHEMA) as db:
+        async with self._database.connect(SCHEMA) as db:
             await db.execute(
                 "UPDATE orders SET payment_ref = ? WHERE order_number = ?",
-                (payment_ref, order_number),
+                payment_ref,
+                order_number,
             )
-            await db.commit()
 
     async def orders_paid_offline(self) -> list[OrderDetails]:
         """Orders whose payment exists only in the offline ledger (the seed's pi_demo_…)."""
-        async with open_db(self._path, SCHEMA) as db:
-            cursor = await db.execute(
-                "SELECT * FROM orders WHERE payment_ref LIKE 'pi~_demo~_%' ESCAPE '~' "
-                "ORDER BY order_number"
+        async with self._database.connect(SCHEMA) as db:
+            rows = await db.fetch(
+                f"SELECT {_ORDER_COLUMNS} FROM orders WHERE payment_ref LIKE 'pi~_demo~_%' "
+                "ESCAPE '~' ORDER BY order_number"
             )
-            return [_order(row) for row in await cursor.fetchall()]
+        return [_order(row) for row in rows]
 
     async def payments(self) -> list[tuple[str, int, str]]:
         """(payment_ref, amount_cents, currency) of every order: the ledger seeds its charges."""
-        async with open_db(self._path, SCHEMA) as db:
-            cursor = await db.execute("SELECT payment_ref, amount_cents, currency FROM orders")
-            return [(r[0], r[1], r[2]) for r in await cursor.fetchall()]
+        async with self._database.connect(SCHEMA) as db:
+            rows = await db.fetch("SELECT payment_ref, amount_cents, currency FROM orders")
+        return [(r["payment_ref"], int(r["amount_cents"]), r["currency"]) for r in rows]
+
+
+_INSERT_ACCOUNT = (
+    "INSERT INTO accounts (platform, user_id, customer_id) VALUES (?, ?, ?) ON CONFLICT DO NOTHING"
+)

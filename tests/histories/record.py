@@ -135,7 +135,8 @@ async def stale_click(conv: LocalConversation) -> WorkflowHandle:
 
 async def refund_failed(conv: LocalConversation) -> WorkflowHandle:
     """The owner refuses the refund (a payment it never saw): one plain sentence in the thread."""
-    settings = AgentSettings(_env_file=None, data_dir=conv.threads.path.parent)  # type: ignore[call-arg]
+    data_dir = conv.threads.database.directory  # type: ignore[attr-defined]
+    settings = AgentSettings(_env_file=None, data_dir=data_dir)  # type: ignore[call-arg]
     await place_order(settings, "6060", paid=False)
     handle = await conv.open("please refund order 6060")
     await _answer(conv)

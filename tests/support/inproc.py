@@ -12,6 +12,7 @@ from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
 
 from agent.settings import AgentSettings
+from agent.stores.database import database_for
 from bot.local.thread_store import LocalThreadStore
 from tests.support.codec import TEST_CONVERTER
 from worker.runner import build_worker
@@ -48,6 +49,6 @@ async def standalone_agent(
             data_dir=Path(tmp),
             **settings_overrides,
         )
-        threads = LocalThreadStore(Path(tmp) / "threads.sqlite")
+        threads = LocalThreadStore(database_for(settings))
         async with env, running_worker(env.client, settings, threads) as task_queue:
             yield env.client, threads, task_queue

@@ -3,17 +3,16 @@
 from __future__ import annotations
 
 from datetime import date, timedelta
-from pathlib import Path
 
 from agent.settings import DEMO_CUSTOMER, AgentSettings
 from agent.stores import domain
-from agent.stores.db import open_db
+from agent.stores.database import database_for
 from agent.stores.ledger import Ledger, LedgerRefund
 
 
-async def refunds_made(ledger_db: Path) -> list[LedgerRefund]:
+async def refunds_made(settings: AgentSettings) -> list[LedgerRefund]:
     """Every refund a conversation made: the seed's earlier refund (no workflow) left out."""
-    return [r for r in await Ledger(ledger_db).all_refunds() if r.workflow_id]
+    return [r for r in await Ledger(database_for(settings)).all_refunds() if r.workflow_id]
 
 
 async def place_order(
@@ -28,19 +27,19 @@ async def place_order(
     """A delivered order bought three days ago, paid in the offline ledger unless `paid` is
     False; returns its payment reference."""
     payment_ref = f"pi_test_{order_number}"
-    async with open_db(settings.domain_db, domain.SCHEMA) as db:
+    database = database_for(settings)
+    async with database.connect(domain.SCHEMA) as db:
         await db.execute(
-            "INSERT INTO orders VALUES (?, ?, ?, ?, 'usd', 'delivered', ?, 0, ?)",
-            (
-                order_number,
-                customer_id,
-                item,
-                amount_cents,
-                (date.today() - timedelta(days=3)).isoformat(),
-                payment_ref,
-            ),
+            "INSERT INTO orders (order_number, customer_id, item, amount_cents, currency, status, "
+            "purchased_at, final_sale, payment_ref) "
+            "VALUES (?, ?, ?, ?, 'usd', 'delivered', ?, 0, ?)",
+            order_number,
+            customer_id,
+            item,
+            amount_cents,
+            (date.today() - timedelta(days=3)).isoformat(),
+            payment_ref,
         )
-        await db.commit()
     if paid:
-        await Ledger(settings.ledger_db).seed_payments([(payment_ref, amount_cents, "usd")])
+        await Ledger(database).seed_payments([(payment_ref, amount_cents, "usd")])
     return payment_ref

@@ -1,0 +1,322 @@
+"""The stores' database: one DATABASE_URL, SQLite (the embedded default) or PostgreSQL.
+
+    a store (grants, ledger, …) -> Database.connect(schema) -> migrated once -> Connection (SQL, ?)
+        sqlite:///<directory>   SqliteDatabase: one file per store in the directory (aiosqlite)
+        postgresql://…          PostgresDatabase: one database for every store, a pool (asyncpg)
+
+Every store is one class per fact (agent/stores/grants.py, ledger.py, domain.py; bot/inbox.py,
+hold.py, local/thread_store.py) whose SQL is written once, with `?` placeholders, against the
+`Connection` below. What the two dialects force apart lives in `Dialect` (a row lock, a digits
+test) and in each store's migrations (column types, identity columns); nothing else is copied.
+
+Schemas are versioned (`Migration`), recorded in a `schema_migrations` table and applied at
+start-up, or the first time a process opens a store, under a lock that makes several processes
+starting at once safe: an exclusive transaction on SQLite, an advisory lock on PostgreSQL.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from contextlib import AbstractAsyncContextManager
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal, Protocol
+from urllib.parse import urlsplit, urlunsplit
+
+if TYPE_CHECKING:
+    from agent.settings import AgentSettings
+
+log = logging.getLogger(__name__)
+
+Row = Mapping[str, Any]
+
+
+class DatabaseUnavailable(Exception):
+    """The database at DATABASE_URL cannot be reached or opened; the message is one line."""
+
+
+class DatabaseUrlError(ValueError):
+    """DATABASE_URL is not a URL refund-bot can use; the message says what to write instead."""
+
+
+# ------------------------------------------------------------------------------------------------
+# What the dialects force apart
+# ------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Dialect:
+    name: Literal["sqlite", "postgresql"]
+    # Appended to a SELECT that reads a row the transaction goes on to decide by. PostgreSQL locks
+    # that row only, so writers of other rows never wait; SQLite's write transaction (BEGIN
+    # IMMEDIATE) already holds the whole file, so it needs nothing.
+    for_update: str
+    # A condition: `expr` is one or more ASCII digits and nothing else.
+    digits: Callable[[str], str]
+
+
+SQLITE = Dialect(
+    name="sqlite",
+    for_update="",
+    digits=lambda expr: f"({expr} GLOB '[0-9]*' AND {expr} NOT GLOB '*[^0-9]*')",
+)
+POSTGRESQL = Dialect(
+    name="postgresql", for_update=" FOR UPDATE", digits=lambda expr: f"({expr} ~ '^[0-9]+$')"
+)
+
+
+# ------------------------------------------------------------------------------------------------
+# What a store talks to
+# ------------------------------------------------------------------------------------------------
+
+
+class Connection(Protocol):
+    """One connection, in autocommit unless inside `transaction()`. SQL uses `?` placeholders."""
+
+    dialect: Dialect
+
+    async def fetch(self, sql: str, *args: Any) -> list[Row]: ...
+
+    async def fetchrow(self, sql: str, *args: Any) -> Row | None: ...
+
+    async def fetchval(self, sql: str, *args: Any) -> Any: ...
+
+    async def execute(self, sql: str, *args: Any) -> int:
+        """Run one statement; returns how many rows it changed."""
+        ...
+
+    async def executemany(self, sql: str, rows: Sequence[Sequence[Any]]) -> None: ...
+
+    def transaction(self) -> AbstractAsyncContextManager[None]:
+        """A write transaction: committed at the end of the block, rolled back by an exception.
+
+        SQLite takes the file's write lock at once (BEGIN IMMEDIATE): one writer at a time per
+        store. PostgreSQL runs READ COMMITTED: writers meet only on the rows they lock
+        (`dialect.for_update`) or the unique keys they insert.
+        """
+        ...
+
+
+class Database(Protocol):
+    """Where every store lives. `open_database(url)` gives the one for a URL."""
+
+    dialect: Dialect
+    url: str  # as shown to people: never a password
+
+    def connect(self, schema: Schema) -> AbstractAsyncContextManager[Connection]:
+        """A connection to `schema`'s store, migrated first if this object has not yet done so."""
+        ...
+
+    async def migrate(self, *schemas: Schema) -> None:
+        """Bring each store's schema up to date (idempotent; safe from several processes)."""
+        ...
+
+    def exclusive(self, name: str) -> AbstractAsyncContextManager[bool]:
+        """Hold the lock `name` while the block runs, if nobody else does: yields whether this
+        process holds it. It is released when the block ends or the process dies, however.
+        SQLite: a flock on `<directory>/<name>.lock` (one host); PostgreSQL: a session advisory
+        lock (every host on the database)."""
+        ...
+
+    async def close(self) -> None: ...
+
+
+# ------------------------------------------------------------------------------------------------
+# Versioned schemas
+# ------------------------------------------------------------------------------------------------
+
+# A migration step: one SQL statement, or a function for what SQL alone cannot say.
+Step = str | Callable[[Connection], Awaitable[None]]
+
+
+@dataclass(frozen=True)
+class Migration:
+    version: int
+    name: str
+    sqlite: tuple[Step, ...]
+    postgresql: tuple[Step, ...]
+
+    def steps(self, dialect: Dialect) -> tuple[Step, ...]:
+        return self.sqlite if dialect.name == "sqlite" else self.postgresql
+
+
+def both(version: int, name: str, *steps: Step) -> Migration:
+    """A migration whose statements read the same in both dialects."""
+    return Migration(version, name, steps, steps)
+
+
+@dataclass(frozen=True)
+class Schema:
+    """One store's tables: its name, its SQLite file, and its migrations, oldest first.
+
+    Migration 1 of each store is the schema it had before migrations existed (with IF NOT EXISTS),
+    so a data directory from then is adopted as version 1 with its data. A released migration is
+    never edited: a change is a new version.
+    """
+
+    name: str
+    sqlite_file: str
+    migrations: tuple[Migration, ...] = field(default=())
+
+    def __post_init__(self) -> None:
+        versions = [m.version for m in self.migrations]
+        if versions != list(range(1, len(versions) + 1)):
+            raise ValueError(f"{self.name}: migrations must be numbered 1, 2, 3, …: {versions}")
+
+    @property
+    def version(self) -> int:
+        return len(self.migrations)
+
+
+MIGRATIONS_TABLE = """
+CREATE TABLE IF NOT EXISTS schema_migrations (
+    store TEXT NOT NULL,
+    version INTEGER NOT NULL,
+    name TEXT NOT NULL,
+    applied_at TEXT NOT NULL,
+    PRIMARY KEY (store, version)
+)
+"""
+
+
+async def apply_migrations(conn: Connection, schema: Schema) -> list[int]:
+    """Apply `schema`'s pending migrations; returns the versions applied.
+
+    The caller holds the backend's migration lock, inside one transaction: another process
+    migrating at the same moment waits, then finds nothing left to do.
+    """
+    await conn.execute(MIGRATIONS_TABLE)
+    applied = {
+        int(row["version"])
+        for row in await conn.fetch(
+            "SELECT version FROM schema_migrations WHERE store = ?", schema.name
+        )
+    }
+    newer = sorted(v for v in applied if v > schema.version)
+    if newer:
+        # Written by a newer refund-bot. Migrations only add, so this one still works; say so
+        # once, so a half-finished upgrade is visible.
+        log.warning(
+            "The %s store is at schema version %d, newer than this refund-bot knows (%d): "
+            "upgrade this process too",
+            schema.name, newer[-1], schema.version,
+        )  # fmt: skip
+    done = []
+    for migration in schema.migrations:
+        if migration.version in applied:
+            continue
+        for step in migration.steps(conn.dialect):
+            if isinstance(step, str):
+                await conn.execute(step)
+            else:
+                await step(conn)
+        await conn.execute(
+            "INSERT INTO schema_migrations (store, version, name, applied_at) VALUES (?, ?, ?, ?)",
+            schema.name,
+            migration.version,
+            migration.name,
+            datetime.now(UTC).isoformat(timespec="seconds"),
+        )
+        done.append(migration.version)
+    if done:
+        log.info("%s store: applied schema migration(s) %s", schema.name, done)
+    return done
+
+
+def lock_key(name: str) -> int:
+    """A stable signed 64-bit number for a lock's name (PostgreSQL advisory locks take one)."""
+    return int.from_bytes(hashlib.sha256(name.encode()).digest()[:8], "big", signed=True)
+
+
+# ------------------------------------------------------------------------------------------------
+# DATABASE_URL
+# ------------------------------------------------------------------------------------------------
+
+URL_FORMS = "sqlite:///<directory> (e.g. sqlite:///.data) or postgresql://user:password@host/db"
+
+
+def sqlite_url(directory: Path) -> str:
+    """The URL of the SQLite stores in `directory` (a relative path keeps three slashes)."""
+    return f"sqlite:///{directory}"
+
+
+def parse_sqlite_url(url: str) -> Path:
+    """`sqlite:///<directory>` -> the directory holding one file per store."""
+    directory = url.removeprefix("sqlite:///")
+    if directory == url or not directory:
+        raise DatabaseUrlError(f"DATABASE_URL={url!r} names no directory: write {URL_FORMS}")
+    path = Path(directory)
+    if path.is_file() or path.suffix in (".sqlite", ".sqlite3", ".db"):
+        raise DatabaseUrlError(
+            f"DATABASE_URL={url!r} names a file: a sqlite URL names the directory that holds "
+            "one file per store, e.g. sqlite:///.data"
+        )
+    return path
+
+
+def shown(url: str) -> str:
+    """The URL as logs and messages may show it: the password replaced by ***."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    host = parts.hostname or ""
+    if parts.port is not None:
+        host = f"{host}:{parts.port}"
+    netloc = f"{parts.username}:***@{host}" if parts.username else f":***@{host}"
+    return urlunsplit(parts._replace(netloc=netloc))
+
+
+def check_url(url: str) -> str:
+    """`url` if refund-bot can use it; DatabaseUrlError (one line, no password) otherwise."""
+    scheme = url.partition("://")[0].lower()
+    if scheme == "sqlite":
+        parse_sqlite_url(url)
+        return url
+    if scheme in ("postgresql", "postgres"):
+        parts = urlsplit(url)
+        if not (parts.path.strip("/") or "dbname=" in parts.query or "database=" in parts.query):
+            raise DatabaseUrlError(
+                f"DATABASE_URL={shown(url)!r} names no database: add it after the host, e.g. "
+                "postgresql://refund_bot:password@db.example.com:5432/refund_bot"
+            )
+        return url
+    raise DatabaseUrlError(
+        f"DATABASE_URL={shown(url)!r} is not a database refund-bot supports: write {URL_FORMS}"
+    )
+
+
+_databases: dict[str, Database] = {}
+
+
+def open_database(url: str) -> Database:
+    """The process's one Database for `url` (a PostgreSQL pool is shared by every store)."""
+    if url not in _databases:
+        _databases[url] = new_database(url)
+    return _databases[url]
+
+
+def new_database(url: str) -> Database:
+    """A Database of its own for `url` (its own pool): what another process would have."""
+    check_url(url)
+    if url.startswith("sqlite"):
+        from agent.stores.sqlite import SqliteDatabase
+
+        return SqliteDatabase(parse_sqlite_url(url))
+    from agent.stores.postgres import PostgresDatabase
+
+    return PostgresDatabase(url)
+
+
+def database_for(settings: AgentSettings) -> Database:
+    """The database DATABASE_URL names; by default the SQLite files in DATA_DIR."""
+    return open_database(settings.store_url)
+
+
+async def close_database(url: str) -> None:
+    """Close and forget the process's Database for `url`, if it has one."""
+    database = _databases.pop(url, None)
+    if database is not None:
+        await database.close()

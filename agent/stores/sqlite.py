@@ -1,0 +1,158 @@
+"""The SQLite backend: one file per store in a directory, each opened through aiosqlite.
+
+    Database.connect(schema) -> <directory>/<schema.sqlite_file> (WAL, busy timeout) -> Connection
+
+One file per store, as before DATABASE_URL existed, so a data directory from then is read in place,
+and a write to one store (the inbox, say) never waits for another's (the ledger's): SQLite lets
+one writer at a time into a file. WAL lets the bot, the terminal and the Worker read while another
+process writes; the busy timeout makes a writer wait for the lock instead of failing at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import fcntl
+import os
+import sqlite3
+import time
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import aiosqlite
+
+from agent.stores.database import (
+    SQLITE,
+    DatabaseUnavailable,
+    Row,
+    Schema,
+    apply_migrations,
+    sqlite_url,
+)
+
+# How long a writer waits for another process's write lock before failing.
+BUSY_TIMEOUT_S = 10.0
+
+
+class SqliteConnection:
+    dialect = SQLITE
+
+    def __init__(self, db: aiosqlite.Connection) -> None:
+        self._db = db
+
+    async def fetch(self, sql: str, *args: Any) -> list[Row]:
+        cursor = await self._db.execute(sql, args)
+        return list(await cursor.fetchall())
+
+    async def fetchrow(self, sql: str, *args: Any) -> Row | None:
+        rows = await self.fetch(sql, *args)  # all of them: a RETURNING write completes
+        return rows[0] if rows else None
+
+    async def fetchval(self, sql: str, *args: Any) -> Any:
+        row = await self.fetchrow(sql, *args)
+        return None if row is None else row[0]
+
+    async def execute(self, sql: str, *args: Any) -> int:
+        cursor = await self._db.execute(sql, args)
+        return max(cursor.rowcount, 0)
+
+    async def executemany(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
+        await self._db.executemany(sql, rows)
+
+    @asynccontextmanager
+    async def transaction(self) -> AsyncIterator[None]:
+        await self._db.execute("BEGIN IMMEDIATE")
+        try:
+            yield
+        except BaseException:
+            await self._db.rollback()
+            raise
+        await self._db.commit()
+
+
+class SqliteDatabase:
+    dialect = SQLITE
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+        self.url = sqlite_url(directory)
+        # Stores this object has migrated: the check runs once per store, not on every call.
+        self._ready: set[str] = set()
+        self._migrating: dict[str, asyncio.Lock] = {}
+
+    def path(self, schema: Schema) -> Path:
+        return self.directory / schema.sqlite_file
+
+    @asynccontextmanager
+    async def connect(self, schema: Schema) -> AsyncIterator[SqliteConnection]:
+        if schema.name not in self._ready:
+            await self.migrate(schema)
+        async with self._open(schema) as db:
+            yield SqliteConnection(db)
+
+    async def migrate(self, *schemas: Schema) -> None:
+        for schema in schemas:
+            async with self._migrating.setdefault(schema.name, asyncio.Lock()):
+                if schema.name in self._ready:
+                    continue
+                try:
+                    self.directory.mkdir(parents=True, exist_ok=True)
+                except OSError as err:
+                    raise DatabaseUnavailable(
+                        f"cannot create the SQLite directory {self.directory} "
+                        f"(DATABASE_URL={self.url}): {err.strerror or err}"
+                    ) from err
+                async with self._open(schema) as db:
+                    await _use_wal(db)
+                    # An exclusive transaction: a second process migrating the same file waits
+                    # here (busy timeout), then finds every version recorded.
+                    await db.execute("BEGIN EXCLUSIVE")
+                    try:
+                        await apply_migrations(SqliteConnection(db), schema)
+                    except BaseException:
+                        await db.rollback()
+                        raise
+                    await db.commit()
+                self._ready.add(schema.name)
+
+    @asynccontextmanager
+    async def _open(self, schema: Schema) -> AsyncIterator[aiosqlite.Connection]:
+        # isolation_level=None: autocommit, and transactions only where a store opens one.
+        async with aiosqlite.connect(
+            self.path(schema), timeout=BUSY_TIMEOUT_S, isolation_level=None
+        ) as db:
+            db.row_factory = aiosqlite.Row
+            yield db
+
+    @asynccontextmanager
+    async def exclusive(self, name: str) -> AsyncIterator[bool]:
+        self.directory.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.directory / f"{name}.lock", os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                yield False
+                return
+            yield True  # the kernel drops the lock when the fd closes, or the process dies
+        finally:
+            os.close(fd)
+
+    async def close(self) -> None:
+        """Nothing stays open between calls: each store call opens and closes its file."""
+
+
+async def _use_wal(db: aiosqlite.Connection) -> None:
+    """Switch the file to WAL (persistent: a no-op once done). Two processes creating one file at
+    the same moment both try it, and the loser is told "locked" at once (SQLite's busy timeout does
+    not cover this switch): it tries again until the deadline."""
+    deadline = time.monotonic() + BUSY_TIMEOUT_S
+    while True:
+        try:
+            await db.execute("PRAGMA journal_mode=WAL")
+            return
+        except sqlite3.OperationalError as err:
+            if "locked" not in str(err) or time.monotonic() > deadline:
+                raise
+        await asyncio.sleep(0.05)
