@@ -20,7 +20,8 @@ from temporalio.testing import WorkflowEnvironment
 
 from refund_bot.cli import build_parser
 from tests.fakes.discord_api import FakeDiscordAPI
-from tests.support import clean_environment, free_port
+from tests.support import free_port
+from tests.support.cli_process import clean_environment
 
 # Placeholders the test fills in: the session's Temporal server, a regular file, a busy port.
 TEMPORAL = "{temporal}"
