@@ -30,7 +30,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ValidationError
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowQueryFailedError
-from temporalio.common import WorkflowIDReusePolicy
+from temporalio.common import MetricMeter, WorkflowIDReusePolicy
 from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
@@ -195,9 +195,14 @@ class ConversationRouter:
         max_attempts: int = MAX_ATTEMPTS,
         inbox_retry: Backoff = INBOX_RETRY,
         unreachable_retry: Backoff = UNREACHABLE_RETRY,
+        meter: MetricMeter | None = None,
     ) -> None:
         self._client = client
         self._task_queue = task_queue
+        self._opened = (meter or MetricMeter.noop).create_counter(
+            "refund_bot_conversations_opened",
+            "Conversations this bot process started in Temporal (signal-with-start that started)",
+        )
         self._inbox = inbox
         self._hold = hold_new_conversations
         self._recent = recent or RecentEvents()
@@ -334,7 +339,7 @@ class ConversationRouter:
         try:
             # Signal-with-start: a retried event or a second bot replica signals the running
             # Workflow instead of starting another (the Workflow drops the repeated message id).
-            await self._client.start_workflow(
+            handle = await self._client.start_workflow(
                 RefundConversation.run,
                 start,
                 id=workflow_id_for(start.thread),
@@ -353,6 +358,10 @@ class ConversationRouter:
             )
         except WorkflowAlreadyStartedError:
             return Routed.CLOSED
+        # Temporal's own answer: set when this call started the run, not when it only signalled
+        # one already running (a redelivered opening message, another replica's).
+        if handle.first_execution_run_id is not None:
+            self._opened.add(1, {"platform": start.thread.platform})
         return Routed.STARTED
 
     async def _signal(self, workflow_id: str, name: str, arg: BaseModel) -> Routed:

@@ -49,7 +49,7 @@ class FakeTemporal:
     failing: dict[str, BaseException] = field(default_factory=dict)  # workflow id -> raised
     attempts: list[str] = field(default_factory=list)  # workflow ids, every call made
 
-    async def start_workflow(self, _run: Any, start: Any, **kwargs: Any) -> None:
+    async def start_workflow(self, _run: Any, start: Any, **kwargs: Any) -> SimpleNamespace:
         self.attempts.append(kwargs["id"])
         if self.down:
             raise _unavailable()
@@ -59,7 +59,10 @@ class FakeTemporal:
         if kwargs["id"] in self.finished:  # what REJECT_DUPLICATE does for a closed Workflow ID
             raise WorkflowAlreadyStartedError(kwargs["id"], "RefundConversation")
         self.calls.append(("start", kwargs["id"], kwargs["start_signal"], (start, kwargs)))
+        new = kwargs["id"] not in self.started
         self.started.add(kwargs["id"])
+        # Temporal's answer: the first run's id when this call started it (signal-with-start).
+        return SimpleNamespace(first_execution_run_id=f"run-of-{kwargs['id']}" if new else None)
 
     def get_workflow_handle(self, workflow_id: str) -> Any:
         async def signal(name: str, arg: Any, rpc_timeout: Any = None) -> None:

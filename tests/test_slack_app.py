@@ -924,9 +924,16 @@ async def test_click_the_router_cannot_take_puts_the_buttons_back(harness: Harne
 async def test_crash_worker_answers_privately(harness: Harness) -> None:
     text = await harness.command("/crash-worker")
     assert text == "crash_worker done"
-    ((name, (actor,)),) = harness.commands.calls
-    assert name == "crash_worker"
+    ((name, (actor, host)),) = harness.commands.calls
+    assert name == "crash_worker" and host is None
     assert actor == Actor(platform="slack", user_id=ADMIN[0], display_name=ADMIN[1])
+
+
+async def test_crash_worker_names_a_host(harness: Harness) -> None:
+    assert await harness.command("/crash-worker", "host-b") == "crash_worker done"
+    assert [args[1] for _, args in harness.commands.calls] == ["host-b"]
+    assert await harness.command("/crash-worker", "host-b host-c") == "Usage: /crash-worker [host]"
+    assert len(harness.commands.calls) == 1
 
 
 async def test_status_and_release_take_a_thread_link(harness: Harness) -> None:

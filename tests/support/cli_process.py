@@ -28,6 +28,7 @@ from refund_bot.config import env_name
 from tests.support import free_port
 from tests.support.conditions import wait_for
 from worker.lifecycle import alive, started_at
+from worker.settings import ProcessSettings
 
 # Every fake a test runs is on loopback: a developer's proxy must not be asked for it.
 _PROXIES = {"HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy"}
@@ -35,16 +36,24 @@ _PROXIES = {"HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy
 
 def setting_names() -> set[str]:
     """The environment variable of every refund-bot setting (refund_bot.config reads them all)."""
-    classes = (TemporalSettings, AgentSettings, CodecServerSettings, SlackSettings, DiscordSettings)
+    classes = (
+        TemporalSettings,
+        AgentSettings,
+        CodecServerSettings,
+        SlackSettings,
+        DiscordSettings,
+        ProcessSettings,
+    )
     return {env_name(cls, name) for cls in classes for name in cls.model_fields}
 
 
 def clean_environment(**settings: str) -> dict[str, str]:
     """This process's environment without any refund-bot setting a developer may have set, nor
-    proxies; then `settings`. For a child that must see only the settings its test gives it (run
-    it where no .env is)."""
+    proxies; metrics off (ports are shared by every test run on the machine); then `settings`.
+    For a child that must see only the settings its test gives it (run it where no .env is)."""
     dropped = setting_names() | _PROXIES
-    return {**{k: v for k, v in os.environ.items() if k not in dropped}, **settings}
+    kept = {k: v for k, v in os.environ.items() if k not in dropped}
+    return {**kept, "METRICS_ADDRESS": "off", "WORKER_METRICS_ADDRESS": "off", **settings}
 
 
 def fresh_env(data_dir: Path, **settings: str) -> dict[str, str]:
