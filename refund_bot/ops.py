@@ -2,7 +2,7 @@
 
     GET /healthz -> Temporal's health check, each platform's PlatformHealth, the inbox
                  -> 200 when all are well, else 503; a JSON body says which part is not
-    GET /metrics -> inbox depth and platforms connected, set now -> this process's exporter
+    GET /metrics -> inbox depth, dead letters and platforms connected, set now -> this process's exporter
                     (worker/telemetry: the Temporal SDK's metrics and refund-bot's counters)
 
 A load balancer asks /healthz whether to send Slack's requests here; Prometheus scrapes /metrics.
@@ -25,12 +25,13 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 from temporalio.client import Client
+from temporalio.common import MetricMeter
 
 from bot.inbox import Inbox
 from bot.platform_health import PlatformHealth
 from bot.reconnect import one_line
 from worker.settings import parse_address
-from worker.telemetry import PREFIX, metric_meter
+from worker.telemetry import PREFIX
 
 log = logging.getLogger(__name__)
 
@@ -50,6 +51,7 @@ class Ops:
     inbox: Inbox
     platforms: Sequence[PlatformHealth]
     exporter: str  # this process's SDK exporter (worker.telemetry.install_metrics_on_loopback)
+    meter: MetricMeter  # that exporter's Runtime's (worker.telemetry.metric_meter)
 
 
 async def _temporal(client: Client) -> dict[str, Any]:
@@ -71,7 +73,8 @@ async def health(ops: Ops) -> tuple[bool, dict[str, Any]]:
         for p in ops.platforms
     }
     try:
-        inbox: dict[str, Any] = {"ok": True, "waiting": await ops.inbox.depth()}
+        depth = await ops.inbox.depth()
+        inbox: dict[str, Any] = {"ok": True, "waiting": depth.waiting, "dead": depth.dead}
     except Exception as err:  # a message that cannot be kept would be lost: not healthy
         inbox = {"ok": False, "detail": one_line(err)}
     ok = temporal["ok"] and inbox["ok"] and all(p["ready"] for p in platforms.values())
@@ -80,9 +83,12 @@ async def health(ops: Ops) -> tuple[bool, dict[str, Any]]:
 
 
 def ops_app(ops: Ops) -> web.Application:
-    meter = metric_meter()
+    meter = ops.meter
     inbox_depth = meter.create_gauge(
-        PREFIX + "inbox_depth", "Messages waiting in the inbox, dead letters included"
+        PREFIX + "inbox_depth", "Messages waiting in the inbox to be delivered to Temporal"
+    )
+    dead_letters = meter.create_gauge(
+        PREFIX + "inbox_dead_letters", "Messages kept in the inbox that will not be delivered"
     )
     connected = meter.create_gauge(
         PREFIX + "platform_connected", "1 when the chat platform is connected (or on standby)"
@@ -95,7 +101,9 @@ def ops_app(ops: Ops) -> web.Application:
     async def metrics(_: web.Request) -> web.Response:
         # Gauges of state read now, then the exporter's whole text with them in it.
         with contextlib.suppress(Exception):  # an unreadable inbox is /healthz's to report
-            inbox_depth.set(await ops.inbox.depth())
+            depth = await ops.inbox.depth()
+            inbox_depth.set(depth.waiting)
+            dead_letters.set(depth.dead)
         for platform in ops.platforms:
             connected.set(int(platform.ready), {"platform": platform.name})
         async with (

@@ -22,6 +22,7 @@ from refund_bot.cli import build_parser
 from tests.fakes.discord_api import FakeDiscordAPI
 from tests.support import free_port
 from tests.support.cli_process import clean_environment
+from tests.support.codec import TEST_CODEC_ENV
 
 # Placeholders the test fills in: the session's Temporal server, a regular file, a busy port.
 TEMPORAL = "{temporal}"
@@ -101,6 +102,26 @@ CASES: list[tuple[str, list[str], dict[str, str], list[str]]] = [
         ["TEMPORAL_ADDRESS"],
     ),
     ("Web UI port in use", ["run"], {"TEMPORAL_UI_PORT": BUSY_PORT}, ["TEMPORAL_UI_PORT"]),
+    ("bot with no chat platform", ["bot"], {}, ["SLACK_BOT_TOKEN", "DISCORD_TOKEN", "run"]),
+    (
+        "bot with Temporal down",
+        ["bot"],
+        {"DISCORD_TOKEN": "t", "DISCORD_SUPPORT_CHANNEL_ID": "1", **TEST_CODEC_ENV},
+        ["TEMPORAL_ADDRESS"],
+    ),
+    (
+        "bot without a codec key",
+        ["bot"],
+        {"DISCORD_TOKEN": "t", "DISCORD_SUPPORT_CHANNEL_ID": "1", "TEMPORAL_ADDRESS": TEMPORAL},
+        ["CODEC_KEYS"],
+    ),
+    ("metrics address not host:port", ["bot"], {"METRICS_ADDRESS": "9464"}, ["METRICS_ADDRESS"]),
+    (
+        "host name with a space",
+        ["worker", "--supervised"],
+        {"REFUND_BOT_HOST": "two words"},
+        ["REFUND_BOT_HOST"],
+    ),
 ]
 
 
