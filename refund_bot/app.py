@@ -35,7 +35,7 @@ from agent.stores.grants import GrantStore
 from agent.temporal_client import connect
 from bot.commands import Commands
 from bot.conversations import RPC_TIMEOUT
-from bot.discord.gateway_lease import GatewayLease, lease_name, serve_holding_lease
+from bot.discord.gateway_lease import SqliteLease, lease_name, serve_holding_lease
 from bot.discord.settings import DiscordSettings
 from bot.draining_router import DrainingRouter
 from bot.hold import HoldSwitch
@@ -238,7 +238,9 @@ def start_platforms(stack: Stack, *, local: bool) -> list[Platform]:
             return serve_discord(client, discord, health=health)
 
         # One gateway connection per token, whichever process of the deployment holds it.
-        lease = GatewayLease(
+        # INTEGRATION (issue 12, stores): across hosts the lease belongs in DATABASE_URL's
+        # database; until then it is DATA_DIR's, shared by the bot processes of one host.
+        lease = SqliteLease(
             Path(settings.data_dir) / "bot.sqlite",
             lease_name(discord.token.get_secret_value()),
             host=stack.host or socket.gethostname(),

@@ -9,15 +9,15 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-from bot.discord.gateway_lease import GatewayLease, lease_name, serve_holding_lease
+from bot.discord.gateway_lease import SqliteLease, lease_name, serve_holding_lease
 from bot.platform_health import PlatformHealth
 from tests.support.conditions import wait_for
 
 TOKEN = "discord-bot-token-never-stored"
 
 
-def lease(path: Path, host: str, ttl: float = 30.0) -> GatewayLease:
-    return GatewayLease(path, lease_name(TOKEN), host=host, ttl=ttl)
+def lease(path: Path, host: str, ttl: float = 30.0) -> SqliteLease:
+    return SqliteLease(path, lease_name(TOKEN), host=host, ttl=ttl)
 
 
 async def test_one_holder_at_a_time_until_it_releases(tmp_path: Path) -> None:
@@ -47,7 +47,7 @@ async def test_a_holder_that_stops_renewing_is_taken_over_after_its_ttl(tmp_path
     assert await crashed.try_acquire() is not None  # the old holder cannot come back
 
 
-async def _acquired(lease: GatewayLease) -> bool:
+async def _acquired(lease: SqliteLease) -> bool:
     return await lease.try_acquire() is None
 
 

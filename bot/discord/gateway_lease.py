@@ -6,6 +6,10 @@ holder, taken over by another process once it expires.
     a stop -> release (a standby process takes over at its next check)
     SIGKILL -> nobody renews -> the lease expires after DISCORD_GATEWAY_LEASE_SECONDS -> taken over
 
+`Lease` is what serve_holding_lease needs; `SqliteLease` keeps it in DATA_DIR/bot.sqlite, which
+the bot processes of one host share. Across hosts it belongs in the shared database (DATABASE_URL,
+PostgreSQL): the same SQL (ACQUIRE, READ, RELEASE) on that backend's connection.
+
 Discord delivers each event to one gateway session of a token (without sharding), and two bot
 processes logged in with the same token would each open one: both would answer every slash
 command and route every message. So only the lease's holder connects. The lease names the token by
@@ -25,7 +29,7 @@ import uuid
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from agent.stores.db import open_db
 from bot.platform_health import PlatformHealth
@@ -33,15 +37,30 @@ from bot.reconnect import one_line
 
 log = logging.getLogger(__name__)
 
+# The lease's SQL, written once: it reads the same in SQLite and PostgreSQL (`?` placeholders;
+# DOUBLE PRECISION, since a REAL of PostgreSQL would round epoch seconds to minutes).
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS leases (
     name TEXT PRIMARY KEY,
     holder_id TEXT NOT NULL,
     holder TEXT NOT NULL,
-    expires_at REAL NOT NULL,
-    renewed_at REAL NOT NULL
-);
+    expires_at DOUBLE PRECISION NOT NULL,
+    renewed_at DOUBLE PRECISION NOT NULL
+)
 """
+# One statement: taking over happens only when the row is ours or expired, so two processes racing
+# for an expired lease cannot both win. Arguments: name, holder_id, holder, expires_at,
+# renewed_at, now.
+ACQUIRE = (
+    "INSERT INTO leases (name, holder_id, holder, expires_at, renewed_at) "
+    "VALUES (?, ?, ?, ?, ?) ON CONFLICT (name) DO UPDATE SET "
+    "holder_id = excluded.holder_id, holder = excluded.holder, "
+    "expires_at = excluded.expires_at, renewed_at = excluded.renewed_at "
+    "WHERE leases.holder_id = excluded.holder_id OR leases.expires_at < ?"
+)
+READ = "SELECT holder_id, holder, renewed_at, expires_at FROM leases WHERE name = ?"
+# Arguments: name, holder_id.
+RELEASE = "UPDATE leases SET expires_at = 0 WHERE name = ? AND holder_id = ?"
 
 
 @dataclass(frozen=True)
@@ -62,8 +81,26 @@ def lease_name(token: str) -> str:
     return "discord-gateway:" + hashlib.sha256(token.encode()).hexdigest()[:16]
 
 
-class GatewayLease:
-    """A named lease in the database at `path`, held by at most one process at a time."""
+class Lease(Protocol):
+    """A named lease in the database every bot process shares, held by at most one at a time."""
+
+    name: str
+    ttl: float  # seconds a holder's lease lasts from its last renewal
+    holder: str  # this process, as a person reads it: "pid 4242 on bot-1"
+
+    async def try_acquire(self) -> Holder | None:
+        """Take the lease, or renew it if this process holds it: None. Someone else's holder
+        while they hold it unexpired."""
+        ...
+
+    async def release(self) -> None:
+        """Let go at once, so a process on standby need not wait for the lease to expire."""
+        ...
+
+
+class SqliteLease:
+    """The Lease in a SQLite file (`DATA_DIR/bot.sqlite`): shared by the bot processes of one
+    host. The same SQL serves a PostgreSQL backend, which shares it between hosts."""
 
     def __init__(self, path: Path, name: str, host: str, ttl: float) -> None:
         self._path = path
@@ -73,25 +110,13 @@ class GatewayLease:
         self.holder = f"pid {os.getpid()} on {host}"
 
     async def try_acquire(self) -> Holder | None:
-        """Take the lease, or renew it if this process holds it: None. Someone else's holder
-        while they hold it unexpired."""
         now = time.time()
         async with open_db(self._path, SCHEMA) as db:
-            # One statement: taking over happens only when the row is ours or expired, so two
-            # processes racing for an expired lease cannot both win.
             await db.execute(
-                "INSERT INTO leases (name, holder_id, holder, expires_at, renewed_at) "
-                "VALUES (?, ?, ?, ?, ?) ON CONFLICT (name) DO UPDATE SET "
-                "holder_id = excluded.holder_id, holder = excluded.holder, "
-                "expires_at = excluded.expires_at, renewed_at = excluded.renewed_at "
-                "WHERE leases.holder_id = excluded.holder_id OR leases.expires_at < ?",
-                (self.name, self._holder_id, self.holder, now + self.ttl, now, now),
+                ACQUIRE, (self.name, self._holder_id, self.holder, now + self.ttl, now, now)
             )
             await db.commit()
-            cursor = await db.execute(
-                "SELECT holder_id, holder, renewed_at, expires_at FROM leases WHERE name = ?",
-                (self.name,),
-            )
+            cursor = await db.execute(READ, (self.name,))
             row = await cursor.fetchone()
         assert row is not None  # just written, and a lease row is never deleted by another
         if row["holder_id"] == self._holder_id:
@@ -99,17 +124,13 @@ class GatewayLease:
         return Holder(row["holder"], row["renewed_at"], row["expires_at"])
 
     async def release(self) -> None:
-        """Let go at once, so a process on standby need not wait for the lease to expire."""
         async with open_db(self._path, SCHEMA) as db:
-            await db.execute(
-                "UPDATE leases SET expires_at = 0 WHERE name = ? AND holder_id = ?",
-                (self.name, self._holder_id),
-            )
+            await db.execute(RELEASE, (self.name, self._holder_id))
             await db.commit()
 
 
 async def serve_holding_lease(
-    lease: GatewayLease,
+    lease: Lease,
     health: PlatformHealth,
     serve: Callable[[], Coroutine[Any, Any, None]],
     *,
@@ -132,7 +153,7 @@ async def serve_holding_lease(
             await lease.release()
 
 
-async def _stand_by(lease: GatewayLease, health: PlatformHealth, check_every: float) -> None:
+async def _stand_by(lease: Lease, health: PlatformHealth, check_every: float) -> None:
     said: Holder | None = None
     while True:
         try:
@@ -159,7 +180,7 @@ async def _stand_by(lease: GatewayLease, health: PlatformHealth, check_every: fl
 
 
 async def _serve_while_held(
-    lease: GatewayLease,
+    lease: Lease,
     health: PlatformHealth,
     serve: Callable[[], Coroutine[Any, Any, None]],
     check_every: float,
