@@ -222,10 +222,10 @@ RUN: tuple[Check, ...] = (
     slack_complete,
     discord_complete,
 )
+# The bot records a conversation's decider but never calls the model: no OPENAI_API_KEY needed.
 BOT: tuple[Check, ...] = (
     temporal_tls_files,
     data_dir_writable,
-    decider_ready,
     a_chat_platform,
     slack_complete,
     discord_complete,
