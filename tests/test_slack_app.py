@@ -321,10 +321,13 @@ class EdgeTemporal:
             # Not "unreachable": a failure of this one request.
             raise RPCError("internal error", RPCStatusCode.INTERNAL, b"")
 
-    async def start_workflow(self, _run: Any, _start: Any, **kwargs: Any) -> None:
+    async def start_workflow(self, _run: Any, _start: Any, **kwargs: Any) -> SimpleNamespace:
         self._maybe_fail()
         assert kwargs["id_reuse_policy"] == WorkflowIDReusePolicy.REJECT_DUPLICATE
+        new = ("start", kwargs["id"]) not in self.calls
         self.calls.append(("start", kwargs["id"]))
+        # Temporal's answer: the first run's id when this call started it (signal-with-start).
+        return SimpleNamespace(first_execution_run_id=f"run-of-{kwargs['id']}" if new else None)
 
     def get_workflow_handle(self, workflow_id: str) -> Any:
         async def signal(name: str, _arg: Any, rpc_timeout: Any = None) -> None:
