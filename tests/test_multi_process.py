@@ -13,6 +13,7 @@ Slack is in HTTP mode against the local fake Slack API; the Workers post to the 
 
 from __future__ import annotations
 
+import asyncio
 import signal
 import uuid
 from collections.abc import AsyncIterator
@@ -80,6 +81,19 @@ class Deployment:
         return worker
 
     env_shared: dict[str, str] = field(default_factory=dict)
+    bot: RefundBotProcess | None = None
+
+    async def bot_ready(self) -> None:
+        """Until the bot's /healthz answers 200 (Temporal reachable, Slack serving)."""
+
+        async def healthy() -> bool:
+            assert self.bot is not None and self.bot.running, self.bot and self.bot.output
+            try:
+                return (await get(self.http, self.ops_url + "/healthz"))[0] == 200
+            except aiohttp.ClientConnectionError:
+                return False
+
+        await wait_for(healthy, timeout=STARTUP, what="the bot's /healthz to answer 200")
 
     async def send(self, delivery: Delivery) -> None:
         headers = signed_headers(SECRET, delivery)
@@ -187,19 +201,14 @@ async def deployment(
             env_shared=shared.env,
         )
 
-        async def healthy() -> bool:
-            assert bot.running, bot.output
-            try:
-                return (await get(http, d.ops_url + "/healthz"))[0] == 200
-            except aiohttp.ClientConnectionError:
-                return False
-
-        await wait_for(healthy, timeout=STARTUP, what="the bot's /healthz to answer 200")
+        d.bot = bot
         yield d
         # Each process stops gracefully on SIGTERM, as systemd stops it; none leaves a child.
+        running = [p for p in (bot, *d.workers.values()) if p.running]
+        codes = await asyncio.gather(*(p.stop(signal.SIGTERM) for p in running))
+        for process, code in zip(running, codes, strict=True):
+            assert code == 0, process.output
         for process in (bot, *d.workers.values()):
-            if process.running:
-                assert await process.stop(signal.SIGTERM) == 0, process.output
             assert "Traceback" not in process.output, process.output
 
 
@@ -208,6 +217,8 @@ async def test_a_bot_and_two_workers_share_one_answer_and_survive_a_worker_sigki
 ) -> None:
     orders = [await shared_database.place_order(ESPRESSO) for _ in range(4)]
     async with deployment(temporal_env, shared_database, tmp_path) as d:
+        # The bot and worker-a start side by side (a process's start-up is most of this test).
+        worker_a, _ = await asyncio.gather(d.start_worker("worker-a"), d.bot_ready())
         status, body = await get(d.http, d.ops_url + "/healthz")
         assert status == 200 and '"slack": {"state": "connected"' in body
 
@@ -216,7 +227,6 @@ async def test_a_bot_and_two_workers_share_one_answer_and_survive_a_worker_sigki
         assert granted.startswith("Granted refund_approver to sam"), granted
 
         # Conversation 0 runs on worker-a alone, to its refund.
-        worker_a = await d.start_worker("worker-a")
         first, first_id = await d.open(f"please refund order {orders[0].order_number}")
         assert (await d.next_bot_message(first))["text"] == "Was the package opened?"
         await d.reply(first, "Yes")
