@@ -2,8 +2,8 @@
 
     GET /healthz -> Temporal's health check, each platform's PlatformHealth, the inbox
                  -> 200 when all are well, else 503; a JSON body says which part is not
-    GET /metrics -> inbox depth, dead letters and platforms connected, set now -> this process's exporter
-                    (worker/telemetry: the Temporal SDK's metrics and refund-bot's counters)
+    GET /metrics -> inbox depth, dead letters and platforms connected, set now
+                 -> this process's exporter (worker/telemetry: the SDK's metrics and refund-bot's)
 
 A load balancer asks /healthz whether to send Slack's requests here; Prometheus scrapes /metrics.
 A platform on standby (another replica holds Discord's gateway) counts as well: this replica is
