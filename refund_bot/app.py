@@ -165,10 +165,10 @@ async def running_bot(
     Its codec keys are the deployment's (CODEC_KEYS, or DATA_DIR/codec.key): it never makes one
     up, since Workers elsewhere could not read what it wrote.
     """
-    await prepare_stores(settings)  # REFUND_ADMINS' grants, so someone can /refund-grant
     keys = codec_keys(settings)
     if not keys:
-        raise NoCodecKey
+        raise NoCodecKey  # before anything is written: a mistake changes nothing
+    await prepare_stores(settings)  # REFUND_ADMINS' grants, so someone can /refund-grant
     client = await connect(temporal, keys=keys)
     async with running_router(client, temporal, settings) as stack:
         stack.host = host
