@@ -26,7 +26,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import timedelta
 from enum import StrEnum
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ValidationError
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowQueryFailedError
@@ -358,9 +358,9 @@ class ConversationRouter:
             )
         except WorkflowAlreadyStartedError:
             return Routed.CLOSED
-        # Temporal's own answer: set when this call started the run, not when it only signalled
-        # one already running (a redelivered opening message, another replica's).
-        if handle.first_execution_run_id is not None:
+        # Temporal's own answer: this call started the run, not only signalled one already running
+        # (a redelivered opening message, another replica's).
+        if _started(handle):
             self._opened.add(1, {"platform": start.thread.platform})
         return Routed.STARTED
 
@@ -485,3 +485,11 @@ class ConversationRouter:
             else:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._wake.wait(), timeout=wait)
+
+
+def _started(handle: Any) -> bool:
+    """Whether signal-with-start started the run: the response's `started`. The SDK keeps that
+    response on the handle with no public accessor (its own Nexus support reads it the same way);
+    first_execution_run_id cannot tell, since the server sets it when it only signals too."""
+    response = handle._start_workflow_response
+    return bool(response is not None and response.started)

@@ -3,7 +3,8 @@ one shared database, as a deployment runs them (hosts "worker-a" and "worker-b",
 
     /refund-grant (Slack, to the bot) -> the grant in the shared database
     conversation 0, only worker-a running: approved -> authorize_refund on worker-a -> refunded
-    worker-b joins; conversations 1-3 opened and answered; worker-a SIGKILLed mid-conversation
+    worker-b joins; conversations 1-3 opened (one opening redelivered, as to another replica)
+        and answered; worker-a SIGKILLed mid-conversation
         -> escalations, approvals, authorize_refund and the refunds all on worker-b
     every conversation: "Your refund is complete", exactly one refund at the owner (the ledger)
     /healthz and /metrics of the bot, /metrics of a Worker: the counters of what just happened
@@ -57,6 +58,7 @@ class Deployment:
     workers: dict[str, RefundBotProcess] = field(default_factory=dict)
     worker_metrics: dict[str, str] = field(default_factory=dict)
     _seen: dict[str, int] = field(default_factory=dict)
+    _openings: dict[str, Delivery] = field(default_factory=dict)
 
     async def start_worker(self, host: str) -> RefundBotProcess:
         address = f"127.0.0.1:{free_port()}"
@@ -112,7 +114,14 @@ class Deployment:
         delivery = SlackSender(self.slack).post(CHANNEL, text)
         await self.send(delivery)
         root = delivery.payload["event"]["ts"]
+        self._openings[root] = delivery
         return root, f"slack-{TEAM}-{CHANNEL}-{root}"
+
+    async def redeliver_opening(self, root: str) -> None:
+        """The opening message again under a new event id: what a bot replica that did not take
+        the first delivery sees (its own de-duplication cannot know it)."""
+        event = self._openings[root].payload["event"]
+        await self.send(SlackSender(self.slack).envelope(event))
 
     async def reply(self, root: str, text: str) -> None:
         await self.send(SlackSender(self.slack).post(CHANNEL, text, thread_ts=root))
@@ -244,6 +253,10 @@ async def test_a_bot_and_two_workers_share_one_answer_and_survive_a_worker_sigki
         for root, _ in threads:
             assert (await d.next_bot_message(root))["text"] == "Was the package opened?"
             await d.reply(root, "Yes")
+        # A redelivered opening reaches Temporal (signal-with-start on the running conversation):
+        # the Workflow drops the repeated message (no second question below), and the bot does
+        # not count it as a conversation opened (the metrics at the end).
+        await d.redeliver_opening(threads[0][0])
         for root, _ in threads:
             assert (await d.next_bot_message(root))["text"] == "What was damaged?"
             await d.reply(root, "Split seam")

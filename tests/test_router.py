@@ -61,8 +61,8 @@ class FakeTemporal:
         self.calls.append(("start", kwargs["id"], kwargs["start_signal"], (start, kwargs)))
         new = kwargs["id"] not in self.started
         self.started.add(kwargs["id"])
-        # Temporal's answer: the first run's id when this call started it (signal-with-start).
-        return SimpleNamespace(first_execution_run_id=f"run-of-{kwargs['id']}" if new else None)
+        # Temporal's answer (signal-with-start): whether this call started the run.
+        return SimpleNamespace(_start_workflow_response=SimpleNamespace(started=new))
 
     def get_workflow_handle(self, workflow_id: str) -> Any:
         async def signal(name: str, arg: Any, rpc_timeout: Any = None) -> None:
