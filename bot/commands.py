@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import re
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Sequence
 from typing import Protocol
 
 from pydantic import BaseModel
@@ -33,6 +33,19 @@ class RestartReport(Protocol):
     new_pid: int
     seconds_to_ready: float
     host: str
+    supervisor_pid: int | None
+
+
+class WorkerControl(Protocol):
+    """The Worker supervisors, wherever they run (worker/ implements it, injected here)."""
+
+    async def supervisor_hosts(self) -> list[str]:
+        """The hosts whose supervisors answer now."""
+        ...
+
+    async def restart(self, host: str | None) -> RestartReport:
+        """SIGKILL and replace `host`'s Worker, or any supervisor's when None."""
+        ...
 
 
 class CommandReply(BaseModel):
@@ -59,15 +72,15 @@ class Commands:
     def __init__(
         self,
         client: Client,
-        restart_worker: Callable[[], Awaitable[RestartReport]],
+        workers: WorkerControl,
         settings: AgentSettings,
         grants: GrantStore,
         hold: HoldSwitch,
     ) -> None:
-        # restart_worker is injected (the control queue's client side lives in worker/), so the
+        # `workers` is injected (the control queue's client side lives in worker/), so the
         # request can reach a supervisor on any host without bot/ knowing how.
         self._client = client
-        self._restart_worker = restart_worker
+        self._workers = workers
         self._settings = settings
         self._grants = grants
         self._hold = hold
@@ -100,18 +113,39 @@ class Commands:
         states = await asyncio.gather(*(state(w) for w in workflow_ids))
         return dict(zip(workflow_ids, states, strict=True))
 
-    async def crash_worker(self, actor: Actor) -> CommandReply:
+    async def crash_worker(self, actor: Actor, host: str | None = None) -> CommandReply:
+        """SIGKILL a Worker and start a new one: `host`'s, or (none named) whichever supervisor
+        takes the request; the reply says which host and pid, and names the other hosts."""
         if refusal := await self._refusal(actor, "presenter"):
             return refusal
+        host = (host or "").strip() or None
+        hosts = await self._workers.supervisor_hosts()
+        if not hosts:
+            return CommandReply(
+                ok=False,
+                text="No Worker supervisor answers, so no Worker can be crashed and restarted: "
+                "`refund-bot run` and `refund-bot worker --supervised` run one.",
+            )
+        if host is not None and host not in hosts:
+            return CommandReply(
+                ok=False,
+                text=f"No Worker supervisor answers on host {host!r}; they answer on: "
+                f"{', '.join(hosts)}.",
+            )
         try:
-            report = await self._restart_worker()
+            report = await self._workers.restart(host)
         except WorkflowFailureError as err:
             return CommandReply(ok=False, text=f"The Worker restart failed: {err.cause or err}")
-        return CommandReply(
-            text=f"Worker SIGKILLed and replaced on {report.host}: old pid {report.old_pid}, "
-            f"new pid {report.new_pid}, ready in {report.seconds_to_ready:.2f}s. Open "
-            "conversations carry on from Event History."
+        supervisor = f" (supervisor pid {report.supervisor_pid})" if report.supervisor_pid else ""
+        text = (
+            f"Worker SIGKILLed and replaced on {report.host}{supervisor}: old pid "
+            f"{report.old_pid}, new pid {report.new_pid}, ready in "
+            f"{report.seconds_to_ready:.2f}s. Open conversations carry on from Event History."
         )
+        others = [h for h in hosts if h != report.host]
+        if host is None and others:
+            text += f" Other hosts with a supervisor: {', '.join(others)} (/crash-worker <host>)."
+        return CommandReply(text=text)
 
     async def refund_status(self, actor: Actor, workflow_id: str) -> CommandReply:
         if refusal := await self._refusal(actor, "presenter", "refund_approver"):

@@ -26,11 +26,11 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import timedelta
 from enum import StrEnum
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ValidationError
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowQueryFailedError
-from temporalio.common import WorkflowIDReusePolicy
+from temporalio.common import MetricMeter, WorkflowIDReusePolicy
 from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
@@ -195,9 +195,14 @@ class ConversationRouter:
         max_attempts: int = MAX_ATTEMPTS,
         inbox_retry: Backoff = INBOX_RETRY,
         unreachable_retry: Backoff = UNREACHABLE_RETRY,
+        meter: MetricMeter | None = None,
     ) -> None:
         self._client = client
         self._task_queue = task_queue
+        self._opened = (meter or MetricMeter.noop).create_counter(
+            "refund_bot_conversations_opened",
+            "Conversations this bot process started in Temporal (signal-with-start that started)",
+        )
         self._inbox = inbox
         self._hold = hold_new_conversations
         self._recent = recent or RecentEvents()
@@ -334,7 +339,7 @@ class ConversationRouter:
         try:
             # Signal-with-start: a retried event or a second bot replica signals the running
             # Workflow instead of starting another (the Workflow drops the repeated message id).
-            await self._client.start_workflow(
+            handle = await self._client.start_workflow(
                 RefundConversation.run,
                 start,
                 id=workflow_id_for(start.thread),
@@ -353,6 +358,10 @@ class ConversationRouter:
             )
         except WorkflowAlreadyStartedError:
             return Routed.CLOSED
+        # Temporal's own answer: this call started the run, not only signalled one already running
+        # (a redelivered opening message, another replica's).
+        if _started(handle):
+            self._opened.add(1, {"platform": start.thread.platform})
         return Routed.STARTED
 
     async def _signal(self, workflow_id: str, name: str, arg: BaseModel) -> Routed:
@@ -476,3 +485,11 @@ class ConversationRouter:
             else:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._wake.wait(), timeout=wait)
+
+
+def _started(handle: Any) -> bool:
+    """Whether signal-with-start started the run: the response's `started`. The SDK keeps that
+    response on the handle with no public accessor (its own Nexus support reads it the same way);
+    first_execution_run_id cannot tell, since the server sets it when it only signals too."""
+    response = handle._start_workflow_response
+    return bool(response is not None and response.started)

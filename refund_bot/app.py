@@ -1,12 +1,17 @@
-"""`refund-bot run`: the main job, wired from settings.
+"""`refund-bot run` (the main job) and `refund-bot bot` (the chat half alone), wired from settings.
 
-    Temporal (embedded if nothing answers) -> supervised Worker -> router + inbox -> platforms
+    run: Temporal (embedded if nothing answers) -> supervised Worker -> router + inbox -> platforms
+    bot: Temporal (TEMPORAL_ADDRESS, never embedded)                  -> router + inbox -> platforms
+    both: /healthz and /metrics (refund_bot/ops.py), the status line
     stop (a signal, the terminal's /quit): platforms -> router calls in flight -> Worker -> Temporal
 
-Embedded Temporal when nothing answers at the configured address, the supervised Worker (its own
-process, so it can really die), the router and its inbox, and every platform whose credentials are
-set; the local terminal support channel when none are (or when asked for), if stdin is a terminal.
-One platform ending or failing stops neither the others nor the Worker.
+`run`: embedded Temporal when nothing answers at the configured address, the supervised Worker
+(its own process, so it can really die), the router and its inbox, and every platform whose
+credentials are set; the local terminal support channel when none are (or when asked for), if
+stdin is a terminal. `bot`: Slack and Discord, the router and its inbox, for Workers that run
+elsewhere (`refund-bot worker`): any number of replicas behind a load balancer for Slack's HTTP
+mode; Discord's one gateway connection per token is held by one of them (a lease). One platform
+ending or failing stops neither the others nor the Worker.
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import socket
 import sys
 from collections.abc import AsyncIterator, Coroutine
 from dataclasses import dataclass
@@ -22,7 +28,8 @@ from typing import Any
 
 from temporalio.client import Client
 
-from agent.codec_keys import ensure_codec_key, key_file
+from agent.codec import NoCodecKey
+from agent.codec_keys import codec_keys, ensure_codec_key, key_file
 from agent.settings import AgentSettings, TemporalSettings
 from agent.stores.database import database_for
 from agent.stores.grants import GrantStore
@@ -31,6 +38,7 @@ from bot import hold as hold_store
 from bot import inbox as inbox_store
 from bot.commands import Commands
 from bot.conversations import RPC_TIMEOUT
+from bot.discord.gateway_lease import DatabaseLease, lease_name, serve_holding_lease
 from bot.discord.settings import DiscordSettings
 from bot.draining_router import DrainingRouter
 from bot.hold import HoldSwitch
@@ -39,13 +47,15 @@ from bot.local import thread_store as threads_store
 from bot.local.terminal import LocalChannel
 from bot.platform_health import PlatformHealth
 from bot.slack.settings import SlackSettings
+from refund_bot.ops import Ops, OpsRefused, serving_ops
 from refund_bot.status import first_status, log_status_every, say
-from refund_bot.wiring import grant_sources, local_thread_store
-from worker.control import request_worker_restart
+from refund_bot.wiring import SupervisorsOverTemporal, grant_sources, local_thread_store
 from worker.lifecycle import to_the_end
 from worker.runner import prepare_stores
 from worker.server import EmbeddedTemporal
+from worker.settings import OFF, ProcessSettings
 from worker.supervisor import WorkerSupervisor
+from worker.telemetry import metric_meter
 
 log = logging.getLogger(__name__)
 
@@ -56,22 +66,68 @@ DRAIN_TIMEOUT = RPC_TIMEOUT.total_seconds() + 1.0
 
 @dataclass
 class Stack:
-    """Everything a platform adapter needs, running."""
+    """Everything a platform adapter needs, running. `run` has a server and a supervisor; `bot`
+    has neither (its Workers run elsewhere)."""
 
     temporal: TemporalSettings
     settings: AgentSettings
     client: Client
-    supervisor: WorkerSupervisor
     router: DrainingRouter
     commands: Commands
-    web_ui: str | None
-    server: EmbeddedTemporal
     inbox: Inbox
+    supervisor: WorkerSupervisor | None = None
+    server: EmbeddedTemporal | None = None
+    web_ui: str | None = None
+    host: str | None = None  # REFUND_BOT_HOST
+    ops: str | None = None  # where /healthz is served, for the status line
+
+
+@contextlib.asynccontextmanager
+async def running_router(
+    client: Client, temporal: TemporalSettings, settings: AgentSettings
+) -> AsyncIterator[Stack]:
+    """The router, its inbox delivery and the commands, on `client`.
+
+    Leaving it waits for the router calls still in flight (each ends, or keeps its message in the
+    inbox), then stops the delivery: before whatever runs underneath (Worker, Temporal) stops.
+    """
+    database = database_for(settings)
+    await database.migrate(inbox_store.SCHEMA, hold_store.SCHEMA, threads_store.SCHEMA)
+    hold = HoldSwitch(database, settings.hold_before_refund)
+    inbox = Inbox(database)
+    router = DrainingRouter(
+        client,
+        temporal.task_queue,
+        inbox,
+        hold.enabled,
+        decider=settings.agent_decider,
+        meter=metric_meter(),
+    )
+    commands = Commands(
+        client,
+        SupervisorsOverTemporal(client, temporal),
+        settings,
+        GrantStore(database),
+        hold,
+    )
+    delivery = asyncio.create_task(router.run_delivery(), name="inbox delivery")
+    try:
+        yield Stack(temporal, settings, client, router, commands, inbox)
+    finally:
+        # The platforms stopped taking events; what they handed over ends (delivered, or kept in
+        # the inbox) before the Worker and Temporal stop underneath it.
+        await to_the_end(router.drain(DRAIN_TIMEOUT))
+        delivery.cancel()
+        await asyncio.gather(delivery, return_exceptions=True)
 
 
 @contextlib.asynccontextmanager
 async def running_stack(
-    temporal: TemporalSettings, settings: AgentSettings, worker_env: dict[str, str] | None = None
+    temporal: TemporalSettings,
+    settings: AgentSettings,
+    worker_env: dict[str, str] | None = None,
+    *,
+    host: str | None = None,
 ) -> AsyncIterator[Stack]:
     """Temporal (embedded if needed), the supervised Worker, the router's inbox delivery.
 
@@ -80,9 +136,7 @@ async def running_stack(
     stops what it started even if a later step failed.
     """
     data_dir = Path(settings.data_dir)
-    database = database_for(settings)
     await prepare_stores(settings)  # migrates the agent's stores and seeds the demo data
-    await database.migrate(inbox_store.SCHEMA, hold_store.SCHEMA, threads_store.SCHEMA)
     # Encryption is on by default: with no key configured, one is generated into the data
     # directory, where the Worker child (which inherits DATA_DIR) reads it too.
     keys, generated = ensure_codec_key(settings)
@@ -99,39 +153,31 @@ async def running_stack(
             client=client,
             env=worker_env,
             log_path=data_dir / "worker.log",
+            host=host,
         )
-        async with supervisor:
-            hold = HoldSwitch(database, settings.hold_before_refund)
-            inbox = Inbox(database)
-            router = DrainingRouter(
-                client, temporal.task_queue, inbox, hold.enabled, decider=settings.agent_decider
-            )
-            commands = Commands(
-                client,
-                lambda: request_worker_restart(client, temporal.control_task_queue),
-                settings,
-                GrantStore(database),
-                hold,
-            )
-            delivery = asyncio.create_task(router.run_delivery(), name="inbox delivery")
-            try:
-                yield Stack(
-                    temporal=temporal,
-                    settings=settings,
-                    client=client,
-                    supervisor=supervisor,
-                    router=router,
-                    commands=commands,
-                    web_ui=server.ui_url,
-                    server=server,
-                    inbox=inbox,
-                )
-            finally:
-                # The platforms stopped taking events; what they handed over ends (delivered, or
-                # kept in the inbox) before the Worker and Temporal stop underneath it.
-                await to_the_end(router.drain(DRAIN_TIMEOUT))
-                delivery.cancel()
-                await asyncio.gather(delivery, return_exceptions=True)
+        async with supervisor, running_router(client, temporal, settings) as stack:
+            stack.supervisor, stack.server, stack.web_ui = supervisor, server, server.ui_url
+            stack.host = supervisor.host
+            yield stack
+
+
+@contextlib.asynccontextmanager
+async def running_bot(
+    temporal: TemporalSettings, settings: AgentSettings, *, host: str | None = None
+) -> AsyncIterator[Stack]:
+    """The router, its inbox and the commands on the configured Temporal: no server, no Worker.
+
+    Its codec keys are the deployment's (CODEC_KEYS, or DATA_DIR/codec.key): it never makes one
+    up, since Workers elsewhere could not read what it wrote.
+    """
+    keys = codec_keys(settings)
+    if not keys:
+        raise NoCodecKey  # before anything is written: a mistake changes nothing
+    await prepare_stores(settings)  # REFUND_ADMINS' grants, so someone can /refund-grant
+    client = await connect(temporal, keys=keys)
+    async with running_router(client, temporal, settings) as stack:
+        stack.host = host
+        yield stack
 
 
 @dataclass
@@ -186,11 +232,26 @@ def start_platforms(stack: Stack, *, local: bool) -> list[Platform]:
         from bot.discord.client import build_client
         from bot.discord.client import serve as serve_discord
 
-        client = build_client(
-            discord, stack.router, stack.commands, grants=sources.get("discord", store)
-        )
+        assert discord.token is not None
         health = PlatformHealth("discord")
-        start("discord", serve_discord(client, discord, health=health), health)
+
+        def discord_client() -> Coroutine[Any, Any, None]:
+            # A fresh client each time this process takes the gateway: a closed one is spent.
+            client = build_client(
+                discord, stack.router, stack.commands, grants=sources.get("discord", store)
+            )
+            return serve_discord(client, discord, health=health)
+
+        # One gateway connection per token, whichever process sharing DATABASE_URL holds it.
+        lease = DatabaseLease(
+            database_for(settings),
+            lease_name(discord.token.get_secret_value()),
+            host=stack.host or socket.gethostname(),
+            ttl=discord.gateway_lease_seconds,
+        )
+        start("discord", serve_holding_lease(lease, health, discord_client), health)
+    if stack.supervisor is None:
+        return platforms  # `refund-bot bot`: Slack and Discord only (a checked setting)
     if local or not platforms:
         if stdin_is_terminal():
             channel = LocalChannel(local_thread_store(settings), stack.router, stack.commands)
@@ -232,8 +293,18 @@ async def serve_platforms(platforms: list[Platform]) -> None:
     await asyncio.Event().wait()  # no platform left (or none at all): serve until stopped
 
 
-async def run(temporal: TemporalSettings, settings: AgentSettings, *, local: bool) -> None:
-    async with running_stack(temporal, settings) as stack:
+async def run(
+    temporal: TemporalSettings,
+    settings: AgentSettings,
+    *,
+    local: bool,
+    process: ProcessSettings | None = None,
+    metrics: str | None = None,
+) -> None:
+    """`refund-bot run`. `metrics`: this process's exporter URL, when metrics are on."""
+    process = process or ProcessSettings()
+    async with running_stack(temporal, settings, host=process.host) as stack:
+        assert stack.server is not None
         if stack.server.origin.startswith("reused"):
             say(
                 f"Using the Temporal server already answering at {stack.server.address} "
@@ -241,14 +312,44 @@ async def run(temporal: TemporalSettings, settings: AgentSettings, *, local: boo
             )
         if stack.web_ui:
             say(f"Temporal Web UI: {stack.web_ui}")
-        platforms = start_platforms(stack, local=local)
-        healths = [p.health for p in platforms]
+        await serve(stack, start_platforms(stack, local=local), process, metrics)
+
+
+async def bot(
+    temporal: TemporalSettings,
+    settings: AgentSettings,
+    *,
+    process: ProcessSettings | None = None,
+    metrics: str | None = None,
+) -> None:
+    """`refund-bot bot`: the chat platforms and the router, for Workers that run elsewhere."""
+    process = process or ProcessSettings()
+    async with running_bot(temporal, settings, host=process.host) as stack:
+        await serve(stack, start_platforms(stack, local=False), process, metrics)
+
+
+async def serve(
+    stack: Stack, platforms: list[Platform], process: ProcessSettings, metrics: str | None
+) -> None:
+    """Serve the platforms, /healthz and /metrics and the status line until the end (the terminal
+    channel ended, or a stop signal cancelled this); then stop every platform before the stack
+    (router calls, Worker, Temporal) stops."""
+    healths = [p.health for p in platforms]
+    async with contextlib.AsyncExitStack() as ops:
+        if metrics is not None and process.metrics_address != OFF:
+            ops_state = Ops(stack.client, stack.inbox, healths, metrics, metric_meter())
+            try:
+                await ops.enter_async_context(serving_ops(process.metrics_address, ops_state))
+                stack.ops = f"/healthz on http://{process.metrics_address}"
+            except OpsRefused as err:
+                # Like a Slack port already in use: one line; the conversations carry on.
+                log.error("%s", err)
+                stack.ops = "/healthz not served (port in use)"
         status = asyncio.create_task(log_status_every(stack, healths), name="status")
         try:
             say(await first_status(stack, healths))
             await serve_platforms(platforms)
         finally:
-            # Stop every platform before the stack (router calls, Worker, Temporal) stops.
             status.cancel()
             for platform in platforms:
                 platform.task.cancel()

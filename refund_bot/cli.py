@@ -3,8 +3,10 @@
 refund-bot run       the main job: embedded Temporal (if needed), the supervised Worker, and every
                      platform whose credentials are set (the local terminal channel when none are);
                      SIGTERM, SIGHUP or SIGINT stop it (and its children) gracefully, exit 0
+refund-bot bot       Slack and Discord, the router and the inbox, for Workers that run elsewhere
 refund-bot demo      the unattended story, start to finish, on embedded defaults
-refund-bot worker    one Worker (the supervisor runs this as its child)
+refund-bot worker    one Worker (the supervisor runs this as its child); --supervised: a
+                     supervisor and its Worker child, which /crash-worker <host> can reach
 refund-bot status ID what survives of a conversation, read from Event History (no Worker needed)
 refund-bot codec-server            the payload codec over HTTP, for the Temporal Web UI and CLI
 refund-bot discord sync-commands   register the Discord application commands
@@ -30,6 +32,9 @@ from refund_bot.config import Config, ConfigError
 from worker.exit import exit_now
 from worker.lifecycle import until_stopped, watch_lifeline
 from worker.server import TemporalServerError
+from worker.telemetry import MetricsRefused
+
+log = logging.getLogger(__name__)
 
 DESCRIPTION = "A Slack and Discord front end for a durable customer-support refund agent."
 # What a conversation's id looks like (bot/ids.py), for `status` and its errors.
@@ -55,6 +60,7 @@ async def _worker(cfg: Config) -> None:
     keys = codec_keys(cfg.agent)
     if not keys:
         raise NoCodecKey  # a Worker never writes a conversation to Temporal in clear
+    _metrics(cfg.process.worker_metrics_address, "WORKER_METRICS_ADDRESS")
     client = await connect(cfg.temporal, keys=keys)
     await run_worker(
         client,
@@ -62,7 +68,52 @@ async def _worker(cfg: Config) -> None:
         cfg.agent,
         outbound_posters(cfg.agent, cfg.slack, cfg.discord),
         grant_sources(cfg.agent, cfg.slack, cfg.discord),
+        host=cfg.process.host,
     )
+
+
+async def _supervised_worker(cfg: Config) -> None:
+    from agent.codec_keys import codec_keys
+    from agent.temporal_client import connect
+    from worker.supervisor import WorkerSupervisor
+
+    keys = codec_keys(cfg.agent)
+    if not keys:
+        raise NoCodecKey
+    client = await connect(cfg.temporal, keys=keys)
+    # The child inherits this environment (its settings, WORKER_METRICS_ADDRESS included).
+    async with WorkerSupervisor(cfg.temporal, client=client, host=cfg.process.host) as supervisor:
+        log.info(
+            "Supervising Worker pid %s on %s; /crash-worker %s restarts it",
+            supervisor.pid, supervisor.host, supervisor.host,
+        )  # fmt: skip
+        await asyncio.Event().wait()
+
+
+def _metrics(address: str, setting: str) -> None:
+    """This process's metrics at `address` (the SDK's exporter), unless off. A port already taken
+    is one line and no metrics: the conversations matter more than their counters."""
+    from worker.settings import OFF
+    from worker.telemetry import install_metrics
+
+    if address == OFF:
+        return
+    try:
+        install_metrics(address)
+    except MetricsRefused as err:
+        log.error("%s=%s: %s; set another address or off", setting, address, err)
+    else:
+        log.info("metrics on http://%s/metrics", address)
+
+
+def _bot_metrics(cfg: Config) -> str | None:
+    """The exporter behind the bot process's own /metrics (refund_bot/ops.py), unless off."""
+    from worker.settings import OFF
+    from worker.telemetry import install_metrics_on_loopback
+
+    if cfg.process.metrics_address == OFF:
+        return None
+    return install_metrics_on_loopback()
 
 
 async def _status(cfg: Config, workflow_id: str) -> None:
@@ -99,7 +150,14 @@ async def _codec_server(cfg: Config) -> None:
 async def _run(cfg: Config, local: bool) -> None:
     from refund_bot.app import run
 
-    await run(cfg.temporal, cfg.agent, local=local)
+    metrics = _bot_metrics(cfg)
+    await run(cfg.temporal, cfg.agent, local=local, process=cfg.process, metrics=metrics)
+
+
+async def _bot(cfg: Config) -> None:
+    from refund_bot.app import bot
+
+    await bot(cfg.temporal, cfg.agent, process=cfg.process, metrics=_bot_metrics(cfg))
 
 
 async def _demo(cfg: Config) -> int:
@@ -165,11 +223,29 @@ def build_parser() -> argparse.ArgumentParser:
         "--local", action="store_true", help="open the terminal channel even with Slack/Discord"
     )
     command(
+        "bot",
+        "the chat platforms, the router and its inbox, for Workers that run elsewhere",
+        "Slack and/or Discord (one of them configured), on TEMPORAL_ADDRESS (never an embedded "
+        "server); /healthz and /metrics at METRICS_ADDRESS. Any number of replicas for Slack; "
+        "Discord's one gateway connection per token is held by one of them",
+    )
+    command(
         "demo",
         "the unattended crash-and-resume story on a fresh order; non-zero if an invariant broke",
         "Honours AGENT_DECIDER: with openai the model makes the story's decisions",
     )
-    command("worker", "one Temporal Worker for the refund conversations (run's supervisor runs it)")
+    worker = command(
+        "worker",
+        "one Temporal Worker for the refund conversations (run's supervisor runs it)",
+        "Any number, on any host, on the same TEMPORAL_ADDRESS, namespace and task queue; "
+        "/metrics at WORKER_METRICS_ADDRESS",
+    )
+    worker.add_argument(
+        "--supervised",
+        action="store_true",
+        help="run a supervisor and the Worker as its child: restarted when it dies, and "
+        "/crash-worker <REFUND_BOT_HOST> reaches it",
+    )
     status = command(
         "status",
         "what survives of a conversation, read from Temporal's Event History (no Worker needed)",
@@ -212,7 +288,11 @@ def main(argv: list[str] | None = None) -> None:
     commands_by_name = {
         "run": (config.RUN, lambda cfg: until_stopped(_run(cfg, args.local))),
         "demo": (config.DEMO, lambda cfg: until_stopped(_demo(cfg))),
-        "worker": (config.WORKER, lambda cfg: until_stopped(_worker(cfg))),
+        "bot": (config.BOT, lambda cfg: until_stopped(_bot(cfg))),
+        "worker": (
+            config.WORKER,
+            lambda cfg: until_stopped(_supervised_worker(cfg) if args.supervised else _worker(cfg)),
+        ),
         "discord": (config.DISCORD_SYNC, _discord_sync),
         "stripe-setup": (config.STRIPE_SETUP, _stripe_setup),
         "status": (config.STATUS, lambda cfg: _status(cfg, args.workflow_id)),
@@ -227,7 +307,13 @@ def main(argv: list[str] | None = None) -> None:
     except ConfigError as err:
         print(f"refund-bot: {err}", file=sys.stderr)
         code = 2
-    except (Refused, TemporalServerError, CodecKeyError, DatabaseUnavailable) as err:
+    except (
+        Refused,
+        TemporalServerError,
+        CodecKeyError,
+        DatabaseUnavailable,
+        MetricsRefused,
+    ) as err:
         # A codec key problem names the key id, never the key; a database, never its password.
         print(f"refund-bot: {err}", file=sys.stderr)
         code = 1

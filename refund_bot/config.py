@@ -1,6 +1,6 @@
 """Every setting, read and checked once before a command starts anything: a mistake is one line.
 
-    environment / .env -> the four settings classes (types) -> the checks a command needs -> Config
+    environment / .env -> the settings classes (types) -> the checks a command needs -> Config
 
 Each settings class lives beside the code that reads it (agent/, bot/slack/, bot/discord/) and
 refuses a value of the wrong type; this module turns that refusal into one line naming the variable
@@ -23,6 +23,7 @@ from pydantic_settings import BaseSettings
 from agent.settings import AgentSettings, CodecServerSettings, TemporalSettings
 from bot.discord.settings import DiscordSettings
 from bot.slack.settings import SlackSettings
+from worker.settings import ProcessSettings
 
 # A Slack channel id: public (C…) or private (G…). A name ("#support") can change; an id cannot.
 _SLACK_CHANNEL_ID = re.compile(r"^[CG][A-Z0-9]{2,}$")
@@ -39,6 +40,7 @@ class Config:
     codec_server: CodecServerSettings
     slack: SlackSettings
     discord: DiscordSettings
+    process: ProcessSettings
 
 
 def env_name(cls: type[BaseSettings], field: str) -> str:
@@ -87,6 +89,7 @@ def load() -> Config:
         ("codec_server", CodecServerSettings),
         ("slack", SlackSettings),
         ("discord", DiscordSettings),
+        ("process", ProcessSettings),
     )
     read: dict[str, Any] = {}
     problems: list[str] = []
@@ -135,6 +138,15 @@ def discord_complete(config: Config) -> Iterable[str]:
             "DISCORD_TOKEN is set but DISCORD_SUPPORT_CHANNEL_ID is not: set it to the support "
             "channel's id (Developer Mode on, right-click the channel > Copy Channel ID), or "
             "unset DISCORD_TOKEN to leave Discord off"
+        )
+
+
+def a_chat_platform(config: Config) -> Iterable[str]:
+    if not config.slack.enabled and not config.discord.enabled:
+        yield (
+            "neither SLACK_BOT_TOKEN nor DISCORD_TOKEN is set: `refund-bot bot` serves Slack and "
+            "Discord, so configure one (docs/slack.md, docs/discord.md); `refund-bot run` opens "
+            "the terminal channel instead"
         )
 
 
@@ -207,6 +219,14 @@ RUN: tuple[Check, ...] = (
     temporal_tls_files,
     data_dir_writable,
     decider_ready,
+    slack_complete,
+    discord_complete,
+)
+# The bot records a conversation's decider but never calls the model: no OPENAI_API_KEY needed.
+BOT: tuple[Check, ...] = (
+    temporal_tls_files,
+    data_dir_writable,
+    a_chat_platform,
     slack_complete,
     discord_complete,
 )

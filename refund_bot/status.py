@@ -1,10 +1,13 @@
-"""`refund-bot run`'s status line: printed once at start, then logged every minute at debug level.
+"""The status line of `refund-bot run` and `refund-bot bot`: printed once at start, then logged
+every minute at debug level.
 
     the stack (Temporal, Worker, inbox) + each platform's PlatformHealth -> status_line()
 
-For example (one line):
+For example (one line each):
     status: Temporal 127.0.0.1:7233 (embedded, pid 4242) | Worker pid 4250 polling 'refund-bot' |
-    slack connected, discord retrying for 42s (gateway refused) | inbox 0 waiting
+    slack connected, discord retrying for 42s (gateway refused) | inbox 0 | /healthz on http://…
+    status: Temporal temporal.internal:7233 (external) | 2 Workers polling 'refund-bot' (worker-a,
+    worker-b) | slack connected, discord standby (gateway held by pid 4242 on bot-1) | inbox 0
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ from typing import TYPE_CHECKING
 
 from bot.platform_health import PlatformHealth
 from worker.control import worker_identity
-from worker.supervisor import worker_is_polling
+from worker.supervisor import other_workers, worker_is_polling
 
 if TYPE_CHECKING:
     from refund_bot.app import Stack
@@ -37,11 +40,27 @@ def say(text: str) -> None:
 
 
 def _temporal(stack: Stack) -> str:
+    if stack.server is None:
+        return f"Temporal {stack.temporal.address} (external)"
     return f"Temporal {stack.server.address} ({stack.server.origin})"
+
+
+async def _workers_elsewhere(stack: Stack) -> str:
+    """`refund-bot bot`: the Workers Temporal lists on the task queue, wherever they run."""
+    t = stack.temporal
+    try:
+        workers = await other_workers(stack.client, t.namespace, t.task_queue)
+    except Exception as err:
+        return f"Workers unknown ({err})"
+    hosts = sorted({w.host or w.identity for w in workers})
+    where = f" ({', '.join(hosts)})" if hosts else ""
+    return f"{len(workers)} Worker(s) polling {t.task_queue!r}{where}"
 
 
 async def _worker(stack: Stack) -> str:
     supervisor = stack.supervisor
+    if supervisor is None:
+        return await _workers_elsewhere(stack)
     pid = supervisor.pid
     if pid is None:
         return "no Worker"
@@ -50,7 +69,7 @@ async def _worker(stack: Stack) -> str:
     s = supervisor.settings
     try:
         polling = await worker_is_polling(
-            supervisor.client, s.namespace, s.task_queue, worker_identity(pid)
+            supervisor.client, s.namespace, s.task_queue, worker_identity(pid, supervisor.host)
         )
     except Exception as err:  # Temporal unreachable: say so, the line still goes out
         return f"Worker pid {pid} (polling unknown: {err})"
@@ -66,7 +85,9 @@ async def _inbox(stack: Stack) -> str:
 
 async def status_line(stack: Stack, platforms: Sequence[PlatformHealth]) -> str:
     chat = ", ".join(health.summary() for health in platforms) or "no chat platform"
-    parts = (_temporal(stack), await _worker(stack), chat, await _inbox(stack))
+    parts = [_temporal(stack), await _worker(stack), chat, await _inbox(stack)]
+    if stack.ops:
+        parts.append(stack.ops)
     return "status: " + " | ".join(parts)
 
 

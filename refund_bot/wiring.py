@@ -1,14 +1,18 @@
 """Which chat platforms this process serves, built from settings.
 
 The Worker receives the platforms' outbound halves from here (injection keeps worker/ and agent/
-free of bot/ imports).
+free of bot/ imports), and the commands their way to the Worker supervisors (bot/ free of worker/).
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
+from temporalio.client import Client
+
 from agent.activities.authorize import GrantSource
 from agent.activities.notify import ThreadPoster
-from agent.settings import AgentSettings
+from agent.settings import AgentSettings, TemporalSettings
 from agent.stores.database import database_for
 from agent.stores.grants import GrantStore
 from bot.discord.grants import DiscordRoleGrants
@@ -18,6 +22,8 @@ from bot.local.thread_store import LocalThreadStore
 from bot.slack.grants import SlackUserGroupGrants
 from bot.slack.outbound import SlackThreadPoster
 from bot.slack.settings import SlackSettings
+from worker.control import RestartReport, request_worker_restart
+from worker.supervisor import supervisor_hosts
 
 
 def local_thread_store(settings: AgentSettings) -> LocalThreadStore:
@@ -55,3 +61,19 @@ def grant_sources(
     if slack.enabled and slack.approver_group:
         sources["slack"] = SlackUserGroupGrants(slack, store)
     return sources
+
+
+@dataclass(frozen=True)
+class SupervisorsOverTemporal:
+    """bot.commands.WorkerControl through Temporal: the supervisors on any host, by their control
+    task queues (worker.control)."""
+
+    client: Client
+    temporal: TemporalSettings
+
+    async def supervisor_hosts(self) -> list[str]:
+        t = self.temporal
+        return await supervisor_hosts(self.client, t.namespace, t.control_task_queue)
+
+    async def restart(self, host: str | None) -> RestartReport:
+        return await request_worker_restart(self.client, self.temporal.control_task_queue, host)

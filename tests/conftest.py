@@ -99,3 +99,11 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     session.config._refund_bot_exitstatus = int(exitstatus)  # type: ignore[attr-defined]
+
+
+@pytest.fixture
+def shared_database(tmp_path, postgres_url: str):  # -> tests.support.shared_database.SharedDatabase
+    """The database the processes of a multi-process test share: PostgreSQL (see its module)."""
+    from tests.support.shared_database import shared_database_at
+
+    return shared_database_at(tmp_path, postgres_url)

@@ -20,7 +20,9 @@ from temporalio.testing import WorkflowEnvironment
 
 from refund_bot.cli import build_parser
 from tests.fakes.discord_api import FakeDiscordAPI
-from tests.support import clean_environment, free_port
+from tests.support import free_port
+from tests.support.cli_process import clean_environment
+from tests.support.codec import TEST_CODEC_ENV
 
 # Placeholders the test fills in: the session's Temporal server, a regular file, a busy port, a
 # port nothing listens on.
@@ -119,6 +121,26 @@ CASES: list[tuple[str, list[str], dict[str, str], list[str]]] = [
         ["run"],
         {"DATABASE_URL": f"postgresql://refund:hunter2@127.0.0.1:{FREE_PORT}/refund"},
         ["DATABASE_URL", "cannot reach the database", "refund:***@127.0.0.1"],
+    ),
+    ("bot with no chat platform", ["bot"], {}, ["SLACK_BOT_TOKEN", "DISCORD_TOKEN", "run"]),
+    (
+        "bot with Temporal down",
+        ["bot"],
+        {"DISCORD_TOKEN": "t", "DISCORD_SUPPORT_CHANNEL_ID": "1", **TEST_CODEC_ENV},
+        ["TEMPORAL_ADDRESS"],
+    ),
+    (
+        "bot without a codec key",
+        ["bot"],
+        {"DISCORD_TOKEN": "t", "DISCORD_SUPPORT_CHANNEL_ID": "1", "TEMPORAL_ADDRESS": TEMPORAL},
+        ["CODEC_KEYS"],
+    ),
+    ("metrics address not host:port", ["bot"], {"METRICS_ADDRESS": "9464"}, ["METRICS_ADDRESS"]),
+    (
+        "host name with a space",
+        ["worker", "--supervised"],
+        {"REFUND_BOT_HOST": "two words"},
+        ["REFUND_BOT_HOST"],
     ),
 ]
 

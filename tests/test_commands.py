@@ -5,11 +5,11 @@ from __future__ import annotations
 from bot.ids import workflow_id_for
 from bot.local.terminal import PEOPLE, inbound, thread_ref
 from refund_bot.wiring import local_thread_store
-from tests.support import pid_alive
 from tests.support.conditions import wait_for
 from tests.support.conversation import LocalConversation
 from tests.support.owner import refunds_made
 from tests.support.stack import supervised_stack
+from worker.lifecycle import alive
 
 PRESENTER, SUPPORT, CUSTOMER = PEOPLE["presenter"], PEOPLE["support"], PEOPLE["customer"]
 
@@ -37,7 +37,7 @@ async def test_crash_then_status_without_a_worker_then_release(temporal_env, tmp
             f"old pid {old_pid}" in crashed.text
             and f"new pid {stack.supervisor.pid}" in crashed.text
         )
-        await wait_for(lambda: not pid_alive(old_pid), what="the old Worker gone")
+        await wait_for(lambda: not alive(old_pid), what="the old Worker gone")
 
         await stack.supervisor.stop()  # no Worker alive at all
         status = await stack.commands.refund_status(PRESENTER, conv.handle.id)
@@ -63,7 +63,7 @@ async def test_commands_are_refused_to_people_without_the_role(temporal_env, tmp
         pid = stack.supervisor.pid
         refused = await stack.commands.crash_worker(CUSTOMER)
         assert not refused.ok and "needs the presenter role" in refused.text
-        assert stack.supervisor.pid == pid and pid_alive(pid)  # nothing was killed
+        assert stack.supervisor.pid == pid and alive(pid)  # nothing was killed
         for reply in (
             await stack.commands.refund_release(SUPPORT, "local-local-support-t1"),
             await stack.commands.refund_hold(CUSTOMER, True),

@@ -9,12 +9,12 @@ from agent.history import what_survives
 from agent.stores.database import database_for
 from agent.stores.ledger import Ledger
 from refund_bot.wiring import local_thread_store
-from tests.support import pid_alive
 from tests.support.conditions import wait_for
 from tests.support.conversation import LocalConversation
 from tests.support.owner import refunds_made
 from tests.support.stack import supervised_stack
 from worker.control import request_worker_restart
+from worker.lifecycle import alive
 
 LOOP_STEPS = ("decide_next_step", "lookup_order", "lookup_customer_history", "check_refund_policy")
 
@@ -52,8 +52,8 @@ async def test_sigkill_while_held_resumes_without_repeating(temporal_env, tmp_pa
         # The crash, through the control queue as /crash-worker sends it.
         report = await request_worker_restart(client, stack.temporal.control_task_queue)
         assert report.old_pid and report.new_pid != report.old_pid
-        await wait_for(lambda: not pid_alive(report.old_pid), what="the old Worker gone")
-        assert pid_alive(report.new_pid)
+        await wait_for(lambda: not alive(report.old_pid), what="the old Worker gone")
+        assert alive(report.new_pid)
 
         # No Worker at all now: what survives still reads from Event History.
         await stack.supervisor.stop()

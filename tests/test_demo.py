@@ -14,7 +14,8 @@ from refund_bot.app import running_stack
 from refund_bot.wiring import local_thread_store
 from tests.fakes.openai_api import FakeOpenAI
 from tests.fakes.stripe_api import FakeStripe
-from tests.support import clean_environment, free_port
+from tests.support import free_port
+from tests.support.cli_process import clean_environment
 from tests.support.conversation import LocalConversation
 from worker.server import temporal_answers
 

@@ -114,15 +114,22 @@ class RestartReport:
     new_pid: int = 4200
     seconds_to_ready: float = 0.42
     host: str = "test-host"
+    supervisor_pid: int | None = 4000
 
 
 @dataclass
 class FakeRestart:
-    calls: int = 0
+    """Stands in for the supervisors (bot.commands.WorkerControl): two hosts answer."""
 
-    async def __call__(self) -> RestartReport:
-        self.calls += 1
-        return RestartReport()
+    hosts: tuple[str, ...] = ("test-host", "host-b")
+    calls: list[str | None] = field(default_factory=list)
+
+    async def supervisor_hosts(self) -> list[str]:
+        return list(self.hosts)
+
+    async def restart(self, host: str | None) -> RestartReport:
+        self.calls.append(host)
+        return RestartReport(host=host or self.hosts[0])
 
 
 def discord_actor(user_id: int) -> Actor:
@@ -743,11 +750,21 @@ def test_the_manifest_offers_exactly_the_grantable_roles() -> None:
 
 async def test_crash_worker(bot: Bot, restart: FakeRestart) -> None:
     refused = await run_command(bot, "crash-worker", STRANGER)
-    assert "needs the presenter role" in refused and restart.calls == 0
+    assert "needs the presenter role" in refused and restart.calls == []
 
     text = await run_command(bot, "crash-worker", PRESENTER)
-    assert restart.calls == 1
-    assert "old pid 4100, new pid 4200" in text
+    assert restart.calls == [None]
+    assert "replaced on test-host (supervisor pid 4000): old pid 4100, new pid 4200" in text
+    assert "Other hosts with a supervisor: host-b" in text
+
+    text = await run_command(bot, "crash-worker", PRESENTER, options={"host": "host-b"})
+    assert restart.calls == [None, "host-b"] and "replaced on host-b" in text
+
+    text = await run_command(bot, "crash-worker", PRESENTER, options={"host": "host-z"})
+    assert restart.calls == [None, "host-b"]
+    assert text == (
+        "No Worker supervisor answers on host 'host-z'; they answer on: test-host, host-b."
+    )
 
 
 async def test_refund_status_in_a_thread_reads_that_conversation(

@@ -24,6 +24,7 @@ from agent.stores.sqlite import SqliteDatabase
 from tests.fakes.discord_api import THREADS_ROUTE, FakeDiscordAPI, Interaction
 from tests.fakes.discord_gateway import GUILD_MESSAGES, GUILDS, MESSAGE_CONTENT
 from tests.support import free_port
+from tests.support.cli_process import RefundBotProcess, clean_environment
 from tests.support.codec import TEST_CODEC_ENV
 from tests.support.conditions import wait_for
 from tests.support.discord_guild import (
@@ -35,7 +36,6 @@ from tests.support.discord_guild import (
     SUPPORT,
     seed_guild,
 )
-from tests.support.refund_bot_process import RefundBotProcess, clean_environment
 
 STARTUP = 120.0  # a Worker child to start and poll, on a machine shared with other test runs
 TURN = 60.0
@@ -88,8 +88,7 @@ async def test_a_discord_conversation_through_the_real_process(
             TEMPORAL_CONTROL_TASK_QUEUE=f"{queue}-control",
             TEMPORAL_UI_PORT=str(free_port()),
         )
-        bot = RefundBotProcess(env, tmp_path)
-        bot.start()
+        bot = await RefundBotProcess.start(["run"], env, tmp_path)
         try:
             # Logged in over REST (commands registered to the guild), then IDENTIFY at the
             # configured gateway with zlib-stream, asking for exactly the intents it needs.
@@ -156,6 +155,7 @@ async def test_a_discord_conversation_through_the_real_process(
             )
             assert len(refunds) == 1 and refunds[0].amount_cents == 45000
             assert bot.running
-            assert bot.stderr() == ""  # nothing went wrong, so nothing to warn an operator of
+            assert bot.stderr == ""  # nothing went wrong, so nothing to warn an operator of
+            assert await bot.stop() == 0
         finally:
-            await bot.stop()
+            await bot.close()

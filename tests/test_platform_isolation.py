@@ -16,9 +16,9 @@ from temporalio.testing import WorkflowEnvironment
 
 from tests.fakes.slack_api import Delivery, FakeSlackApi, SlackSender, signed_headers
 from tests.support import free_port
+from tests.support.cli_process import RefundBotProcess, clean_environment
 from tests.support.codec import TEST_CODEC_ENV
 from tests.support.conditions import wait_for
-from tests.support.refund_bot_process import RefundBotProcess, clean_environment
 
 SECRET = "isolation-signing-secret-0123456789"
 TEAM = "T0ISO"
@@ -53,8 +53,7 @@ async def test_slack_serves_while_discord_is_unreachable(
             TEMPORAL_CONTROL_TASK_QUEUE=f"{queue}-control",
             TEMPORAL_UI_PORT=str(free_port()),
         )
-        bot = RefundBotProcess(env, tmp_path)
-        bot.start()
+        bot = await RefundBotProcess.start(["run"], env, tmp_path)
         sender = SlackSender(slack)
         url = f"http://127.0.0.1:{slack_port}/slack/events"
         try:
@@ -66,7 +65,7 @@ async def test_slack_serves_while_discord_is_unreachable(
                         return resp.status
 
                 async def serving() -> bool:
-                    assert bot.running, bot.stderr()
+                    assert bot.running, bot.stderr
                     try:
                         async with http.post(url, data=b"") as resp:
                             return resp.status == 401  # up, refusing an unsigned request
@@ -76,7 +75,7 @@ async def test_slack_serves_while_discord_is_unreachable(
                 await wait_for(serving, timeout=STARTUP, what="the Slack app serving")
 
                 # Discord keeps failing meanwhile: one line per attempt, and on it goes.
-                failures = await bot.wait_for_stderr(
+                failures = await bot.expect_many(
                     rf"^.* WARNING bot\.reconnect: discord: ClientConnectorError: Cannot connect "
                     rf"to host 127\.0\.0\.1:{nowhere} .*; retrying in [\d.]+s$",
                     count=2,
@@ -119,10 +118,11 @@ async def test_slack_serves_while_discord_is_unreachable(
 
             # Still running, Discord still retrying (never down, never raised), no traceback.
             assert bot.running
-            stderr = bot.stderr()
+            stderr = bot.stderr
             discord_lines = [ln for ln in stderr.splitlines() if "bot.reconnect: discord:" in ln]
             assert discord_lines[-1].endswith("s") and "; retrying in " in discord_lines[-1]
             assert "is down" not in stderr and "Traceback" not in stderr
-            assert "discord-token-that-never-leaves" not in stderr + bot.stdout()
+            assert "discord-token-that-never-leaves" not in bot.output
+            assert await bot.stop() == 0
         finally:
-            await bot.stop()
+            await bot.close()

@@ -50,7 +50,7 @@ class FakeTemporal:
     failing: dict[str, BaseException] = field(default_factory=dict)  # workflow id -> raised
     attempts: list[str] = field(default_factory=list)  # workflow ids, every call made
 
-    async def start_workflow(self, _run: Any, start: Any, **kwargs: Any) -> None:
+    async def start_workflow(self, _run: Any, start: Any, **kwargs: Any) -> SimpleNamespace:
         self.attempts.append(kwargs["id"])
         if self.down:
             raise _unavailable()
@@ -60,7 +60,10 @@ class FakeTemporal:
         if kwargs["id"] in self.finished:  # what REJECT_DUPLICATE does for a closed Workflow ID
             raise WorkflowAlreadyStartedError(kwargs["id"], "RefundConversation")
         self.calls.append(("start", kwargs["id"], kwargs["start_signal"], (start, kwargs)))
+        new = kwargs["id"] not in self.started
         self.started.add(kwargs["id"])
+        # Temporal's answer (signal-with-start): whether this call started the run.
+        return SimpleNamespace(_start_workflow_response=SimpleNamespace(started=new))
 
     def get_workflow_handle(self, workflow_id: str) -> Any:
         async def signal(name: str, arg: Any, rpc_timeout: Any = None) -> None:

@@ -14,8 +14,9 @@ from temporalio.client import Client, WorkflowExecutionStatus
 
 from agent.settings import TemporalSettings
 from agent.temporal_client import connect
-from tests.support import free_port, pid_alive
+from tests.support import free_port
 from tests.support.conditions import wait_for
+from worker.lifecycle import alive
 from worker.server import EmbeddedTemporal, TemporalServerError, temporal_answers
 
 
@@ -72,14 +73,14 @@ async def test_start_reuse_stop_and_persist(tmp_path: Path) -> None:
             assert not second.started
         # Leaving the reusing one must not stop the server it did not start.
         assert await temporal_answers(settings.address)
-        assert pid_alive(pid)
+        assert alive(pid)
 
         # An open conversation: a workflow started with no Worker stays Running.
         client = await connect(settings)
         await client.start_workflow("NoSuchWorkflow", id="survives-restart", task_queue="nobody")
 
     async def stopped() -> bool:
-        return not pid_alive(pid) and not await temporal_answers(settings.address, 0.5)
+        return not alive(pid) and not await temporal_answers(settings.address, 0.5)
 
     await wait_for(stopped, timeout=15, what="the started server to stop")
 

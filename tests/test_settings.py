@@ -11,6 +11,7 @@ from agent.settings import AgentSettings, CodecServerSettings, TemporalSettings
 from bot.discord.settings import DiscordSettings
 from bot.slack.settings import SlackSettings
 from refund_bot.config import env_name
+from worker.settings import ProcessSettings
 
 EXAMPLE = Path(__file__).parent.parent / ".env.example"
 CLASSES: tuple[type[BaseSettings], ...] = (
@@ -19,6 +20,7 @@ CLASSES: tuple[type[BaseSettings], ...] = (
     CodecServerSettings,
     SlackSettings,
     DiscordSettings,
+    ProcessSettings,
 )
 
 

@@ -322,10 +322,13 @@ class EdgeTemporal:
             # Not "unreachable": a failure of this one request.
             raise RPCError("internal error", RPCStatusCode.INTERNAL, b"")
 
-    async def start_workflow(self, _run: Any, _start: Any, **kwargs: Any) -> None:
+    async def start_workflow(self, _run: Any, _start: Any, **kwargs: Any) -> SimpleNamespace:
         self._maybe_fail()
         assert kwargs["id_reuse_policy"] == WorkflowIDReusePolicy.REJECT_DUPLICATE
+        new = ("start", kwargs["id"]) not in self.calls
         self.calls.append(("start", kwargs["id"]))
+        # Temporal's answer (signal-with-start): whether this call started the run.
+        return SimpleNamespace(_start_workflow_response=SimpleNamespace(started=new))
 
     def get_workflow_handle(self, workflow_id: str) -> Any:
         async def signal(name: str, _arg: Any, rpc_timeout: Any = None) -> None:
@@ -925,9 +928,16 @@ async def test_click_the_router_cannot_take_puts_the_buttons_back(harness: Harne
 async def test_crash_worker_answers_privately(harness: Harness) -> None:
     text = await harness.command("/crash-worker")
     assert text == "crash_worker done"
-    ((name, (actor,)),) = harness.commands.calls
-    assert name == "crash_worker"
+    ((name, (actor, host)),) = harness.commands.calls
+    assert name == "crash_worker" and host is None
     assert actor == Actor(platform="slack", user_id=ADMIN[0], display_name=ADMIN[1])
+
+
+async def test_crash_worker_names_a_host(harness: Harness) -> None:
+    assert await harness.command("/crash-worker", "host-b") == "crash_worker done"
+    assert [args[1] for _, args in harness.commands.calls] == ["host-b"]
+    assert await harness.command("/crash-worker", "host-b host-c") == "Usage: /crash-worker [host]"
+    assert len(harness.commands.calls) == 1
 
 
 async def test_status_and_release_take_a_thread_link(harness: Harness) -> None:

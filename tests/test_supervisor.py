@@ -17,7 +17,6 @@ from temporalio.client import Client, WorkflowHandle
 from temporalio.testing import WorkflowEnvironment
 
 from agent.settings import TemporalSettings
-from tests.support import pid_alive
 from tests.support.codec import TEST_CODEC_ENV
 from tests.support.conditions import wait_for
 from worker.control import (
@@ -26,6 +25,7 @@ from worker.control import (
     reset_sticky_queues,
     worker_identity,
 )
+from worker.lifecycle import alive
 from worker.supervisor import WorkerSupervisor, worker_is_polling
 
 CHILD = [sys.executable, "-m", "tests.support.dummy_worker"]
@@ -52,7 +52,7 @@ async def supervisor(temporal_env: WorkflowEnvironment) -> AsyncIterator[WorkerS
     yield sup
     pid = sup.pid
     await sup.stop()
-    assert pid is not None and not pid_alive(pid)
+    assert pid is not None and not alive(pid)
     if REPORTS:
         times = [r.seconds_to_ready for r in REPORTS]
         print(
@@ -68,7 +68,7 @@ async def polling(sup: WorkerSupervisor, pid: int) -> bool:
 
 async def gone(pid: int) -> None:
     async def probe() -> bool:
-        return not pid_alive(pid)
+        return not alive(pid)
 
     await wait_for(probe, timeout=5, what=f"pid {pid} to be gone")
 
@@ -89,7 +89,7 @@ async def test_crash_request_through_the_control_queue(
     assert report.new_pid != old_pid and report.new_pid == supervisor.pid
     assert report.host == supervisor.host
     await gone(old_pid)
-    assert pid_alive(report.new_pid)
+    assert alive(report.new_pid)
     assert await polling(supervisor, report.new_pid)
 
 
@@ -105,8 +105,8 @@ async def test_a_child_that_dies_on_its_own_is_restarted(supervisor: WorkerSuper
 
     report = await wait_for(restarted, timeout=20, what="the supervisor to replace the child")
     REPORTS.append(report)
-    assert not pid_alive(old_pid)
-    assert report.new_pid == supervisor.pid and pid_alive(report.new_pid)
+    assert not alive(old_pid)
+    assert report.new_pid == supervisor.pid and alive(report.new_pid)
     assert await polling(supervisor, report.new_pid)
 
 

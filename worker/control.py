@@ -1,8 +1,14 @@
 """The control plane of the Worker process: its identity, the restart request, the sticky reset.
 
 Importable without side effects (the workflow sandbox re-imports it for RestartWorker). A
-`/crash-worker` request travels through Temporal on the control task queue, so it reaches whichever
-supervisor polls that queue, on this host or another.
+`/crash-worker` request travels through Temporal, so it reaches a supervisor on this host or
+another: every supervisor polls the control task queue (any of them takes a request there) and
+its host's own, `<control queue>@<host>` (`/crash-worker <host>`). Which hosts have a supervisor
+is Temporal's answer too: the pollers it lists on the control queue (worker.supervisor).
+
+    /crash-worker [host] -> worker.supervisor.supervisor_hosts (DescribeTaskQueue)
+        -> RestartWorker on the queue
+        -> that supervisor's restart_worker Activity: SIGKILL, sticky reset, new Worker polling
 """
 
 from __future__ import annotations
@@ -29,12 +35,24 @@ RESTART_ACTIVITY = "restart_worker"
 RESTART_ACTIVITY_TIMEOUT = timedelta(seconds=60)
 
 
-def worker_identity(pid: int | None = None) -> str:
-    """The Temporal identity of the Worker child process `pid` (default: this process).
+def worker_identity(pid: int | None = None, host: str | None = None) -> str:
+    """The Temporal identity of the Worker process `pid` on `host` (default: this process, this
+    machine's hostname; REFUND_BOT_HOST names it otherwise).
 
     The child sets it on its Worker; the supervisor recognises the child's poller by it.
     """
-    return f"refund-bot-worker-{pid if pid is not None else os.getpid()}@{socket.gethostname()}"
+    pid = pid if pid is not None else os.getpid()
+    return f"refund-bot-worker-{pid}@{host or socket.gethostname()}"
+
+
+def supervisor_identity(host: str, pid: int | None = None) -> str:
+    """The identity a supervisor's control Worker polls with: its host is read back from it."""
+    return f"refund-bot-supervisor-{pid if pid is not None else os.getpid()}@{host}"
+
+
+def host_control_queue(control_task_queue: str, host: str) -> str:
+    """The control queue only `host`'s supervisor polls: `/crash-worker <host>` goes there."""
+    return f"{control_task_queue}@{host}"
 
 
 class RestartReport(BaseModel):
@@ -46,6 +64,7 @@ class RestartReport(BaseModel):
     # new child's poller: the time a conversation could not make progress.
     seconds_to_ready: float
     host: str
+    supervisor_pid: int | None = None  # None: a supervisor from before it was reported
 
 
 @workflow.defn(name=RESTART_WORKFLOW)
@@ -66,18 +85,21 @@ class RestartWorker:
 async def request_worker_restart(
     client: Client,
     control_task_queue: str,
+    host: str | None = None,
     *,
     execution_timeout: timedelta = timedelta(seconds=90),
 ) -> RestartReport:
-    """Ask a supervisor polling `control_task_queue` to SIGKILL and restart its Worker.
+    """Ask a supervisor to SIGKILL and restart its Worker: `host`'s, or any that polls
+    `control_task_queue` (the report says whose).
 
     `client` must use agent.temporal_client's data converter (pydantic, encrypted). Raises
     temporalio.client.WorkflowFailureError if the restart failed or no supervisor took it in time.
     """
+    queue = control_task_queue if host is None else host_control_queue(control_task_queue, host)
     return await client.execute_workflow(
         RestartWorker.run,
         id=f"restart-worker-{uuid.uuid4().hex}",
-        task_queue=control_task_queue,
+        task_queue=queue,
         # Without a supervisor on the queue the request would otherwise wait forever.
         execution_timeout=execution_timeout,
     )

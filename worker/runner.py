@@ -63,14 +63,17 @@ async def build_worker(
     settings: AgentSettings,
     posters: Mapping[str, ThreadPoster],
     grant_sources: Mapping[str, GrantSource] | None = None,
+    *,
+    host: str | None = None,
 ) -> Worker:
+    """`host`: the name in this Worker's identity (REFUND_BOT_HOST; default the hostname)."""
     domain, grants, ledger = await prepare_stores(settings)
     lookups = LookupActivities(domain, effect_owner(settings, ledger))
     notify = NotifyActivities(posters)
     return Worker(
         client,
         task_queue=task_queue,
-        identity=worker_identity(),
+        identity=worker_identity(host=host),
         workflows=[RefundConversation],
         activities=[
             DecideActivities(settings).decide_next_step,
@@ -93,13 +96,17 @@ async def run_worker(
     settings: AgentSettings,
     posters: Mapping[str, ThreadPoster],
     grant_sources: Mapping[str, GrantSource] | None = None,
+    *,
+    host: str | None = None,
 ) -> None:
     """Run until cancelled, then shut down gracefully (in-flight Activities get 5 s).
 
     `refund-bot worker` cancels it on SIGTERM, SIGHUP or SIGINT (worker.lifecycle.until_stopped);
     a SIGKILL is not graceful, and that is the drill.
     """
-    worker = await build_worker(client, temporal.task_queue, settings, posters, grant_sources)
+    worker = await build_worker(
+        client, temporal.task_queue, settings, posters, grant_sources, host=host
+    )
     async with worker:
-        log.info("worker %s polling %s", worker_identity(), temporal.task_queue)
+        log.info("worker %s polling %s", worker_identity(host=host), temporal.task_queue)
         await asyncio.Event().wait()

@@ -2,7 +2,8 @@
 
 A child counts as ready only when Temporal itself reports a poller with the child's identity on the
 workflow task queue, so "ready" means "conversations can make progress", not "the process exists".
-The supervisor also serves the control task queue, where `/crash-worker` requests arrive.
+The supervisor also serves the control task queues, where `/crash-worker` requests arrive: the
+shared one and its host's own (worker.control), so a presenter can name the host.
 
 Each child is tied to the supervisor's life (worker.lifecycle.spawn_child): if the supervisor's
 process dies, even by SIGKILL, its Worker exits too. Before the first child starts, Workers of other
@@ -40,7 +41,9 @@ from worker.control import (
     RESTART_ACTIVITY,
     RestartReport,
     RestartWorker,
+    host_control_queue,
     reset_sticky_queues,
+    supervisor_identity,
     worker_identity,
 )
 from worker.lifecycle import alive, spawn_child, terminate, to_the_end
@@ -59,6 +62,7 @@ _DESCRIBE_TIMEOUT = timedelta(seconds=5)
 _POLLER_SEEN_WITHIN = 120.0
 # "refund-bot-worker-4242@host" (ours), "4242@host" (the SDKs' default identity).
 _IDENTITY = re.compile(r"(\d+)@([^@\s]+)")
+_SUPERVISOR = re.compile(r"^refund-bot-supervisor-\d+@([^@\s]+)$")
 
 
 class WorkerStartError(RuntimeError):
@@ -83,6 +87,17 @@ async def worker_is_polling(client: Client, namespace: str, task_queue: str, ide
     """Whether Temporal lists a workflow-task poller with `identity` on `task_queue`."""
     pollers = await workflow_pollers(client, namespace, task_queue)
     return any(poller.identity == identity for poller in pollers)
+
+
+async def supervisor_hosts(client: Client, namespace: str, control_task_queue: str) -> list[str]:
+    """The hosts whose Worker supervisors poll `control_task_queue` now, sorted."""
+    now = time.time()
+    hosts = set()
+    for poller in await workflow_pollers(client, namespace, control_task_queue):
+        match = _SUPERVISOR.match(poller.identity)
+        if match and now - poller.last_access_time.ToSeconds() <= _POLLER_SEEN_WITHIN:
+            hosts.add(match.group(1))
+    return sorted(hosts)
 
 
 @dataclass(frozen=True)
@@ -137,6 +152,8 @@ class WorkerSupervisor:
     `client` must use agent.temporal_client's data converter; without one, `start()` connects with
     `connect(settings)`. `env` is added to the child's environment on top of this process's
     environment and the TEMPORAL_ADDRESS / _NAMESPACE / _TASK_QUEUE derived from `settings`.
+    `host` is the name this host goes by (REFUND_BOT_HOST; default the machine's hostname): in
+    the child's identity, the host control queue and the restart reports.
     """
 
     def __init__(
@@ -151,6 +168,7 @@ class WorkerSupervisor:
         stop_timeout: float = 10.0,
         serve_control: bool = True,
         reset_sticky: bool = True,
+        host: str | None = None,
     ) -> None:
         self.settings = settings
         self.command = list(command or DEFAULT_COMMAND)
@@ -161,7 +179,7 @@ class WorkerSupervisor:
         self.serve_control = serve_control
         # Off only to measure what the reset buys (bench/crash_drill.py).
         self.reset_sticky = reset_sticky
-        self.host = socket.gethostname()
+        self.host = host or socket.gethostname()
         self.last_report: RestartReport | None = None
         self._client = client
         self._proc: asyncio.subprocess.Process | None = None
@@ -169,8 +187,8 @@ class WorkerSupervisor:
         self._stopping = True
         self._deaths: collections.deque[float] = collections.deque()
         self._watchers: set[asyncio.Task[None]] = set()
-        self._control: Worker | None = None
-        self._control_task: asyncio.Task[None] | None = None
+        self._control: list[Worker] = []
+        self._control_tasks: list[asyncio.Task[None]] = []
 
     @property
     def pid(self) -> int | None:
@@ -208,14 +226,20 @@ class WorkerSupervisor:
         self._stopping = False
         try:
             if self.serve_control:
-                self._control = Worker(
-                    self._client,
-                    task_queue=self.settings.control_task_queue,
-                    workflows=[RestartWorker],
-                    activities=[ControlActivities(self).restart_worker],
-                )
-                self._control_task = asyncio.create_task(self._control.run())
-                self._control_task.add_done_callback(self._control_done)
+                # Any supervisor takes a request on the shared queue; only this one on its host's.
+                shared = self.settings.control_task_queue
+                for queue in (shared, host_control_queue(shared, self.host)):
+                    control = Worker(
+                        self._client,
+                        task_queue=queue,
+                        identity=supervisor_identity(self.host),
+                        workflows=[RestartWorker],
+                        activities=[ControlActivities(self).restart_worker],
+                    )
+                    task = asyncio.create_task(control.run())
+                    task.add_done_callback(self._control_done)
+                    self._control.append(control)
+                    self._control_tasks.append(task)
             async with self._lock:
                 started = time.monotonic()
                 await self._report_other_workers()
@@ -240,12 +264,12 @@ class WorkerSupervisor:
         self._stopping = True
         for task in list(self._watchers):
             task.cancel()
-        if self._control is not None:
-            control, self._control = self._control, None
+        controls, self._control = self._control, []
+        tasks, self._control_tasks = self._control_tasks, []
+        for control in controls:
             with contextlib.suppress(Exception):
                 await control.shutdown()
-        if self._control_task is not None:
-            task, self._control_task = self._control_task, None
+        for task in tasks:
             with contextlib.suppress(Exception):  # already logged by _control_done
                 await task
         async with self._lock:
@@ -292,6 +316,7 @@ class WorkerSupervisor:
             new_pid=proc.pid,
             seconds_to_ready=round(time.monotonic() - started, 3),
             host=self.host,
+            supervisor_pid=os.getpid(),
         )
         self.last_report = report
         log.info(
@@ -306,6 +331,7 @@ class WorkerSupervisor:
             "TEMPORAL_ADDRESS": self.settings.address,
             "TEMPORAL_NAMESPACE": self.settings.namespace,
             "TEMPORAL_TASK_QUEUE": self.settings.task_queue,
+            "REFUND_BOT_HOST": self.host,  # the child's identity names the same host
             **self.env,
         }
         out = self.log_path.open("ab") if self.log_path else None
@@ -331,7 +357,7 @@ class WorkerSupervisor:
         return proc
 
     async def _wait_ready(self, proc: asyncio.subprocess.Process) -> None:
-        identity = worker_identity(proc.pid)
+        identity = worker_identity(proc.pid, self.host)
         deadline = time.monotonic() + self.ready_timeout
         while True:
             if proc.returncode is not None:
@@ -387,7 +413,7 @@ class WorkerSupervisor:
         # Without the control Worker, /crash-worker requests would wait unanswered: say so.
         if not task.cancelled() and task.exception() is not None:
             log.error(
-                "Control Worker on %r failed",
+                "A control Worker of %r failed",
                 self.settings.control_task_queue,
                 exc_info=task.exception(),
             )

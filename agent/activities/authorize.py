@@ -11,6 +11,7 @@ from typing import Protocol
 
 from temporalio import activity
 
+from agent.activities.metrics import count
 from agent.models import Actor, AuthorizationDecision, AuthorizeInput, Role
 from agent.stores.grants import Grant, GrantStore
 
@@ -40,6 +41,7 @@ class AuthorizeActivities:
         grant = await source.live_grant(request.principal, request.role)  # AUTHORIZATION STATE
         who = request.principal.label
         if grant is None:
+            count("refusals", reason="not_authorized")
             return AuthorizationDecision(
                 allowed=False,
                 principal=request.principal,
@@ -47,6 +49,7 @@ class AuthorizeActivities:
                 reason=f"{who} holds no live {request.role} grant",
             )
         if grant.limit_cents is not None and request.amount_cents > grant.limit_cents:
+            count("refusals", reason="not_authorized")
             return AuthorizationDecision(
                 allowed=False,
                 principal=request.principal,

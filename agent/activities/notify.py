@@ -6,13 +6,15 @@ injection (the composition root in refund_bot/ builds them). agent/ never import
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import contextlib
+from collections.abc import Iterator, Mapping
 from typing import Protocol
 
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from agent.activities.heartbeat import heartbeating
+from agent.activities.metrics import count
 from agent.models import MessageEdit, OutboundMessage, PostedMessage
 
 
@@ -50,14 +52,25 @@ class NotifyActivities:
 
     @activity.defn
     async def post_to_thread(self, message: OutboundMessage) -> PostedMessage:
-        poster = self._poster(message.thread.platform)
-        async with heartbeating():
-            # EXTERNAL EFFECT: one chat message, deduplicated by message.key on the platform's side.
-            return await poster.post(message)
+        with _counting_errors(message.thread.platform):
+            poster = self._poster(message.thread.platform)
+            async with heartbeating():
+                # EXTERNAL EFFECT: one chat message, deduplicated by message.key on the platform.
+                return await poster.post(message)
 
     @activity.defn
     async def edit_thread_message(self, edit: MessageEdit) -> None:
-        poster = self._poster(edit.thread.platform)
-        async with heartbeating():
-            # EXTERNAL EFFECT: an earlier post replaced; the same edit again changes nothing.
-            await poster.edit(edit)
+        with _counting_errors(edit.thread.platform):
+            poster = self._poster(edit.thread.platform)
+            async with heartbeating():
+                # EXTERNAL EFFECT: an earlier post replaced; the same edit again changes nothing.
+                await poster.edit(edit)
+
+
+@contextlib.contextmanager
+def _counting_errors(platform: str) -> Iterator[None]:
+    try:
+        yield
+    except Exception:
+        count("post_errors", platform=platform)
+        raise

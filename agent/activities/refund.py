@@ -20,6 +20,7 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from agent.activities.heartbeat import heartbeating
+from agent.activities.metrics import count
 from agent.effect_owner import effect_owner
 from agent.models import ALREADY_REFUNDED, RefundRequest, RefundResult
 from agent.settings import AgentSettings
@@ -46,10 +47,19 @@ class RefundActivities:
             request.idempotency_key[-8:],
         )
         async with heartbeating():
-            if self._settings.stripe_api_key is not None:
-                result = await self._stripe_refund(request)
-            else:
-                result = await self._ledger_refund(request)
+            try:
+                if self._settings.stripe_api_key is not None:
+                    result = await self._stripe_refund(request)
+                else:
+                    result = await self._ledger_refund(request)
+            except ApplicationError as err:
+                if err.non_retryable:
+                    count("refusals", reason="owner_refused")
+                raise
+            if result.status == "succeeded":
+                count("refunds_issued", owner=result.mode)
+            elif result.status == ALREADY_REFUNDED:
+                count("refusals", reason="already_refunded")
             if self._settings.drill_pause_after_effect and info.attempt == 1:
                 # DEMO DRILL (the later loss): the owner has accepted the refund and nothing on our
                 # side has recorded it. Stop here until the Worker is killed; attempt 2 then sends

@@ -32,12 +32,24 @@ class DiscordSettings(BaseSettings):
     # for a proxy or a local fake. None means Discord's: discord.py's DEFAULT_GATEWAY for a new
     # session, and the resume_gateway_url Discord gives in READY for a resumed one.
     gateway_url: str | None = None
+    # One gateway connection per token: the bot process holding the lease connects, another
+    # stands by. A holder that dies without releasing it (SIGKILL) is taken over after this long.
+    gateway_lease_seconds: int = 30
 
     @field_validator("approver_role_limit_cents")
     @classmethod
     def _limit_not_negative(cls, value: int) -> int:
         if value < 0:
             raise ValueError("DISCORD_APPROVER_ROLE_LIMIT_CENTS must be 0 or more")
+        return value
+
+    @field_validator("gateway_lease_seconds")
+    @classmethod
+    def _lease_long_enough(cls, value: int) -> int:
+        if value < 3:
+            raise ValueError(
+                "DISCORD_GATEWAY_LEASE_SECONDS must be 3 or more (it is renewed every third)"
+            )
         return value
 
     @field_validator("api_url")

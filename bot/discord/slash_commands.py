@@ -43,9 +43,11 @@ _LINK = re.compile(r"channels/(\d+)/(\d+)(?:/(\d+))?")
 def build_commands(client: RefundBotClient, manifest: tuple[dict[str, Any], ...]) -> list[Command]:
     """The handlers as discord.py commands, described by the manifest."""
 
-    async def crash_worker(interaction: discord.Interaction) -> None:
+    async def crash_worker(interaction: discord.Interaction, host: str | None = None) -> None:
         actor = actor_for(interaction.user)
-        await _answer(client, interaction, lambda: client.commands.crash_worker(actor), defer=True)
+        await _answer(
+            client, interaction, lambda: client.commands.crash_worker(actor, host), defer=True
+        )
 
     async def refund_status(
         interaction: discord.Interaction, conversation: str | None = None

@@ -42,7 +42,7 @@ Type a message to post it as the current person. A message outside a thread open
   /threads                                list the threads and whether each is still open
   /thread t3                              switch to thread t3
   1 or /approve, 2 or /deny               click Approve or Deny on the thread's escalation
-  /crash-worker                           SIGKILL the Worker and start a new one
+  /crash-worker [host]                    SIGKILL a Worker (that host's) and start a new one
   /refund-status [thread]                 what survives, read from Event History
   /refund-release [thread]                release a refund held for the demo
   /refund-hold on|off                     whether new conversations hold before the refund
@@ -270,9 +270,9 @@ class LocalChannel:
     async def cmd_deny(self) -> None:
         await self._click("deny")
 
-    async def cmd_crash_worker(self) -> None:
+    async def cmd_crash_worker(self, host: str | None = None) -> None:
         self.say("Crashing the Worker (SIGKILL) ...")
-        self._reply(await self._commands.crash_worker(self.me))
+        self._reply(await self._commands.crash_worker(self.me, host))
 
     async def cmd_refund_status(self, thread: str | None = None) -> None:
         workflow_id = self._workflow_id(thread)

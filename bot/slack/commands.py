@@ -77,7 +77,10 @@ def register_commands(app: AsyncApp, commands: Commands, find_by_order: FindByOr
         return await commands.refund_release(actor, target)
 
     async def crash(actor: Actor, text: str, team_id: str) -> CommandReply:
-        return await commands.crash_worker(actor)
+        words = text.split()
+        if len(words) > 1:
+            return CommandReply(ok=False, text=f"Usage: {CRASH_WORKER} [host]")
+        return await commands.crash_worker(actor, words[0] if words else None)
 
     async def hold(actor: Actor, text: str, team_id: str) -> CommandReply:
         choice = text.strip().lower()

@@ -1,9 +1,9 @@
 """A minimal Worker child for the supervisor tests, honouring the child contract.
 
 Run as `python -m tests.support.dummy_worker`. It reads TemporalSettings from the environment the
-supervisor sets (TEMPORAL_ADDRESS, TEMPORAL_NAMESPACE, TEMPORAL_TASK_QUEUE) and its codec keys from
-CODEC_KEYS, polls `settings.task_queue` with the identity `worker_identity()`, and exits cleanly on
-SIGTERM.
+supervisor sets (TEMPORAL_ADDRESS, TEMPORAL_NAMESPACE, TEMPORAL_TASK_QUEUE, REFUND_BOT_HOST) and its
+codec keys from CODEC_KEYS, polls `settings.task_queue` with the identity `worker_identity()` on
+its host, and exits cleanly on SIGTERM.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from temporalio.worker import Worker
 from agent.settings import TemporalSettings
 from agent.temporal_client import connect
 from worker.control import worker_identity
+from worker.settings import ProcessSettings
 
 
 @workflow.defn(name="Echo")
@@ -39,11 +40,15 @@ class Echo:
 async def main() -> None:
     # Only the environment the supervisor gave us: a developer's .env must not redirect a test.
     settings = TemporalSettings(_env_file=None)
+    host = ProcessSettings(_env_file=None).host  # type: ignore[call-arg]
     client = await connect(settings)
     stop = asyncio.Event()
     asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
     async with Worker(
-        client, task_queue=settings.task_queue, workflows=[Echo], identity=worker_identity()
+        client,
+        task_queue=settings.task_queue,
+        workflows=[Echo],
+        identity=worker_identity(host=host),
     ):
         await stop.wait()
 

@@ -26,6 +26,7 @@ _BLANK_PLATFORMS = {
     "DISCORD_TOKEN": "",
     "STRIPE_API_KEY": "",
     "REFUND_DRILL_PAUSE_AFTER_EFFECT": "false",
+    "WORKER_METRICS_ADDRESS": "off",  # ports are shared by every test run on the machine
     **TEST_CODEC_ENV,  # the session's key, so the test's own client reads what the Worker wrote
 }
 

@@ -1,0 +1,139 @@
+"""The bot process's /healthz and /metrics (`refund-bot bot`, `refund-bot run`), at METRICS_ADDRESS.
+
+    GET /healthz -> Temporal's health check, each platform's PlatformHealth, the inbox
+                 -> 200 when all are well, else 503; a JSON body says which part is not
+    GET /metrics -> inbox depth, dead letters and platforms connected, set now
+                 -> this process's exporter (worker/telemetry: the SDK's metrics and refund-bot's)
+
+A load balancer asks /healthz whether to send Slack's requests here; Prometheus scrapes /metrics.
+A platform on standby (another replica holds Discord's gateway) counts as well: this replica is
+doing its part. Nothing here ever shows a secret: health details are the adapters' one-line
+reasons, which never carry one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+import aiohttp
+from aiohttp import web
+from temporalio.client import Client
+from temporalio.common import MetricMeter
+
+from bot.inbox import Inbox
+from bot.platform_health import PlatformHealth
+from bot.reconnect import one_line
+from worker.settings import parse_address
+from worker.telemetry import PREFIX
+
+log = logging.getLogger(__name__)
+
+# A health check answers within a load balancer's patience even when Temporal does not.
+TEMPORAL_CHECK_TIMEOUT = timedelta(seconds=2)
+
+
+class OpsRefused(Exception):
+    """The address cannot be listened on: one line, like every setting's mistake."""
+
+
+@dataclass
+class Ops:
+    """What /healthz and /metrics read: all of it live, at each request."""
+
+    client: Client
+    inbox: Inbox
+    platforms: Sequence[PlatformHealth]
+    exporter: str  # this process's SDK exporter (worker.telemetry.install_metrics_on_loopback)
+    meter: MetricMeter  # that exporter's Runtime's (worker.telemetry.metric_meter)
+
+
+async def _temporal(client: Client) -> dict[str, Any]:
+    address = client.service_client.config.target_host
+    try:
+        async with asyncio.timeout(TEMPORAL_CHECK_TIMEOUT.total_seconds() + 1):
+            ok = await client.service_client.check_health(timeout=TEMPORAL_CHECK_TIMEOUT)
+        detail = "" if ok else "its health check says not serving"
+    except Exception as err:  # refused, timed out: unreachable for now
+        ok, detail = False, one_line(err)
+    return {"address": address, "ok": ok, "detail": detail}
+
+
+async def health(ops: Ops) -> tuple[bool, dict[str, Any]]:
+    """Whether this process can do its job now, and the parts of that answer."""
+    temporal = await _temporal(ops.client)
+    platforms = {
+        p.name: {"state": p.state, "ready": p.ready, "since": round(p.since), "detail": p.detail}
+        for p in ops.platforms
+    }
+    try:
+        depth = await ops.inbox.depth()
+        inbox: dict[str, Any] = {"ok": True, "waiting": depth.waiting, "dead": depth.dead}
+    except Exception as err:  # a message that cannot be kept would be lost: not healthy
+        inbox = {"ok": False, "detail": one_line(err)}
+    ok = temporal["ok"] and inbox["ok"] and all(p["ready"] for p in platforms.values())
+    body = {"status": "ok" if ok else "unavailable", "time": round(time.time())}
+    return ok, {**body, "temporal": temporal, "platforms": platforms, "inbox": inbox}
+
+
+def ops_app(ops: Ops) -> web.Application:
+    meter = ops.meter
+    inbox_depth = meter.create_gauge(
+        PREFIX + "inbox_depth", "Messages waiting in the inbox to be delivered to Temporal"
+    )
+    dead_letters = meter.create_gauge(
+        PREFIX + "inbox_dead_letters", "Messages kept in the inbox that will not be delivered"
+    )
+    connected = meter.create_gauge(
+        PREFIX + "platform_connected", "1 when the chat platform is connected (or on standby)"
+    )
+
+    async def healthz(_: web.Request) -> web.Response:
+        ok, body = await health(ops)
+        return web.json_response(body, status=200 if ok else 503)
+
+    async def metrics(_: web.Request) -> web.Response:
+        # Gauges of state read now, then the exporter's whole text with them in it.
+        with contextlib.suppress(Exception):  # an unreadable inbox is /healthz's to report
+            depth = await ops.inbox.depth()
+            inbox_depth.set(depth.waiting)
+            dead_letters.set(depth.dead)
+        for platform in ops.platforms:
+            connected.set(int(platform.ready), {"platform": platform.name})
+        async with (
+            aiohttp.ClientSession() as http,
+            http.get(ops.exporter, timeout=aiohttp.ClientTimeout(total=5)) as resp,
+        ):
+            text = await resp.text()
+        return web.Response(text=text, content_type="text/plain", charset="utf-8")
+
+    app = web.Application()
+    app.router.add_get("/healthz", healthz)
+    app.router.add_get("/metrics", metrics)
+    return app
+
+
+@contextlib.asynccontextmanager
+async def serving_ops(address: str, ops: Ops) -> AsyncIterator[None]:
+    """Serve /healthz and /metrics at `address` (host:port) while inside."""
+    host, port = parse_address(address)
+    runner = web.AppRunner(ops_app(ops), access_log=None)
+    await runner.setup()
+    try:
+        try:
+            await web.TCPSite(runner, host, port).start()
+        except OSError as err:
+            raise OpsRefused(
+                f"cannot serve /healthz and /metrics at METRICS_ADDRESS={address} "
+                f"({err.strerror or err}): free the port, set another address, or set it to off"
+            ) from None
+        log.info("/healthz and /metrics on http://%s", address)
+        yield
+    finally:
+        await runner.cleanup()

@@ -1,0 +1,64 @@
+"""Settings of a refund-bot process itself: the name of its host, and where it serves its metrics.
+
+REFUND_BOT_HOST -> Worker identities, the supervisor's control queue, /crash-worker <host>
+METRICS_ADDRESS -> `refund-bot bot` / `run`: /healthz and /metrics
+WORKER_METRICS_ADDRESS -> `refund-bot worker`: /metrics (the SDK's exporter)
+"""
+
+from __future__ import annotations
+
+import socket
+
+from pydantic import Field, ValidationInfo, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+OFF = "off"
+
+
+def parse_address(value: str) -> tuple[str, int]:
+    """`127.0.0.1:9464` -> ("127.0.0.1", 9464); `[::1]:9464` too. ValueError otherwise."""
+    host, sep, port = value.rpartition(":")
+    host = host.strip("[]")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ValueError(f"{value!r} is not host:port")
+    return host, int(port)
+
+
+class ProcessSettings(BaseSettings):
+    model_config = SettingsConfigDict(env_file=".env", extra="ignore", env_ignore_empty=True)
+
+    # The name this host goes by in Worker identities (refund-bot-worker-<pid>@<host>), in
+    # /crash-worker <host> and in the Discord gateway lease. Default: the machine's hostname; set it
+    # where hostnames say nothing (containers) or are shared.
+    host: str = Field(default_factory=socket.gethostname, alias="REFUND_BOT_HOST")
+    # Where `refund-bot bot` and `refund-bot run` serve /healthz and /metrics; "off": nowhere.
+    metrics_address: str = Field(default="127.0.0.1:9464", alias="METRICS_ADDRESS")
+    # Where each `refund-bot worker` serves /metrics; "off": nowhere. One address per Worker
+    # process on a host.
+    worker_metrics_address: str = Field(default="127.0.0.1:9465", alias="WORKER_METRICS_ADDRESS")
+
+    @field_validator("host")
+    @classmethod
+    def _one_word(cls, value: str) -> str:
+        value = value.strip()
+        if not value or any(c.isspace() or c in "@/" for c in value):
+            raise ValueError(
+                f"REFUND_BOT_HOST={value!r} is not a host name: use letters, digits, dots and "
+                "dashes (no spaces, @ or /), or remove it for the machine's hostname"
+            )
+        return value
+
+    @field_validator("metrics_address", "worker_metrics_address")
+    @classmethod
+    def _address_or_off(cls, value: str, info: ValidationInfo) -> str:
+        value = value.strip()
+        if value.lower() == OFF:
+            return OFF
+        try:
+            parse_address(value)
+        except ValueError:
+            name = (cls.model_fields[str(info.field_name)].alias or "").upper()
+            raise ValueError(
+                f"{name}={value!r} is not host:port: set e.g. 127.0.0.1:9464, or off"
+            ) from None
+        return value
