@@ -30,8 +30,6 @@ import argparse
 import asyncio
 import json
 import os
-import signal
-import sys
 import tempfile
 import time
 import uuid
@@ -44,23 +42,23 @@ from temporalio.client import Client, WorkflowExecutionStatus
 from agent.models import Actor, OrderDetails
 from agent.settings import AgentSettings
 from bench import run_benchmark
+from bench.history_size import payload_bytes
 from bench.plot import axes, default_path, save
 from bench.proc import Sampler, wait_idle
 from bench.server import embedded_server
+from bench.workers import reference_worker, refund_bot_worker, wait_polling
 from refund_bot.demo import ANSWERS, place_demo_customer
 from refund_bot.wiring import local_thread_store
-from tests.support import clean_environment
-from tests.support.codec import TEST_CODEC_ENV, TEST_CONVERTER
+from tests.support.codec import TEST_CONVERTER
 from tests.support.conversation import LocalConversation
 from tests.support.owner import refunds_made
-from worker.lifecycle import spawn_child, terminate
-from worker.supervisor import workflow_pollers
+from worker.lifecycle import terminate
+from worker.runner import prepare_stores
 
 REFUND_BOT = "refund-bot"
 REFERENCE = "reference"
 # A cell that has not closed every conversation by then fails the benchmark.
 CELL_TIMEOUT = 1200.0
-START_TIMEOUT = 120.0
 # The reference's question ids, in the order its policy asks them.
 REFERENCE_QUESTIONS = ("item_opened", "damage")
 # The plush python, as the reference's lookup_order describes it (under its auto-approve limit).
@@ -78,6 +76,8 @@ class Cell:
     worker_rss: int = 0  # the Workers' peak RSS, summed
     server_rss: int = 0
     pids: list[int] = field(default_factory=list)
+    events: int = 0  # one conversation's Event History: events and payload bytes as stored
+    history_bytes: int = 0
 
     @property
     def per_second(self) -> float:
@@ -91,7 +91,8 @@ class Cell:
             f"{self.server_cpu / n:.3f} s   cores used: Workers "
             f"{self.worker_cpu / self.seconds:.2f}, server {self.server_cpu / self.seconds:.2f}"
             f"   peak RSS: Workers "
-            f"{self.worker_rss / 2**20:.0f} MB, server {self.server_rss / 2**20:.0f} MB"
+            f"{self.worker_rss / 2**20:.0f} MB, server {self.server_rss / 2**20:.0f} MB   "
+            f"one history: {self.events} events, {self.history_bytes:,d} payload bytes"
         )
 
 
@@ -109,56 +110,18 @@ class Bench:
 async def _workers(
     bench: Bench, side: str, queue: str, count: int
 ) -> list[asyncio.subprocess.Process]:
+    log = bench.data_dir / f"{queue}.log"
     procs = []
-    logs = [(bench.data_dir / f"{queue}-{i}.log").open("wb") for i in range(count)]
-    for i, log in enumerate(logs):
+    for i in range(count):
         if side == REFUND_BOT:
-            argv = [sys.executable, "-m", "refund_bot", "worker"]
-            env = {
-                **clean_environment(),
-                "SLACK_BOT_TOKEN": "",
-                "SLACK_APP_TOKEN": "",
-                "DISCORD_TOKEN": "",
-                "STRIPE_API_KEY": "",
-                **TEST_CODEC_ENV,
-                "DATA_DIR": str(bench.data_dir / REFUND_BOT),
-                "TEMPORAL_ADDRESS": bench.address,
-                "TEMPORAL_TASK_QUEUE": queue,
-                "TEMPORAL_CONTROL_TASK_QUEUE": f"{queue}-control",
-            }
+            proc = await refund_bot_worker(bench.address, queue, bench.data_dir / REFUND_BOT, log)
         else:
             state = bench.data_dir / REFERENCE / f"{queue}-{i}"
-            state.mkdir(parents=True)
-            argv = [str(bench.reference_python), "-m", "refund_agent.worker"]
-            env = {
-                **os.environ,
-                "PYTHONPATH": str(bench.reference / "src"),
-                "TEMPORAL_ADDRESS": bench.address,
-                "TEMPORAL_TASK_QUEUE": queue,
-                "DEMO_STATE_DIR": str(state),
-                "DOTENV_PATH": str(state / ".env"),  # none: the reference's dry run, no keys
-            }
-            env.pop("STRIPE_API_KEY", None)
-        procs.append(
-            await spawn_child(  # the child holds its log open; the parent's copy closes below
-                argv,
-                on_parent_death=signal.SIGKILL,
-                lifeline=side == REFUND_BOT,
-                env=env,
-                stdout=asyncio.subprocess.DEVNULL,
-                stderr=log,
+            proc = await reference_worker(
+                bench.reference_python, bench.reference, bench.address, queue, state, log
             )
-        )
-        log.close()
-    deadline = time.monotonic() + START_TIMEOUT
-    client = bench.clients[side]
-    while len(await workflow_pollers(client, "default", queue)) < count:
-        for proc in procs:
-            if proc.returncode is not None:
-                raise RuntimeError(f"a {side} Worker exited: see {bench.data_dir}/{queue}-*.log")
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"{side} Workers not polling {queue} after {START_TIMEOUT:.0f} s")
-        await asyncio.sleep(0.2)
+        procs.append(proc)
+    await wait_polling(bench.clients[side], queue, procs, log)
     return procs
 
 
@@ -238,9 +201,11 @@ async def cell(bench: Bench, side: str, n: int, w: int) -> Cell:
                     raise RuntimeError(f"{side}: not every conversation closed in {queue}")
                 await asyncio.sleep(0.25)
         first = last = None
+        sample = None
         statuses: dict[WorkflowExecutionStatus | None, int] = {}
         async for run in client.list_workflows(f"TaskQueue = '{queue}'"):
             statuses[run.status] = statuses.get(run.status, 0) + 1
+            sample = sample or run.id
             first = min(first or run.start_time, run.start_time)
             last = max(last or run.close_time, run.close_time)  # type: ignore[type-var]
         if statuses != {WorkflowExecutionStatus.COMPLETED: n}:
@@ -252,6 +217,8 @@ async def cell(bench: Bench, side: str, n: int, w: int) -> Cell:
         )
         if refunds != n:
             raise RuntimeError(f"{side} {queue}: {refunds} refunds for {n} conversations")
+        history = await client.get_workflow_handle(sample).fetch_history()  # type: ignore[arg-type]
+        result.events, result.history_bytes = len(history.events), payload_bytes(history)
         result.seconds = (last - first).total_seconds()  # type: ignore[operator]
         result.worker_cpu = sum(sampler.usage.cpu[p] for p in pids)
         result.server_cpu = sampler.usage.cpu[bench.server_pid]
@@ -280,8 +247,6 @@ async def main(
                 data_dir=data_dir / REFUND_BOT,
                 stripe_api_key=None,
             )
-            from worker.runner import prepare_stores
-
             await prepare_stores(bench.settings)
             bench.clients = {
                 REFUND_BOT: await Client.connect(server.address, data_converter=TEST_CONVERTER),
