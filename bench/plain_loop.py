@@ -55,7 +55,7 @@ from refund_bot.wiring import local_thread_store
 from worker.runner import prepare_stores
 
 T = TypeVar("T")
-REPLY_TIMEOUT = 60.0
+REPLY_TIMEOUT = 300.0
 
 
 class PlainLoop:
@@ -81,12 +81,12 @@ class PlainLoop:
         return result
 
     async def post(self, kind: str, text: str) -> int:
-        """Post in the thread; the seq of the newest message there once posted."""
+        """Post in the thread; the post's seq (the customer's reply comes after it)."""
         self.seq += 1
         key = MessageKey(workflow_id=self.args.thread, run_id=self.run_id, seq=self.seq)
         message = OutboundMessage(thread=self.thread, key=key, kind=kind, text=text)  # type: ignore[arg-type]
-        await self.step("post_to_thread", self.notify.post_to_thread, message)
-        return max(m.seq for m in await self.threads.messages(self.args.thread))
+        posted = await self.step("post_to_thread", self.notify.post_to_thread, message)
+        return int(posted.platform_message_id.removeprefix("local-"))
 
     async def reply_after(self, seq: int) -> Any:
         deadline = asyncio.get_running_loop().time() + REPLY_TIMEOUT
@@ -94,7 +94,7 @@ class PlainLoop:
             for message in await self.threads.messages(self.args.thread, after_seq=seq):
                 if not message.author_is_bot:
                     return message
-            await asyncio.sleep(0.02)
+            await asyncio.sleep(0.05)
         raise TimeoutError("the customer did not answer")
 
     async def run(self) -> None:

@@ -260,21 +260,22 @@ async def main(
                     for side in sides:
                         cells.append(await cell(bench, side, n, w))
                         print(cells[-1].row(), flush=True)
+                    pair = {c.side: c for c in cells[-2:]}
+                    ours, theirs = pair[REFUND_BOT], pair[REFERENCE]
+                    print(
+                        f"  refund-bot / reference, N={n} W={w}: "
+                        f"{ours.per_second / theirs.per_second:.2f}x conversations per second, "
+                        f"CPU per conversation Worker {ours.worker_cpu / theirs.worker_cpu:.2f}x, "
+                        f"server {ours.server_cpu / theirs.server_cpu:.2f}x",
+                        flush=True,
+                    )
+                    # Drawn after every pair: a run cut short still leaves its figures plotted.
+                    _plot(cells, workers, plot)
     print(f"load average after: {os.getloadavg()[0]:.2f}")
-    print("refund-bot / reference, conversations per second:")
-    by = {(c.side, c.conversations, c.workers): c for c in cells}
-    for n in sizes:
-        for w in workers:
-            ours, theirs = by[(REFUND_BOT, n, w)], by[(REFERENCE, n, w)]
-            print(
-                f"  N={n:<5} W={w}: {ours.per_second / theirs.per_second:.2f}x   CPU/conv Worker "
-                f"{ours.worker_cpu / theirs.worker_cpu:.2f}x, server "
-                f"{ours.server_cpu / theirs.server_cpu:.2f}x"
-            )
-    _plot(cells, sizes, workers, plot)
+    print(f"plot: {plot}")
 
 
-def _plot(cells: list[Cell], sizes: list[int], workers: list[int], path: Path) -> None:
+def _plot(cells: list[Cell], workers: list[int], path: Path) -> None:
     fig, (rate, cpu, rss) = axes("Conversations started together", "conversations", "", columns=3)
     rate.set_ylabel("conversations per second")
     cpu.set_ylabel("CPU seconds per conversation (Workers + server)")
@@ -293,7 +294,7 @@ def _plot(cells: list[Cell], sizes: list[int], workers: list[int], path: Path) -
             )
             rss.plot(xs, [c.worker_rss / 2**20 for c in mine], marker="o")
     rate.legend()
-    print(f"plot: {save(fig, path)}")
+    save(fig, path)
 
 
 if __name__ == "__main__":
