@@ -67,8 +67,10 @@ class Size:
     plain: int
 
 
-async def measure(name: str, history: WorkflowHistory) -> Size:
-    turns = sum(
+async def measure(name: str, history: WorkflowHistory, turns: int | None = None) -> Size:
+    """`turns`: the story's decide turns; by default counted from the history's scheduled
+    decide_next_step Activities (a history recorded while it was a regular Activity)."""
+    turns = turns or sum(
         1
         for e in history.events
         if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
@@ -120,6 +122,15 @@ async def conversation(
     return await handle.fetch_history()
 
 
+def _turns(escalated: bool, vague: int | None) -> int:
+    """The policy's decide turns for a story, counted from the story rather than from its
+    history, where a decide step may be a local Activity's marker: one per question (the order
+    number's asks, then opened and damage), one per lookup (the policy check when escalated),
+    and the decision."""
+    asks = 2 + (0 if vague is None else 1 + vague)
+    return asks + (3 if escalated else 2) + 1
+
+
 async def growth() -> list[Size]:
     sizes = []
     with tempfile.TemporaryDirectory() as tmp:
@@ -136,7 +147,9 @@ async def growth() -> list[Size]:
                         story = "escalated" if escalated else "auto-approved"
                         asks = "number in opening" if vague is None else f"{vague} vague"
                         history = await conversation(client, settings, queue, escalated, vague)
-                        sizes.append(await measure(f"{story}, {asks}", history))
+                        sizes.append(
+                            await measure(f"{story}, {asks}", history, _turns(escalated, vague))
+                        )
     return sizes
 
 
