@@ -39,8 +39,9 @@ from pathlib import Path
 
 from temporalio.client import Client, WorkflowExecutionStatus
 
-from agent.models import Actor, OrderDetails
+from agent.models import ConversationStart, CustomerMessage, ThreadRef
 from agent.settings import AgentSettings
+from agent.workflow import RefundConversation
 from bench import run_benchmark
 from bench.history_size import payload_bytes
 from bench.plot import axes, default_path, save
@@ -50,7 +51,6 @@ from bench.workers import reference_worker, refund_bot_worker, wait_polling
 from refund_bot.demo import ANSWERS, place_demo_customer
 from refund_bot.wiring import local_thread_store
 from tests.support.codec import TEST_CONVERTER
-from tests.support.conversation import LocalConversation
 from tests.support.owner import refunds_made
 from worker.lifecycle import terminate
 from worker.runner import prepare_stores
@@ -126,20 +126,44 @@ async def _workers(
 
 
 async def _refund_bot_starts(bench: Bench, queue: str, n: int) -> list[Callable[[], Awaitable]]:
+    """Each conversation's customer, order and messages in the local thread, placed before the
+    clock starts (a chat platform holds the customer's messages, not refund-bot's stores); in the
+    measured window only what the router does: Signal-with-start, then a Signal per answer."""
     assert bench.settings is not None
     threads = local_thread_store(bench.settings)
     client = bench.clients[REFUND_BOT]
 
-    async def one(customer: Actor, order: OrderDetails) -> None:
-        conv = LocalConversation(client, threads, queue, customer=customer)
-        await conv.open(f"please refund order {order.order_number}")
-        for answer in ANSWERS:
-            await conv.reply(answer)
+    async def one(start: ConversationStart, messages: list[CustomerMessage]) -> None:
+        handle = await client.start_workflow(
+            RefundConversation.run,
+            start,
+            id=f"{queue}-{start.thread.thread}",
+            task_queue=queue,
+            start_signal="customer_message",
+            start_signal_args=[messages[0]],
+        )
+        for message in messages[1:]:
+            await handle.signal(RefundConversation.customer_message, message)
 
     starts = []
     for _ in range(n):
         customer, order = await place_demo_customer(bench.settings)
-        starts.append(lambda c=customer, o=order: one(c, o))
+        opening = f"please refund order {order.order_number}"
+        root = await threads.open_thread("support", customer.user_id, opening)
+        replies = [await threads.add_reply(root.thread_id, customer.user_id, a) for a in ANSWERS]
+        start = ConversationStart(
+            thread=ThreadRef(
+                platform="local", workspace="local", channel="support", thread=root.thread_id
+            ),
+            customer=customer,
+            opening_message_id=root.message_id,
+            opening_text=opening,
+        )
+        messages = [
+            CustomerMessage(message_id=m.message_id, author=customer, text=m.text)
+            for m in (root, *replies)
+        ]
+        starts.append(lambda s=start, m=messages: one(s, m))
     return starts
 
 
