@@ -54,6 +54,7 @@ from tests.support.codec import TEST_CONVERTER
 from tests.support.owner import refunds_made
 from worker.lifecycle import terminate
 from worker.runner import prepare_stores
+from worker.server import _tail
 
 REFUND_BOT = "refund-bot"
 REFERENCE = "reference"
@@ -282,7 +283,13 @@ async def main(
                     sides = [REFUND_BOT, REFERENCE] if turn % 2 == 0 else [REFERENCE, REFUND_BOT]
                     turn += 1
                     for side in sides:
-                        cells.append(await cell(bench, side, n, w))
+                        try:
+                            cells.append(await cell(bench, side, n, w))
+                        except Exception:
+                            # The server's own account, before its directory is removed.
+                            print(f"{side} N={n} W={w} failed; the server's log ends:\n"
+                                  f"{_tail(server.log_path, 40)}", flush=True)  # fmt: skip
+                            raise
                         print(cells[-1].row(), flush=True)
                     pair = {c.side: c for c in cells[-2:]}
                     ours, theirs = pair[REFUND_BOT], pair[REFERENCE]
