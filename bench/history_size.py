@@ -1,28 +1,54 @@
-"""How many payload bytes a conversation writes to Event History.
+"""Event History against the number of turns: events and payload bytes per conversation.
 
-Working memory is re-sent to decide_next_step on every turn, so history grows with the square of
-the turn count; MAX_TURNS bounds it. This counts the bytes of every payload (data and metadata),
-as stored (encrypted by the payload codec) and decrypted, in the committed histories and in the
-offline policy's longest conversation (9 decide turns, one under MAX_TURNS): the order number
-found only on the third ask, two questions, three lookups, an escalation approved, the refund.
+    committed histories (tests/histories) -> events, bytes      (what the replay tests hold)
+    conversations of 5 to 9 decide turns, one in-process Worker -> events, bytes -> plot
 
-    uv run python -m bench.history_size
+The offline policy takes a turn for each question, lookup and the decision, so the turns are set by
+the story: the order number in the opening or asked for (after 0, 1 or 2 answers without one),
+then two questions, two lookups and the refund (auto-approved, the plush python: 5 to 8 turns), or
+three lookups, an escalation approved by support and the refund (the espresso machine: 6 to 9
+turns; MAX_TURNS is 10). Each conversation has a fresh customer like the demo's and a fresh order,
+so every one tells its story to the end; the customer answers each question once it is posted.
+Payload bytes (data and metadata) are counted as stored, encrypted by the payload codec, and
+decrypted. The bytes each extra turn adds are printed: constant means linear growth, growing
+means working memory is re-sent on every turn (quadratic). The plot goes to --plot.
+
+    .venv/bin/python -m bench.history_size
 """
 
 from __future__ import annotations
 
+import argparse
+import asyncio
+import itertools
+import secrets
+import tempfile
+from dataclasses import dataclass, replace
 from pathlib import Path
 
-from temporalio.client import WorkflowHistory
+from temporalio.api.enums.v1 import EventType
+from temporalio.client import Client, WorkflowHistory
 
 from agent.decoded_history import decoded_history
+from agent.models import Actor, OrderDetails
+from agent.settings import DEMO_CUSTOMER, AgentSettings
+from agent.stores.database import database_for
+from agent.stores.domain import SEED_ORDERS, DomainStore
+from agent.stores.ledger import Ledger
 from agent.workflow import MAX_TURNS
 from bench import run_benchmark
-from tests.support.codec import TEST_CONVERTER, all_payloads
-from tests.support.conversation import SUPPORT, LocalConversation
-from tests.support.inproc import standalone_agent
+from bench.plot import axes, default_path, save
+from bench.server import embedded_server
+from refund_bot.demo import ANSWERS, place_demo_customer
+from refund_bot.wiring import local_thread_store
+from tests.support.codec import TEST_CONVERTER, all_payloads, with_test_keys
+from tests.support.conversation import CUSTOMER, SUPPORT, LocalConversation
+from tests.support.inproc import running_worker
 
 HISTORIES = Path(__file__).parent.parent / "tests" / "histories"
+ESPRESSO = next(order for order in SEED_ORDERS if order.order_number == "4500")
+VAGUE = "the green one"
+TIMEOUT = 60.0
 
 
 def payload_bytes(history: WorkflowHistory) -> int:
@@ -33,43 +59,133 @@ def payload_bytes(history: WorkflowHistory) -> int:
     )
 
 
-async def report(name: str, history: WorkflowHistory) -> None:
-    stored = payload_bytes(history)
+@dataclass
+class Size:
+    name: str
+    turns: int
+    events: int
+    stored: int
+    plain: int
+
+
+async def measure(name: str, history: WorkflowHistory, turns: int | None = None) -> Size:
+    """`turns`: the story's decide turns; by default counted from the history's scheduled
+    decide_next_step Activities (a history recorded while it was a regular Activity)."""
+    turns = turns or sum(
+        1
+        for e in history.events
+        if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
+        and e.activity_task_scheduled_event_attributes.activity_type.name == "decide_next_step"
+    )
     plain = payload_bytes(await decoded_history(history, TEST_CONVERTER))
+    size = Size(name, turns, len(history.events), payload_bytes(history), plain)
     print(
-        f"  {name:<28} {len(history.events):4d} events  {stored:6,d} payload bytes stored "
-        f"({plain:,d} decrypted)",
+        f"  {name:<34} {turns:2d} turns {size.events:4d} events  {size.stored:6,d} payload bytes "
+        f"stored ({plain:,d} decrypted)",
         flush=True,
     )
+    return size
 
 
-async def longest_conversation() -> tuple[int, WorkflowHistory]:
-    async with standalone_agent() as (client, threads, queue):
-        conv = LocalConversation(client, threads, queue)
+async def _escalated_order(settings: AgentSettings) -> tuple[Actor, OrderDetails]:
+    """A fresh customer like the demo's with an espresso machine to refund (over the limit)."""
+    domain = DomainStore(database_for(settings))
+    customer = CUSTOMER.model_copy(update={"user_id": f"bench-{secrets.token_hex(3)}"})
+    customer_id = await domain.place_customer(DEMO_CUSTOMER, customer)
+    order = await domain.place_order(replace(ESPRESSO, customer_id=customer_id))
+    await Ledger(database_for(settings)).seed_payments(
+        [(order.payment_ref, order.amount_cents, order.currency)]
+    )
+    return customer, order
+
+
+async def conversation(
+    client: Client, settings: AgentSettings, queue: str, escalated: bool, vague: int | None
+) -> WorkflowHistory:
+    """`vague`: None, the order number is in the opening; else answers without one first."""
+    place = _escalated_order if escalated else place_demo_customer
+    customer, order = await place(settings)
+    conv = LocalConversation(client, local_thread_store(settings), queue, customer=customer)
+    if vague is None:
+        handle = await conv.open(f"please refund order {order.order_number}")
+        replies = list(ANSWERS)
+    else:
         handle = await conv.open("I want my money back")
-        for answer in ("the green one", "the big one, sorry", "4500", "Yes", "Split seam"):
-            await conv.next_bot_message()
-            await conv.reply(answer)
-        await conv.next_bot_message()  # the escalation
+        replies = [VAGUE] * vague + [order.order_number, *ANSWERS]
+    for reply in replies:
+        await conv.next_bot_message(timeout=TIMEOUT)
+        await conv.reply(reply)
+    if escalated:
+        await conv.next_bot_message(timeout=TIMEOUT)  # the escalation
         await conv.click("approve", SUPPORT)
-        outcome = await handle.result()
-        assert outcome.status == "refunded", outcome
-        history = await handle.fetch_history()
-        turns = sum(
-            1
-            for e in history.events
-            if e.activity_task_scheduled_event_attributes.activity_type.name == "decide_next_step"
+    outcome = await asyncio.wait_for(handle.result(), TIMEOUT)
+    assert outcome.status == "refunded", outcome
+    return await handle.fetch_history()
+
+
+def _turns(escalated: bool, vague: int | None) -> int:
+    """The policy's decide turns for a story, counted from the story rather than from its
+    history, where a decide step may be a local Activity's marker: one per question (the order
+    number's asks, then opened and damage), one per lookup (the policy check when escalated),
+    and the decision."""
+    asks = 2 + (0 if vague is None else 1 + vague)
+    return asks + (3 if escalated else 2) + 1
+
+
+async def growth() -> list[Size]:
+    sizes = []
+    with tempfile.TemporaryDirectory() as tmp:
+        data_dir = Path(tmp)
+        settings = with_test_keys(
+            AgentSettings(_env_file=None, data_dir=data_dir / "agent")  # type: ignore[call-arg]
         )
-        return turns, history
+        async with embedded_server(data_dir / "temporal") as server:
+            client = await Client.connect(server.address, data_converter=TEST_CONVERTER)
+            threads = local_thread_store(settings)
+            async with running_worker(client, settings, threads) as queue:
+                for escalated in (False, True):
+                    for vague in (None, 0, 1, 2):
+                        story = "escalated" if escalated else "auto-approved"
+                        asks = "number in opening" if vague is None else f"{vague} vague"
+                        history = await conversation(client, settings, queue, escalated, vague)
+                        sizes.append(
+                            await measure(f"{story}, {asks}", history, _turns(escalated, vague))
+                        )
+    return sizes
 
 
-async def main() -> None:
-    print("Payload bytes written to Event History:")
+def _increments(sizes: list[Size]) -> str:
+    ordered = sorted(sizes, key=lambda s: s.turns)
+    steps = [
+        f"{b.turns - 1}->{b.turns}: {b.plain - a.plain:+,d} B, {b.events - a.events:+d} events"
+        for a, b in itertools.pairwise(ordered)
+        if b.turns == a.turns + 1
+    ]
+    return "; ".join(steps)
+
+
+async def main(plot: Path) -> None:
+    print("Committed histories (tests/histories):")
     for path in sorted(HISTORIES.glob("*.json")):
-        await report(path.stem, WorkflowHistory.from_json(path.stem, path.read_text()))
-    turns, history = await longest_conversation()
-    await report(f"longest: {turns} of {MAX_TURNS} turns", history)
+        await measure(path.stem, WorkflowHistory.from_json(path.stem, path.read_text()))
+    print(f"Against the number of turns (MAX_TURNS {MAX_TURNS}):")
+    sizes = await growth()
+    for story in ("auto-approved", "escalated"):
+        mine = [s for s in sizes if s.name.startswith(story)]
+        print(f"  {story}, each extra turn (decrypted bytes): {_increments(mine)}")
+    fig, (by_bytes, by_events) = axes("Event History against turns", "decide turns", "", columns=2)
+    by_bytes.set_ylabel("payload bytes (stored, encrypted)")
+    by_events.set_ylabel("events")
+    for story in ("auto-approved", "escalated"):
+        mine = sorted((s for s in sizes if s.name.startswith(story)), key=lambda s: s.turns)
+        turns = [s.turns for s in mine]
+        by_bytes.plot(turns, [s.stored for s in mine], marker="o", label=story)
+        by_events.plot(turns, [s.events for s in mine], marker="o", label=story)
+    by_bytes.legend()
+    print(f"plot: {save(fig, plot)}")
 
 
 if __name__ == "__main__":
-    run_benchmark(main())
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--plot", type=Path, default=default_path("history_size"))
+    run_benchmark(main(parser.parse_args().plot))

@@ -1,41 +1,79 @@
-"""Slack ack latency: how long Slack waits for the HTTP 200 while the agent's side is slow.
+"""Slack acknowledgement with 100 requests in flight: the HTTP round trip to Slack's 200.
 
-The Slack app runs in HTTP mode (aiohttp, loopback, an ephemeral port) with every request signed
-as Slack signs it and the Web API pointed at the local FakeSlackApi. The router sleeps
-`--router-delay` seconds per message and the commands as long per command: a stand-in for a
-Temporal that is slow or timing out. Slack gives up on a request after 3 s, so the figure that
-matters is the round trip to the 200, which must not include the router's time.
+    this process: fake Slack Web API + load generator (bench.http_load, requests signed as Slack
+      signs them) -> one app process per variant on loopback (`python -m bench.slack_ack serve`)
 
-    .venv/bin/python -m bench.slack_ack [--requests 200] [--burst 20] [--router-delay 5]
+Variants, interleaved burst by burst (their order turns every round), each app process idle (no
+CPU used for 0.1 s) when its burst begins:
+  refund-bot     bot.slack.app.serve in HTTP mode, as `refund-bot run` serves Slack: signature,
+                 shape, the 200, then bolt in the background
+  bolt-answers   the same signature and shape checks, then bolt dispatches and answers: the ack
+                 path before issue 10, kept here to compare against
+  aiohttp-floor  an aiohttp handler that reads the body and answers 200: what this web stack costs
+                 with no work at all, on this machine, now
+Every app process imports what `refund-bot run` imports, so its heap (which full garbage
+collections walk) is the real process's size. Its router and commands take --router-delay seconds
+per call, as with an unresponsive Temporal: none of that may show in an ack.
 
-Measured (milliseconds of HTTP round trip, client side, one process):
-  cold     the first request after start (bolt's one auth.test call happens here)
-  events   message events, one after another, each opening its own thread
-  burst    message events, `--burst` in flight at once
-  commands /refund-status slash commands, one after another
+Scenarios (milliseconds from writing a request to reading the last byte of its answer):
+  one by one   message events, one request at a time (each opens its own thread)
+  burst        --in-flight message events sent at once on as many keep-alive connections
+  commands     --in-flight /refund-status slash commands sent at once
+plus `cold`, each app's first request. A PNG of the bursts' distributions goes to --plot.
+
+    .venv/bin/python -m bench.slack_ack [--in-flight 100] [--bursts 20] [--router-delay 5]
+        [--profile slack-ack.html]   (pyinstrument, the refund-bot app process, whole run;
+                                      .html for a browser, any other name for text)
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
+import gc
+import json
 import os
+import signal
 import statistics
-import time
+import sys
+from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
-import aiohttp
 from aiohttp import web
+from slack_bolt.adapter.aiohttp import to_aiohttp_response
+from slack_bolt.async_app import AsyncApp
 
+from bench import percentile
+from bench.http_load import Connection, build_request
+from bench.plot import axes, cdf, default_path, save
+from bench.proc import wait_idle
 from bot.commands import CommandReply
 from bot.conversations import InboundClick, InboundMessage, Routed
-from bot.slack.app import build_app, http_web_app
+from bot.slack.app import EVENTS_PATH, build_app, serve
+from bot.slack.requests import (
+    MalformedRequest,
+    bolt_request,
+    check_shape,
+    parse_body,
+    signature_valid,
+)
+from bot.slack.settings import SlackSettings
 from tests.fakes.slack_api import Delivery, FakeSlackApi, SlackSender, signed_headers
+from tests.support import free_port
 from tests.support.conditions import wait_for
+from worker.exit import exit_now
+from worker.lifecycle import spawn_child, until_stopped, watch_lifeline
 
 SECRET = "bench-signing-secret"
 CHANNEL = "C0SUPPORT"
+VARIANTS = ("refund-bot", "bolt-answers", "aiohttp-floor")
+HOST = "127.0.0.1"
+
+
+# ---------------------------------------------------------------------------------------------
+# The app process
+# ---------------------------------------------------------------------------------------------
 
 
 class SlowRouter:
@@ -46,14 +84,14 @@ class SlowRouter:
         self.started = 0
         self.finished = 0
 
-    async def on_message(self, message: InboundMessage) -> Routed:
+    async def on_message(self, message: InboundMessage | None) -> Routed:
         self.started += 1
         await asyncio.sleep(self.delay)
         self.finished += 1
         return Routed.STARTED
 
     async def on_click(self, click: InboundClick) -> Routed:
-        return await self.on_message(None)  # type: ignore[arg-type]
+        return await self.on_message(None)
 
 
 class SlowCommands:
@@ -61,92 +99,283 @@ class SlowCommands:
         self.router = router
 
     async def refund_status(self, actor: Any, workflow_id: str) -> CommandReply:
-        await self.router.on_message(None)  # type: ignore[arg-type]
+        await self.router.on_message(None)
         return CommandReply(text=f"{workflow_id}: fine")
 
 
-def _summary(name: str, samples: list[float]) -> str:
-    ms = sorted(s * 1000 for s in samples)
-    p95 = ms[max(0, round(0.95 * len(ms)) - 1)]
+def bolt_answers(app: AsyncApp, signing_secret: str) -> web.Application:
+    """The ack path before issue 10: the same checks, then bolt dispatches and answers."""
+
+    async def events(request: web.Request) -> web.Response:
+        raw = await request.read()
+        if not signature_valid(signing_secret, raw, request.headers):
+            return web.json_response({"error": "invalid request"}, status=401)
+        try:
+            body = parse_body(raw, request.content_type)
+            check_shape(body)
+        except MalformedRequest:
+            return web.json_response({"error": "malformed request"}, status=400)
+        bolt = bolt_request(raw, body, request.query_string, request.headers)
+        return await to_aiohttp_response(await app.async_dispatch(bolt))
+
+    web_app = web.Application()
+    web_app.router.add_post(EVENTS_PATH, events)
+    return web_app
+
+
+def aiohttp_floor() -> web.Application:
+    async def events(request: web.Request) -> web.Response:
+        await request.read()
+        return web.Response()
+
+    web_app = web.Application()
+    web_app.router.add_post(EVENTS_PATH, events)
+    return web_app
+
+
+async def serve_variant(variant: str, port: int, api_url: str, token: str, delay: float) -> None:
+    watch_lifeline()  # the load generator's process gone: this one goes too
+    settings = SlackSettings(
+        _env_file=None,  # type: ignore[call-arg]
+        bot_token=token,
+        signing_secret=SECRET,
+        support_channel=CHANNEL,
+        api_url=api_url,
+        port=port,
+    )
+    router = SlowRouter(delay)
+    app = build_app(settings, router, SlowCommands(router))  # type: ignore[arg-type]
+    try:
+        if variant == "refund-bot":
+            await serve(app, settings)  # what `refund-bot run` runs for Slack in HTTP mode
+        else:
+            web_app = aiohttp_floor() if variant == "aiohttp-floor" else bolt_answers(app, SECRET)
+            runner = web.AppRunner(web_app, access_log=None)
+            await runner.setup()
+            await web.TCPSite(runner, HOST, port).start()
+            try:
+                await asyncio.Event().wait()
+            finally:
+                await runner.cleanup()
+    finally:
+        print(json.dumps({"router_started": router.started, "router_finished": router.finished}))
+
+
+def serve_main(argv: list[str]) -> None:
+    # What `refund-bot run` has imported by the time it serves Slack: the heap a full garbage
+    # collection walks is the real process's size, not a small benchmark's.
+    import refund_bot.app  # noqa: F401
+
+    parser = argparse.ArgumentParser(prog="bench.slack_ack serve")
+    parser.add_argument("variant", choices=VARIANTS)
+    parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--api-url", required=True)
+    parser.add_argument("--router-delay", type=float, required=True)
+    parser.add_argument("--profile", type=Path)
+    args = parser.parse_args(argv)
+    token = os.environ["BENCH_SLACK_BOT_TOKEN"]
+    profiler = None
+    if args.profile is not None:
+        from pyinstrument import Profiler
+
+        profiler = Profiler(async_mode="disabled", interval=0.0005)
+        profiler.start()
+    main = serve_variant(args.variant, args.port, args.api_url, token, args.router_delay)
+    asyncio.run(until_stopped(main))
+    if profiler is not None:
+        profiler.stop()
+        if args.profile.suffix == ".html":
+            args.profile.write_text(profiler.output_html())
+        else:
+            args.profile.write_text(profiler.output_text(unicode=True, color=False, show_all=True))
+    sys.stdout.flush()
+    exit_now(0)
+
+
+# ---------------------------------------------------------------------------------------------
+# The load generator
+# ---------------------------------------------------------------------------------------------
+
+
+class App:
+    """One variant's app process and its keep-alive connections."""
+
+    def __init__(self, variant: str, proc: asyncio.subprocess.Process, port: int) -> None:
+        self.variant = variant
+        self.proc = proc
+        self.port = port
+        self.connections: list[Connection] = []
+
+    @classmethod
+    async def start(
+        cls, variant: str, slack: FakeSlackApi, delay: float, profile: Path | None
+    ) -> App:
+        port = free_port()
+        argv = [sys.executable, "-m", "bench.slack_ack", "serve", variant, "--port", str(port)]
+        argv += ["--api-url", slack.url, "--router-delay", str(delay)]
+        if profile is not None and variant == "refund-bot":
+            argv += ["--profile", str(profile)]
+        env = {**os.environ, "BENCH_SLACK_BOT_TOKEN": slack.token}
+        for name in ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy"):
+            env.pop(name, None)  # everything here is on loopback
+        proc = await spawn_child(
+            argv,
+            on_parent_death=signal.SIGTERM,
+            lifeline=True,
+            env=env,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.DEVNULL,  # its stop announcement; its answers say enough
+        )
+        app = cls(variant, proc, port)
+
+        async def listening() -> Connection | None:
+            try:
+                return await Connection.open(HOST, port)
+            except OSError:
+                return None
+
+        first = await wait_for(listening, timeout=60, interval=0.1, what=f"{variant} listening")
+        await first.close()
+        return app
+
+    async def connect(self, count: int) -> None:
+        self.connections = [await Connection.open(HOST, self.port) for _ in range(count)]
+
+    async def send(self, deliveries: list[Delivery]) -> list[float]:
+        """All at once, one per connection: the seconds each took to its answer."""
+        requests = [
+            build_request(HOST, self.port, EVENTS_PATH, d.body.encode(), signed_headers(SECRET, d))
+            for d in deliveries
+        ]
+        # The load generator's own garbage collections must not count as the app's latency:
+        # none runs while requests are in flight, one runs after.
+        gc.disable()
+        try:
+            answers = await asyncio.gather(
+                *(conn.send(req) for conn, req in zip(self.connections, requests, strict=False))
+            )
+        finally:
+            gc.enable()
+            gc.collect()
+        for status, _ in answers:
+            if status != 200:
+                raise RuntimeError(f"{self.variant} answered HTTP {status}")
+        return [seconds for _, seconds in answers]
+
+    async def stop(self) -> dict[str, int]:
+        for conn in self.connections:
+            await conn.close()
+        self.proc.send_signal(signal.SIGTERM)
+        out, _ = await asyncio.wait_for(self.proc.communicate(), timeout=30)
+        lines = out.decode().strip().splitlines()
+        return json.loads(lines[-1]) if lines else {}
+
+
+def _row(name: str, samples: list[float]) -> str:
+    ms = [s * 1000 for s in samples]
     return (
-        f"{name:<9} n={len(ms):<4} median {statistics.median(ms):6.2f} ms   "
-        f"p95 {p95:6.2f} ms   max {ms[-1]:6.2f} ms"
+        f"  {name:<14} n={len(ms):<5} p50 {percentile(ms, 50):7.2f}   p95 {percentile(ms, 95):7.2f}"
+        f"   p99 {percentile(ms, 99):7.2f}   max {max(ms):7.2f} ms"
     )
 
 
-async def run(requests: int, burst: int, delay: float) -> None:
-    for name in ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy"):
-        os.environ.pop(name, None)  # everything here is on loopback
+def _turned(items: tuple[str, ...], i: int) -> list[str]:
+    return list(items[i % len(items) :] + items[: i % len(items)])
+
+
+async def run(in_flight: int, bursts: int, delay: float, one_by_one: int, plot: Path,
+              profile: Path | None) -> None:  # fmt: skip
     async with FakeSlackApi() as slack:
-        router = SlowRouter(delay)
-        settings = slack.app_settings(signing_secret=SECRET, support_channel=CHANNEL)
-        app = build_app(settings, router, SlowCommands(router))  # type: ignore[arg-type]
-        runner = web.AppRunner(http_web_app(app, SECRET), access_log=None)
-        await runner.setup()
-        await web.TCPSite(runner, "127.0.0.1", 0).start()
-        url = f"http://127.0.0.1:{runner.addresses[0][1]}/slack/events"
         sender = SlackSender(slack)
+        apps = {v: await App.start(v, slack, delay, profile) for v in VARIANTS}
+        results: dict[str, dict[str, list[float]]] = {v: {} for v in VARIANTS}
+        try:
+            for app in apps.values():
+                await app.connect(in_flight)
+                # The first request: bolt's one auth.test happens here for bolt-answers.
+                results[app.variant]["cold"] = await app.send([sender.post(CHANNEL, "cold")])
+                await app.send([sender.post(CHANNEL, "warm") for _ in range(in_flight)])
 
-        async with aiohttp.ClientSession() as http:
+            async def scenario(
+                name: str, count: int, rounds: int, make: Callable[[int], Delivery]
+            ) -> None:
+                for i in range(rounds):
+                    for variant in _turned(VARIANTS, i):
+                        app = apps[variant]
+                        await wait_idle(app.proc.pid)
+                        batch = [make(n) for n in range(count)]
+                        results[variant].setdefault(name, []).extend(await app.send(batch))
 
-            async def timed(delivery: Delivery) -> float:
-                headers = signed_headers(SECRET, delivery)
-                started = time.perf_counter()
-                async with http.post(url, data=delivery.body, headers=headers) as resp:
-                    await resp.read()
-                    if resp.status != 200:
-                        raise RuntimeError(f"HTTP {resp.status}")
-                return time.perf_counter() - started
-
-            cold = await timed(sender.post(CHANNEL, "cold start"))
-            events = [await timed(sender.post(CHANNEL, f"refund {i}")) for i in range(requests)]
-            bursts: list[float] = []
-            for start in range(0, requests, burst):
-                batch = [sender.post(CHANNEL, f"burst {i}") for i in range(start, start + burst)]
-                bursts += await asyncio.gather(*(timed(d) for d in batch))
-            commands = [
-                await timed(
-                    sender.command(
-                        "/refund-status",
-                        f"slack-{slack.team_id}-{CHANNEL}-1.000001",
-                        user="U0ADMIN",
-                        name="ada",
-                    )
-                )
-                for _ in range(max(1, requests // 4))
-            ]
-
-            print(
-                f"Slack ack latency, HTTP mode on loopback; the router takes {delay:.1f} s per "
-                "call (Slack's limit is 3 s)"
+            await scenario("one by one", 1, one_by_one, lambda n: sender.post(CHANNEL, "one"))
+            await scenario("burst", in_flight, bursts, lambda n: sender.post(CHANNEL, f"b{n}"))
+            status = f"slack-{slack.team_id}-{CHANNEL}-1.000001"
+            await scenario(
+                "commands",
+                in_flight,
+                max(1, bursts // 2),
+                lambda n: sender.command("/refund-status", status, user="U0ADMIN", name="ada"),
             )
-            print(f"cold      first request {cold * 1000:.2f} ms (includes auth.test)")
-            print(_summary("events", events))
-            print(_summary(f"burst{burst}", bursts))
-            print(_summary("commands", commands))
-            slowest = max(events + bursts + commands)
+        finally:
+            await asyncio.sleep(delay + 1.0)  # the slow router calls end before their apps stop
+            counts = {v: await app.stop() for v, app in apps.items()}
+
+    print(
+        f"Slack acks over HTTP on loopback, {in_flight} in flight; router and commands take "
+        f"{delay:.1f} s per call; milliseconds to the whole answer (Slack allows 3,000):"
+    )
+    for name in ("cold", "one by one", "burst", "commands"):
+        print(f"{name}:")
+        for variant in VARIANTS:
+            print(_row(variant, results[variant][name]))
+    ours = results["refund-bot"]
+    slowest = max(max(s) for s in ours.values())
+    print(f"refund-bot's slowest ack: {slowest * 1000:.2f} ms, every router call taking {delay} s")
+    for variant, count in counts.items():
+        if variant != "aiohttp-floor":
             print(
-                f"slowest ack {slowest * 1000:.2f} ms, while {router.started - router.finished} "
-                f"router calls of {delay:.1f} s were still running"
+                f"{variant}: router and command calls finished "
+                f"{count.get('router_finished')}/{count.get('router_started')}"
             )
+    floor = statistics.median(results["aiohttp-floor"]["burst"])
+    print(
+        f"burst medians over the aiohttp floor: refund-bot "
+        f"{statistics.median(ours['burst']) / floor:.2f}x, bolt-answers "
+        f"{statistics.median(results['bolt-answers']['burst']) / floor:.2f}x"
+    )
 
-            # Let the slow work finish, so it is seen to have run after its ack.
-            async def drained() -> bool:
-                return router.finished == router.started
-
-            with contextlib.suppress(AssertionError):
-                await wait_for(drained, timeout=delay + 10, interval=0.1, what="the slow work")
-            print(f"router calls completed after their acks: {router.finished}/{router.started}")
-        await runner.cleanup()
+    fig, (events_ax, commands_ax) = axes(
+        f"Slack ack latency, {in_flight} requests in flight (CDF)",
+        "milliseconds to the answer",
+        "share of requests",
+        columns=2,
+    )
+    for variant in VARIANTS:
+        cdf(events_ax, variant, [s * 1000 for s in results[variant]["burst"]])
+        cdf(commands_ax, variant, [s * 1000 for s in results[variant]["commands"]])
+    events_ax.set_title("message events")
+    commands_ax.set_title("/refund-status commands")
+    for ax in (events_ax, commands_ax):
+        ax.set_xscale("log")
+        ax.legend()
+    print(f"plot: {save(fig, plot)}")
 
 
 def main() -> None:
+    if sys.argv[1:2] == ["serve"]:
+        serve_main(sys.argv[2:])
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--requests", type=int, default=200)
-    parser.add_argument("--burst", type=int, default=20)
+    parser.add_argument("--in-flight", type=int, default=100)
+    parser.add_argument("--bursts", type=int, default=20)
+    parser.add_argument("--one-by-one", type=int, default=100)
     parser.add_argument("--router-delay", type=float, default=5.0)
+    parser.add_argument("--plot", type=Path, default=default_path("slack_ack"))
+    parser.add_argument("--profile", type=Path, help="pyinstrument HTML of the refund-bot app")
     args = parser.parse_args()
-    asyncio.run(run(args.requests, args.burst, args.router_delay))
+    asyncio.run(
+        run(args.in_flight, args.bursts, args.router_delay, args.one_by_one, args.plot,
+            args.profile)
+    )  # fmt: skip
+    exit_now(0)
 
 
 if __name__ == "__main__":

@@ -39,6 +39,8 @@ _DECISIONS: dict[str, Literal["approve", "deny"]] = {
     APPROVE_ACTION_ID: "approve",
     DENY_ACTION_ID: "deny",
 }
+# The buttons' action ids: each click's listener acks with an empty 200 before its work.
+DECISION_ACTIONS = frozenset(_DECISIONS)
 _CLICK_FAILED = "Your click could not be handled just now; nothing changed. Please try again."
 _CHECKING = "checking authorization"
 
@@ -86,8 +88,8 @@ def register_decision_actions(
                 await _update_clicked(client, body, decided_blocks(body, click, notice))
             await tell(notice)
 
-    app.action(APPROVE_ACTION_ID)(on_decision)
-    app.action(DENY_ACTION_ID)(on_decision)
+    for action_id in DECISION_ACTIONS:
+        app.action(action_id)(on_decision)
 
 
 def inbound_click(body: dict[str, Any]) -> InboundClick | None:

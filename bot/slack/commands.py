@@ -44,6 +44,11 @@ REFUND_REVOKE = "/refund-revoke"
 # Message shortcuts' callback ids.
 STATUS_SHORTCUT = "refund_status"
 RELEASE_SHORTCUT = "refund_release"
+# Everything registered here: each listener acks with an empty 200 before its work.
+COMMANDS = frozenset(
+    {CRASH_WORKER, REFUND_STATUS, REFUND_RELEASE, REFUND_HOLD, REFUND_GRANT, REFUND_REVOKE}
+)
+SHORTCUTS = frozenset({STATUS_SHORTCUT, RELEASE_SHORTCUT})
 
 _FAILED = "That command failed on our side; the bot's log has the details."
 _WHICH_CONVERSATION = (

@@ -1,0 +1,85 @@
+"""Work handed over by Slack requests already answered, started once the requests stop coming.
+
+    handler: arrived() -> checks -> 200 -> hand_over(work) -> (quiet, or waited long) -> task
+
+In HTTP mode the aiohttp handler answers Slack, then hands the request to bolt. Started at once,
+bolt's work for one request (its middleware, listener matching and the listener's first step:
+about a millisecond) would run in front of the acks of the requests still arriving in a burst,
+and the hundredth request of a burst would wait for ninety-nine of them. Started after the burst,
+it costs the acks nothing, and the work itself (a Signal to Temporal) is a few milliseconds later.
+
+So handed-over work waits until no request has arrived for QUIET seconds, and never more than
+MAX_WAIT after it was handed over, so a steady stream of requests cannot hold it back. It starts
+in the order it was handed over, one piece per turn of the event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import logging
+from collections.abc import Awaitable, Callable
+
+log = logging.getLogger(__name__)
+
+Work = Callable[[], Awaitable[None]]
+
+# No request for this long: the burst is over.
+QUIET = 0.002
+# The longest handed-over work waits while requests keep arriving.
+MAX_WAIT = 0.05
+
+
+class Handovers:
+    def __init__(self, *, quiet: float = QUIET, max_wait: float = MAX_WAIT) -> None:
+        self._quiet = quiet
+        self._max_wait = max_wait
+        self._last_arrival = 0.0
+        self._queue: collections.deque[tuple[float, Work]] = collections.deque()
+        self._starter: asyncio.Task[None] | None = None
+        # Held until done: the event loop keeps only a weak reference to a task.
+        self._running: set[asyncio.Task[None]] = set()
+
+    def arrived(self) -> None:
+        """A request came in: handed-over work waits a little longer."""
+        self._last_arrival = asyncio.get_running_loop().time()
+
+    def hand_over(self, work: Work) -> None:
+        """Start `work` once requests stop coming (or after MAX_WAIT)."""
+        loop = asyncio.get_running_loop()
+        self._queue.append((loop.time(), work))
+        if self._starter is None or self._starter.done():
+            self._starter = loop.create_task(self._start_all(), name="slack handovers")
+
+    async def drain(self, within: float) -> None:
+        """Start every queued piece now and wait up to `within` seconds for all to finish."""
+        while self._queue:
+            self._start(self._queue.popleft()[1])
+        if self._running:
+            await asyncio.wait(set(self._running), timeout=within)
+
+    async def _start_all(self) -> None:
+        loop = asyncio.get_running_loop()
+        while self._queue:
+            queued_at, work = self._queue[0]
+            wait = min(self._last_arrival + self._quiet, queued_at + self._max_wait) - loop.time()
+            if wait > 0:
+                await asyncio.sleep(wait)
+                continue
+            self._queue.popleft()
+            self._start(work)
+            # Three turns of the loop: the piece's first step runs, the loop reads the sockets
+            # (requests that came in meanwhile), their handlers run and call arrived(). Only
+            # then is the next piece considered.
+            for _ in range(3):
+                await asyncio.sleep(0)
+
+    def _start(self, work: Work) -> None:
+        task = asyncio.ensure_future(work())
+        self._running.add(task)
+        task.add_done_callback(self._finished)
+
+    def _finished(self, task: asyncio.Task[None]) -> None:
+        self._running.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.error("slack: handling an acknowledged request failed", exc_info=task.exception())
