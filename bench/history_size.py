@@ -16,6 +16,7 @@ from pathlib import Path
 from temporalio.client import WorkflowHistory
 
 from agent.decoded_history import decoded_history
+from agent.history import step_names
 from agent.workflow import MAX_TURNS
 from bench import run_benchmark
 from tests.support.codec import TEST_CONVERTER, all_payloads
@@ -55,12 +56,7 @@ async def longest_conversation() -> tuple[int, WorkflowHistory]:
         outcome = await handle.result()
         assert outcome.status == "refunded", outcome
         history = await handle.fetch_history()
-        turns = sum(
-            1
-            for e in history.events
-            if e.activity_task_scheduled_event_attributes.activity_type.name == "decide_next_step"
-        )
-        return turns, history
+        return step_names(history.events).count("decide_next_step"), history
 
 
 async def main() -> None:

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
+
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import WorkflowHandle
 
-from agent.history import what_survives
+from agent.history import local_activity, what_survives
 from agent.stores.ledger import Ledger
 from refund_bot.wiring import local_thread_store
 from tests.support import pid_alive
@@ -19,7 +21,8 @@ LOOP_STEPS = ("decide_next_step", "lookup_order", "lookup_customer_history", "ch
 
 
 async def _scheduled(handle: WorkflowHandle) -> dict[str, list[int]]:
-    """Activity name -> the attempt each scheduled run completed on."""
+    """Step name -> the attempt each recorded run completed on: Activities (their started events)
+    and local activities (their markers)."""
     history = await handle.fetch_history()
     names: dict[int, str] = {}
     attempts: dict[str, list[int]] = {}
@@ -31,6 +34,8 @@ async def _scheduled(handle: WorkflowHandle) -> dict[str, list[int]]:
         elif event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_STARTED:
             attrs = event.activity_task_started_event_attributes
             attempts.setdefault(names[attrs.scheduled_event_id], []).append(attrs.attempt)
+        elif (local := local_activity(event)) is not None:
+            attempts.setdefault(local["activity_type"], []).append(local["attempt"])
     return attempts
 
 
@@ -47,6 +52,7 @@ async def test_sigkill_while_held_resumes_without_repeating(temporal_env, tmp_pa
         await conv.next_bot_message()  # "Refund of $80.00 approved. Holding ..."
         assert (await conv.wait_phase("held_before_refund")).next_action == "issue refund"
         before = await _scheduled(handle)
+        assert len(before["decide_next_step"]) == 5 and before["lookup_order"] == [1]
 
         # The crash, through the control queue as /crash-worker sends it.
         report = await request_worker_restart(client, stack.temporal.control_task_queue)
@@ -65,7 +71,7 @@ async def test_sigkill_while_held_resumes_without_repeating(temporal_env, tmp_pa
 
         await stack.supervisor.start()
         await handle.signal("release")
-        outcome = await handle.result()
+        outcome = await asyncio.wait_for(handle.result(), 30)
         after = await _scheduled(handle)
 
     assert outcome.status == "refunded" and outcome.refund and outcome.refund.status == "succeeded"
@@ -101,7 +107,7 @@ async def test_kill_after_the_ledger_accepted_makes_no_second_refund(
         assert survivors.refund.state == "in flight"
 
         await request_worker_restart(client, stack.temporal.control_task_queue)
-        outcome = await handle.result()
+        outcome = await asyncio.wait_for(handle.result(), 30)
 
     assert outcome.status == "refunded" and outcome.refund
     assert outcome.refund.attempt == 2  # a real retry: a Temporal attempt, visible in history
