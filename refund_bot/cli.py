@@ -43,7 +43,17 @@ class Refused(Exception):
     """A command cannot do what was asked; the message is the one line that says why."""
 
 
-async def _worker(cfg: Config) -> None:
+async def _promoted() -> None:
+    """A standby's wait: the supervisor writes a line on our stdin to make us the active Worker.
+    End of file instead: the supervisor let this standby go, so it leaves without polling."""
+    loop = asyncio.get_running_loop()
+    reader = asyncio.StreamReader()
+    await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
+    if not await reader.readline():
+        exit_now(0)
+
+
+async def _worker(cfg: Config, standby: bool = False) -> None:
     from agent.codec_keys import codec_keys
     from agent.temporal_client import connect
     from refund_bot.wiring import grant_sources, outbound_posters
@@ -61,6 +71,7 @@ async def _worker(cfg: Config) -> None:
         cfg.agent,
         outbound_posters(cfg.agent, cfg.slack, cfg.discord),
         grant_sources(cfg.agent, cfg.slack, cfg.discord),
+        go=_promoted() if standby else None,
     )
 
 
@@ -168,7 +179,14 @@ def build_parser() -> argparse.ArgumentParser:
         "the unattended crash-and-resume story on a fresh order; non-zero if an invariant broke",
         "Honours AGENT_DECIDER: with openai the model makes the story's decisions",
     )
-    command("worker", "one Temporal Worker for the refund conversations (run's supervisor runs it)")
+    worker = command(
+        "worker", "one Temporal Worker for the refund conversations (run's supervisor runs it)"
+    )
+    worker.add_argument(
+        "--standby",
+        action="store_true",
+        help="get ready (imports, connection, stores), then poll only once a line arrives on stdin",
+    )
     status = command(
         "status",
         "what survives of a conversation, read from Temporal's Event History (no Worker needed)",
@@ -211,7 +229,7 @@ def main(argv: list[str] | None = None) -> None:
     commands_by_name = {
         "run": (config.RUN, lambda cfg: until_stopped(_run(cfg, args.local))),
         "demo": (config.DEMO, lambda cfg: until_stopped(_demo(cfg))),
-        "worker": (config.WORKER, lambda cfg: until_stopped(_worker(cfg))),
+        "worker": (config.WORKER, lambda cfg: until_stopped(_worker(cfg, args.standby))),
         "discord": (config.DISCORD_SYNC, _discord_sync),
         "stripe-setup": (config.STRIPE_SETUP, _stripe_setup),
         "status": (config.STATUS, lambda cfg: _status(cfg, args.workflow_id)),

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Mapping
+from collections.abc import Awaitable, Mapping
 from datetime import timedelta
 
 from temporalio.client import Client
@@ -86,13 +86,20 @@ async def run_worker(
     settings: AgentSettings,
     posters: Mapping[str, ThreadPoster],
     grant_sources: Mapping[str, GrantSource] | None = None,
+    go: Awaitable[None] | None = None,
 ) -> None:
     """Run until cancelled, then shut down gracefully (in-flight Activities get 5 s).
+
+    `go`: a warm standby's signal. Everything slow (imports, the connection, the stores, the
+    workflow sandbox's checks) is done before it; polling starts the moment it completes.
 
     `refund-bot worker` cancels it on SIGTERM, SIGHUP or SIGINT (worker.lifecycle.until_stopped);
     a SIGKILL is not graceful, and that is the drill.
     """
     worker = await build_worker(client, temporal.task_queue, settings, posters, grant_sources)
+    if go is not None:
+        log.info("standby %s ready; polls %s when told", worker_identity(), temporal.task_queue)
+        await go  # DURABLE WAIT (of a process): until the supervisor promotes this standby
     async with worker:
         log.info("worker %s polling %s", worker_identity(), temporal.task_queue)
         await asyncio.Event().wait()
