@@ -1,10 +1,13 @@
 """How many payload bytes a conversation writes to Event History.
 
-Working memory is re-sent to decide_next_step on every turn, so history grows with the square of
-the turn count; MAX_TURNS bounds it. This counts the bytes of every payload (data and metadata),
-as stored (encrypted by the payload codec) and decrypted, in the committed histories and in the
-offline policy's longest conversation (9 decide turns, one under MAX_TURNS): the order number
-found only on the third ask, two questions, three lookups, an escalation approved, the refund.
+Since issue 10 the offline policy's decide step is a local activity: only its result is recorded,
+not the working memory it read, so history grows linearly with the turns. The model's decide step
+(AGENT_DECIDER=openai) stays an Activity whose recorded input is the whole working memory: that
+path grows with the square of the turns, bounded by MAX_TURNS. This counts the bytes of every
+payload (data and metadata), as stored (encrypted by the payload codec) and decrypted, in the
+committed histories and in the offline policy's longest conversation (9 decide turns, one under
+MAX_TURNS): the order number found only on the third ask, two questions, three lookups, an
+escalation approved, the refund.
 
     uv run python -m bench.history_size
 """

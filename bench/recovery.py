@@ -63,12 +63,17 @@ async def _event_times(handle: WorkflowHandle) -> tuple[datetime | None, datetim
 
 
 async def _held(stack: Stack, conversations: list[LocalConversation]) -> None:
+    # The setting up is not measured: a few conversations at a time, so that the terminal's thread
+    # store (one SQLite file, no busy wait) is not written by hundreds at once.
+    gate = asyncio.Semaphore(20)
+
     async def one(conv: LocalConversation) -> None:
-        await conv.open(OPENING[conv.customer.user_id], hold=True)
-        for answer in ("Yes", "Split seam"):
-            await conv.next_bot_message(timeout=120)
-            await conv.reply(answer)
-        await conv.wait_phase("held_before_refund", timeout=120)
+        async with gate:
+            await conv.open(OPENING[conv.customer.user_id], hold=True)
+            for answer in ("Yes", "Split seam"):
+                await conv.next_bot_message(timeout=120)
+                await conv.reply(answer)
+            await conv.wait_phase("held_before_refund", timeout=120)
 
     await asyncio.gather(*(one(c) for c in conversations))
 

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import os
+import signal
 
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import WorkflowHandle
@@ -55,11 +57,26 @@ async def test_sigkill_while_held_resumes_without_repeating(temporal_env, tmp_pa
         before = await _scheduled(handle)
         assert len(before["decide_next_step"]) == 5 and before["lookup_order"] == [1]
 
-        # The crash, through the control queue as /crash-worker sends it.
+        # The crash, through the control queue as /crash-worker sends it: the warm standby
+        # takes over, and a new standby is prepared.
+        standby = stack.supervisor.standby_pid
+        assert standby is not None and pid_alive(standby)
         report = await request_worker_restart(client, stack.temporal.control_task_queue)
-        assert report.old_pid and report.new_pid != report.old_pid
+        assert report.old_pid and report.new_pid == standby != report.old_pid
         await wait_for(lambda: not pid_alive(report.old_pid), what="the old Worker gone")
         assert pid_alive(report.new_pid)
+        assert stack.supervisor.standby_pid not in (None, standby, report.old_pid)
+
+        # Unannounced: kill -9 of the Worker's pid. The supervisor sees the death and promotes.
+        standby = stack.supervisor.standby_pid
+        os.kill(report.new_pid, signal.SIGKILL)
+        await wait_for(lambda: stack.supervisor.pid == standby, what="the standby promoted")
+        # Prepared once the promoted one polls (it may still have been starting up).
+        await wait_for(
+            lambda: stack.supervisor.standby_pid not in (None, standby),
+            timeout=60,
+            what="a standby",
+        )
 
         # No Worker at all now: what survives still reads from Event History.
         await stack.supervisor.stop()
