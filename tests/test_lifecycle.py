@@ -45,7 +45,8 @@ CHANNEL = "C0SUPPORT"
 # The line `refund-bot run` prints once everything is up.
 STATUS = (
     r"status: Temporal (?P<address>\S+) \((?P<origin>[^)]*)\) \| "
-    r"Worker pid (?P<worker>\d+) polling '[^']+' \| (?P<platforms>[^|]*) \| inbox (?P<inbox>\d+)"
+    r"Worker pid (?P<worker>\d+) polling '[^']+', (?:standby pid (?P<standby>\d+)|no standby) \| "
+    r"(?P<platforms>[^|]*) \| inbox (?P<inbox>\d+)"
 )
 EMBEDDED = r"embedded, pid (\d+)"
 DUMMY_WORKER = [sys.executable, "-m", "tests.support.dummy_worker"]

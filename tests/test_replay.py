@@ -12,14 +12,11 @@ recorded just before issue 10 made the short steps local activities (regular Act
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
 
 import pytest
 from temporalio import workflow
-from temporalio.api.common.v1 import Payload
-from temporalio.api.history.v1 import HistoryEvent
 from temporalio.client import WorkflowHistory
 from temporalio.converter import DataConverter
 from temporalio.worker import Replayer
@@ -32,7 +29,7 @@ from agent.history import LOCAL_ACTIVITY_MARKER, step_names, survivors_from_hist
 from agent.models import ConversationStart, DecideInput, LookupCustomerInput
 from agent.temporal_client import data_converter
 from agent.workflow import WORKFLOW_TYPE, RefundConversation
-from tests.support.codec import TEST_CONVERTER, TEST_KEY, all_payloads
+from tests.support.codec import TEST_CONVERTER, TEST_KEY, codec_payloads
 
 ROOT = Path(__file__).parent / "histories"
 # Every committed history: the current Workflow's paths, and in before-* folders the histories
@@ -225,35 +222,17 @@ async def test_what_survives_is_rebuilt_from_history_alone(path: Path) -> None:
     assert survivors.order and survivors.order.order_number == "1234"
 
 
-# What the SDK's core writes itself, never through the codec: a workflow.patched marker's id, a
-# local activity marker's own data (activity type, attempt, times) and the TemporalChangeVersion
-# search attribute listing the patch ids (the server indexes it). None holds customer data; a local
-# activity's result (its marker's "result") is a payload like any other.
-_CORE_DETAILS = ("patch-data", "data")
-
-
-def _codec_payloads(event: HistoryEvent) -> Iterator[Payload]:
-    if event.HasField("upsert_workflow_search_attributes_event_attributes"):
-        return
-    if event.HasField("marker_recorded_event_attributes"):
-        for key, payloads in event.marker_recorded_event_attributes.details.items():
-            if key not in _CORE_DETAILS:
-                yield from payloads.payloads
-        return
-    yield from all_payloads(event)
-
-
 def test_histories_recorded_since_the_codec_are_ciphertext() -> None:
     for path in HISTORIES:
         events = _read(path).events
-        encodings = {p.metadata["encoding"] for e in events for p in _codec_payloads(e)}
+        encodings = {p.metadata["encoding"] for e in events for p in codec_payloads(e)}
         plain = path.parent == BEFORE_ISSUE_9 and not path.stem.endswith("_encrypted")
         assert (encodings == {ENCODING}) is not plain, (_name(path), encodings)
     # The local activities' results are among them.
     escalated = _read(ROOT / "escalated.json").events
     results = [e for e in escalated if "result" in e.marker_recorded_event_attributes.details]
     assert len(results) == 10
-    assert all(p.metadata["encoding"] == ENCODING for e in results for p in _codec_payloads(e))
+    assert all(p.metadata["encoding"] == ENCODING for e in results for p in codec_payloads(e))
 
 
 async def test_replay_tooling_without_the_key_fails_in_one_line() -> None:
