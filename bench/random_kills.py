@@ -1,6 +1,6 @@
-"""The crash drill at full size: 200 conversations while the Worker is SIGKILLed every 0.3-2 s.
+"""The crash drill at full size: 200 conversations while the Worker is SIGKILLed again and again.
 
-    place_crowd -> 200 stories (4 kinds) | SIGKILL at random for the whole run -> audit owners
+    place_crowd -> 200 stories (4 kinds) | SIGKILL each Worker 0.3-2 s after it polls -> audit
 
 The same drill as tests/test_crash_drill.py (tests/support/kill_drill.py), ten times bigger and
 with no cap on the kills. It prints the figures docs/benchmarks.md quotes: conversations, kills,

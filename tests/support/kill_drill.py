@@ -1,6 +1,6 @@
 """The crash drill under load: many conversations while the Worker is SIGKILLed at random.
 
-    place_crowd -> N stories in parallel (4 kinds) | kill the Worker every 0.3-2 s -> audit owners
+    place_crowd -> N stories in parallel (4 kinds) | kill the Worker 0.3-2 s after it polls -> audit
 
 The stories mix the four endings: approved by the agent alone, escalated then approved, denied by
 the policy (a final-sale order), and approved by a support agent whose grant was revoked before the
@@ -35,10 +35,12 @@ from agent.stores.ledger import Ledger
 from bot.local.thread_store import LocalMessage
 from refund_bot.wiring import local_thread_store
 from tests.support.codec import TEST_CONVERTER
+from tests.support.conditions import wait_for
 from tests.support.conversation import SUPPORT, LocalConversation
 from tests.support.crowd import Shopper, place_crowd
 from tests.support.stack import supervised_stack
-from worker.control import request_worker_restart
+from worker.control import request_worker_restart, worker_identity
+from worker.supervisor import worker_is_polling
 
 KINDS = ("auto", "escalated", "denied", "revoked")
 EXPECTED = {"auto": "refunded", "escalated": "refunded", "denied": "denied", "revoked": "declined"}
@@ -115,10 +117,24 @@ async def _tell(story: _Story) -> None:
     story.status = outcome.status
 
 
+async def _polling(stack) -> int | None:
+    """The active Worker's pid once Temporal lists its poller; None until then."""
+    supervisor, settings = stack.supervisor, stack.temporal
+    pid = supervisor.pid
+    if pid is None or not supervisor.running:
+        return None
+    identity = worker_identity(pid)
+    polls = await worker_is_polling(stack.client, settings.namespace, settings.task_queue, identity)
+    return pid if polls else None
+
+
 async def _kill_at_random(stack, rng: random.Random, report: DrillReport, max_kills: int) -> None:
-    """SIGKILL the Worker every 0.3-2 s; one in four through the control queue (/crash-worker)."""
+    """SIGKILL the Worker 0.3-2 s after it starts polling, again and again; one kill in four
+    through the control queue (/crash-worker). Counted from the poll, not from the last kill: a
+    Worker still starting up (seconds on a loaded machine) would otherwise never poll at all."""
     supervisor = stack.supervisor
     while report.kills < max_kills:
+        await wait_for(lambda: _polling(stack), timeout=STEP_TIMEOUT, what="a polling Worker")
         await asyncio.sleep(rng.uniform(0.3, 2.0))
         pid = supervisor.pid
         if pid is None or not supervisor.running:
@@ -160,7 +176,7 @@ async def _audit(stack, stories: list[_Story], report: DrillReport) -> None:
         conv, handle = story.conv, story.conv.handle
         if handle is None:
             continue  # never opened: already a wrong outcome
-        if story.status != EXPECTED[story.kind]:
+        if story.status is not None and story.status != EXPECTED[story.kind]:
             report.wrong_outcomes.append(f"{handle.id} ({story.kind}): {story.status}")
         should = 1 if EXPECTED[story.kind] == "refunded" else 0
         if per_workflow[handle.id] != should:
