@@ -134,11 +134,13 @@ async def _kill_at_random(stack, rng: random.Random, report: DrillReport, max_ki
     Worker still starting up (seconds on a loaded machine) would otherwise never poll at all."""
     supervisor = stack.supervisor
     while report.kills < max_kills:
-        await wait_for(lambda: _polling(stack), timeout=STEP_TIMEOUT, what="a polling Worker")
+        polled = await wait_for(
+            lambda: _polling(stack), timeout=STEP_TIMEOUT, what="a polling Worker"
+        )
         await asyncio.sleep(rng.uniform(0.3, 2.0))
         pid = supervisor.pid
-        if pid is None or not supervisor.running:
-            continue
+        if pid != polled or not supervisor.running:
+            continue  # replaced meanwhile: its successor has not been seen polling yet
         if rng.random() < 0.25:
             report.kills += 1
             report.crash_worker_requests += 1
