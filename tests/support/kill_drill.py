@@ -99,12 +99,16 @@ async def _post(conv: LocalConversation, kind: str | None = None) -> LocalMessag
     raise TimeoutError(f"{conv.thread_id}: no {kind or 'post'} within {STEP_TIMEOUT:.0f} s")
 
 
-async def _tell(story: _Story) -> None:
+async def _tell(story: _Story, writes: asyncio.Semaphore) -> None:
     conv = story.conv
-    handle = await conv.open(story.shopper.opening)
+    # The customers' side writes the terminal's thread store (one SQLite file, no busy wait): a
+    # few writers at a time, or hundreds at once fail with "database is locked" in the driver.
+    async with writes:
+        handle = await conv.open(story.shopper.opening)
     for answer in ("Yes", "Split seam"):
         await _post(conv)
-        await conv.reply(answer)
+        async with writes:
+            await conv.reply(answer)
     if story.kind in ("escalated", "revoked"):
         first = await _post(conv, "escalation")
         if story.kind == "escalated":
@@ -248,7 +252,10 @@ async def run_drill(
         started = time.monotonic()
         killer = asyncio.create_task(_kill_at_random(stack, rng, report, max_kills))
         try:
-            results = await asyncio.gather(*(_tell(s) for s in stories), return_exceptions=True)
+            writes = asyncio.Semaphore(10)
+            results = await asyncio.gather(
+                *(_tell(s, writes) for s in stories), return_exceptions=True
+            )
         finally:
             killer.cancel()
             with contextlib.suppress(asyncio.CancelledError):
