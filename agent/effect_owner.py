@@ -12,9 +12,8 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Sequence
 from datetime import UTC, datetime
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
-import stripe
 from pydantic import BaseModel
 
 from agent.models import OwnerRefund
@@ -22,6 +21,9 @@ from agent.settings import AgentSettings
 from agent.stores.database import database_for
 from agent.stores.ledger import Ledger
 from agent.stripe_client import stripe_client
+
+if TYPE_CHECKING:
+    import stripe
 
 # Refunds that gave (or are giving) money back. A failed or canceled refund refunded nothing.
 COUNTED_STATUSES = frozenset({"succeeded", "pending", "requires_action"})
@@ -85,6 +87,8 @@ async def _stripe_refunds(
     client: stripe.StripeClient, payment_ref: str
 ) -> list[tuple[int, OwnerRefund]]:
     """(created, refund) for each counted refund of one PaymentIntent."""
+    import stripe  # only a Worker that has Stripe own the effect imports it
+
     try:
         listed = await client.v1.refunds.list_async(
             params={"payment_intent": payment_ref, "limit": 100}

@@ -1,16 +1,25 @@
 """What survives: a conversation's position rebuilt from Event History alone.
 
+    input (WorkflowExecutionStarted) + Signals + steps (Activities, local-activity markers)
+        -> answers, lookups, the order, next action, where the refund stands
+
 Event History lives in the Temporal Service, not in a Worker, so this works while no Worker is
-alive (a Query would not). It reads the recorded inputs and results of the Activities: the latest
-decide step's input holds the working memory (answers and lookups), its result is the next action,
-and the refund Activity's events say where the effect stands. The server holds that history
-encrypted: `what_survives` decodes it through the client's converter (agent/decoded_history.py)
-before reading it, and a missing key fails there, naming the key id.
+alive (a Query would not). Each step is a regular Activity (its scheduled and closing events) or,
+since issue 10, a local activity (one marker holding its result): the lookups' results are the
+lookups, the latest decide step's result is the next action, and the refund Activity's events say
+where the effect stands. The answers are the customer's recorded Signals, taken by the rule the
+Workflow applies (agent/intake.py) and paired in order with the decide steps that asked: the same
+reading serves histories recorded before issue 10 (whose decide inputs also held the answers) and
+after (whose local decide steps record no input). The server holds that history encrypted:
+`what_survives` decodes it through the client's converter (agent/decoded_history.py) before reading
+it, and a missing key fails there, naming the key id.
 """
 
 from __future__ import annotations
 
-from typing import Any
+import json
+from dataclasses import dataclass, field
+from typing import Any, get_args
 
 from pydantic import BaseModel
 from temporalio.api.enums.v1 import EventType
@@ -21,17 +30,26 @@ from temporalio.converter import DataConverter
 
 from agent.codec import ENCODING
 from agent.decoded_history import decoded_history
+from agent.intake import answer_text, from_customer, remember
 from agent.models import (
     AgentStep,
-    Answer,
+    Approval,
     ConversationOutcome,
-    DecideInput,
+    ConversationStart,
+    CustomerMessage,
     OrderDetails,
     OrderLookup,
+    OutboundMessage,
+    QuestionId,
     RefundResult,
 )
 
 LOOKUP_TOOLS = ("lookup_order", "lookup_customer_history", "check_refund_policy")
+# What the SDK's core names a local activity's marker. It writes two details in it: "data" (its
+# own JSON: the activity type, attempt, times; never through the codec) and "result" (the
+# activity's result, a payload like any other: encrypted).
+LOCAL_ACTIVITY_MARKER = "core_local_activity"
+_QUESTIONS = frozenset(get_args(QuestionId))
 
 
 class RefundProgress(BaseModel):
@@ -54,12 +72,43 @@ class Survivors(BaseModel):
     outcome: ConversationOutcome | None = None
 
 
-class _Activity(BaseModel):
+@dataclass
+class Step:
+    """One step of the conversation: a regular Activity, or a local activity's marker."""
+
     name: str
-    input: Any = None
-    result: Any = None
+    at: int  # the event id that scheduled it (an Activity) or recorded it (a local activity)
+    local: bool = False
+    input: Any = None  # read for post_to_thread only
+    result: Any = None  # read for the steps in _RESULT_TYPES only
     completed: bool = False
     failed: str | None = None
+
+
+@dataclass(frozen=True)
+class Click:
+    """An Approve or Deny click the Workflow took (not a redelivered one)."""
+
+    at: int  # its Signal's event id
+    round: int | None
+    decision: str
+
+
+@dataclass
+class _Signals:
+    """The Signals as the Workflow took them."""
+
+    answers: list[str] = field(default_factory=list)  # accepted texts, in order
+    clicks: list[Click] = field(default_factory=list)
+    customer_messages: int = 0  # every customer_message Signal, taken or not
+
+
+_INPUT_TYPES: dict[str, type] = {"post_to_thread": OutboundMessage}
+_RESULT_TYPES: dict[str, type] = {
+    "decide_next_step": AgentStep,
+    "lookup_order": OrderLookup,
+    "issue_refund": RefundResult,
+}
 
 
 def _decode(converter: DataConverter, payloads: Any, type_hint: type) -> Any:
@@ -70,35 +119,123 @@ def _decode(converter: DataConverter, payloads: Any, type_hint: type) -> Any:
     return values[0] if values else None
 
 
-_INPUT_TYPES: dict[str, type] = {"decide_next_step": DecideInput}
-_RESULT_TYPES: dict[str, type] = {"decide_next_step": AgentStep, "issue_refund": RefundResult}
+def _read(converter: DataConverter, types: dict[str, type], name: str, payloads: Any) -> Any:
+    return _decode(converter, payloads, types[name]) if name in types else None
 
 
-def _activities(events: list[HistoryEvent], converter: DataConverter) -> list[_Activity]:
-    by_id: dict[int, _Activity] = {}
+def local_activity(event: HistoryEvent) -> dict[str, Any] | None:
+    """A local activity marker's own data (activity_type, attempt, ...); None for other events.
+    Plain JSON written by the SDK's core, so it reads in encrypted history too."""
+    if event.event_type != EventType.EVENT_TYPE_MARKER_RECORDED:
+        return None
+    marker = event.marker_recorded_event_attributes
+    if marker.marker_name != LOCAL_ACTIVITY_MARKER:
+        return None  # a workflow.patched marker
+    data: dict[str, Any] = json.loads(marker.details["data"].payloads[0].data)
+    return data
+
+
+def step_names(events: list[HistoryEvent]) -> list[str]:
+    """The name of every step, Activity or local activity, in order (encrypted history will do)."""
+    names = []
+    for event in events:
+        if event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
+            names.append(event.activity_task_scheduled_event_attributes.activity_type.name)
+        elif (meta := local_activity(event)) is not None:
+            names.append(meta["activity_type"])
+    return names
+
+
+def steps_of(events: list[HistoryEvent], converter: DataConverter) -> list[Step]:
+    """Every Activity and local activity of a decoded history, in the order they were scheduled."""
+    by_id: dict[int, Step] = {}
     for event in events:
         if event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
             attrs = event.activity_task_scheduled_event_attributes
             name = attrs.activity_type.name
-            decoded = None
-            if name in _INPUT_TYPES:
-                decoded = _decode(converter, attrs.input.payloads, _INPUT_TYPES[name])
-            by_id[event.event_id] = _Activity(name=name, input=decoded)
+            given = _read(converter, _INPUT_TYPES, name, attrs.input.payloads)
+            by_id[event.event_id] = Step(name, event.event_id, input=given)
         elif event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED:
             attrs = event.activity_task_completed_event_attributes
-            activity = by_id[attrs.scheduled_event_id]
-            activity.completed = True
-            if activity.name in _RESULT_TYPES:
-                activity.result = _decode(
-                    converter, attrs.result.payloads, _RESULT_TYPES[activity.name]
-                )
+            step = by_id[attrs.scheduled_event_id]
+            step.completed = True
+            step.result = _read(converter, _RESULT_TYPES, step.name, attrs.result.payloads)
         elif event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_FAILED:
             attrs = event.activity_task_failed_event_attributes
             by_id[attrs.scheduled_event_id].failed = attrs.failure.message
         elif event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_TIMED_OUT:
             attrs = event.activity_task_timed_out_event_attributes
             by_id[attrs.scheduled_event_id].failed = attrs.failure.message or "timed out"
+        elif (meta := local_activity(event)) is not None:
+            marker = event.marker_recorded_event_attributes
+            step = Step(meta["activity_type"], event.event_id, local=True)
+            if marker.HasField("failure"):
+                step.failed = marker.failure.message or "failed"
+            else:
+                step.completed = True
+                step.result = _read(
+                    converter, _RESULT_TYPES, step.name, marker.details["result"].payloads
+                )
+            by_id[event.event_id] = step
     return list(by_id.values())
+
+
+def _signals(events: list[HistoryEvent], converter: DataConverter) -> _Signals:
+    found = _Signals()
+    start: ConversationStart | None = None
+    seen: list[str] = []
+    for event in events:
+        if event.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_STARTED:
+            attrs = event.workflow_execution_started_event_attributes
+            start = _decode(converter, attrs.input.payloads, ConversationStart)
+            seen = [start.opening_message_id] if start else []
+        elif event.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED:
+            attrs = event.workflow_execution_signaled_event_attributes
+            if attrs.signal_name == "approval":
+                click = _decode(converter, attrs.input.payloads, Approval)
+                if remember(seen, f"click:{click.click_id}"):  # clicks share the window of ids
+                    found.clicks.append(Click(event.event_id, click.round, click.decision))
+            elif attrs.signal_name == "customer_message":
+                found.customer_messages += 1
+                message = _decode(converter, attrs.input.payloads, CustomerMessage)
+                if start is None or not remember(seen, message.message_id):
+                    continue
+                if from_customer(message, start.customer) and (text := answer_text(message)):
+                    # The Workflow's inbox bound (MAX_QUEUED_MESSAGES, 20) never drops one of
+                    # the first 20 taken, and a run asks at most MAX_TURNS (10) questions.
+                    found.answers.append(text)
+    return found
+
+
+def _outcome(events: list[HistoryEvent], converter: DataConverter) -> tuple[bool, Any]:
+    """(closed, the Workflow's result if it completed)."""
+    for event in events:
+        if event.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_COMPLETED:
+            attrs = event.workflow_execution_completed_event_attributes
+            return True, _decode(converter, attrs.result.payloads, ConversationOutcome)
+        if event.event_type in (
+            EventType.EVENT_TYPE_WORKFLOW_EXECUTION_FAILED,
+            EventType.EVENT_TYPE_WORKFLOW_EXECUTION_TERMINATED,
+            EventType.EVENT_TYPE_WORKFLOW_EXECUTION_TIMED_OUT,
+            EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CANCELED,
+        ):
+            return True, None
+    return False, None
+
+
+def _refund(refunds: list[Step], attempts_in_flight: int) -> RefundProgress:
+    if not refunds:
+        return RefundProgress(state="not started")
+    last = refunds[-1]
+    if last.completed:
+        return RefundProgress(
+            state=last.result.status if last.result else "succeeded",
+            attempts=last.result.attempt if last.result else 1,
+            refund=last.result,
+        )
+    if last.failed:
+        return RefundProgress(state="failed", last_failure=last.failed)
+    return RefundProgress(state="in flight", attempts=attempts_in_flight)
 
 
 def survivors_from_history(
@@ -108,79 +245,64 @@ def survivors_from_history(
 ) -> Survivors:
     """Read a decoded history (decoded_history, or one written before the codec was on)."""
     events = list(history.events)
-    activities = _activities(events, converter)
-    decides = [a for a in activities if a.name == "decide_next_step"]
-    refunds = [a for a in activities if a.name == "issue_refund"]
-
-    memory = decides[-1].input.memory if decides and decides[-1].input else []
-    answers = {o.question_id: o.text for o in memory if isinstance(o, Answer)}
-    order = next((o.order for o in memory if isinstance(o, OrderLookup)), None)
-    lookups = [a.name for a in activities if a.name in LOOKUP_TOOLS and a.completed]
-
-    outcome = None
-    closed = False
-    customer_signals = 0
-    for event in events:
-        if event.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED:
-            if event.workflow_execution_signaled_event_attributes.signal_name == "customer_message":
-                customer_signals += 1
-        elif event.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_COMPLETED:
-            closed = True
-            outcome = _decode(
-                converter,
-                event.workflow_execution_completed_event_attributes.result.payloads,
-                ConversationOutcome,
-            )
-        elif event.event_type in (
-            EventType.EVENT_TYPE_WORKFLOW_EXECUTION_FAILED,
-            EventType.EVENT_TYPE_WORKFLOW_EXECUTION_TERMINATED,
-            EventType.EVENT_TYPE_WORKFLOW_EXECUTION_TIMED_OUT,
-            EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CANCELED,
-        ):
-            closed = True
-
-    refund = RefundProgress(state="not started")
-    if refunds:
-        last = refunds[-1]
-        if last.completed:
-            refund = RefundProgress(
-                state=last.result.status if last.result else "succeeded",
-                attempts=last.result.attempt if last.result else 1,
-                refund=last.result,
-            )
-        elif last.failed:
-            refund = RefundProgress(state="failed", last_failure=last.failed)
-        else:
-            refund = RefundProgress(state="in flight", attempts=refund_attempts_in_flight)
-
+    steps = steps_of(events, converter)
+    signals = _signals(events, converter)
+    decides = [s for s in steps if s.name == "decide_next_step"]
+    asks = [
+        s.result
+        for s in decides
+        if s.completed and s.result.action == "ask" and s.result.question_id in _QUESTIONS
+    ]
+    # Each question takes the next message the Workflow accepted, in order (its inbox).
+    answers = {ask.question_id: text for ask, text in zip(asks, signals.answers, strict=False)}
+    found = next((s.result for s in steps if s.name == "lookup_order" and s.completed), None)
+    closed, outcome = _outcome(events, converter)
+    refund = _refund([s for s in steps if s.name == "issue_refund"], refund_attempts_in_flight)
     return Survivors(
         workflow_id=history.workflow_id,
         closed=closed,
         answers=answers,
-        lookups=lookups,
-        next_action=_next_action(closed, outcome, decides, activities, refund),
+        lookups=[s.name for s in steps if s.name in LOOKUP_TOOLS and s.completed],
+        next_action=_next_action(closed, outcome, steps, signals, len(asks), refund),
         refund=refund,
         decide_calls=len(decides),
-        customer_signals=customer_signals,
-        order=order,
+        customer_signals=signals.customer_messages,
+        order=found.order if found else None,
         outcome=outcome,
     )
+
+
+def _answering_click(steps: list[Step], clicks: list[Click]) -> Click | None:
+    """The click that answers the latest escalation's buttons, if one has arrived."""
+    escalations = [
+        s for s in steps if s.name == "post_to_thread" and s.input and s.input.kind == "escalation"
+    ]
+    if not escalations:
+        return None
+    latest, round_number = escalations[-1], len(escalations)  # rounds count from 1
+    # A click made on an earlier round's buttons is dropped by the Workflow; one from buttons
+    # posted before rounds existed (round None) answers the round open when it arrives.
+    return next((c for c in clicks if c.at > latest.at and c.round in (None, round_number)), None)
 
 
 def _next_action(
     closed: bool,
     outcome: ConversationOutcome | None,
-    decides: list[_Activity],
-    activities: list[_Activity],
+    steps: list[Step],
+    signals: _Signals,
+    questions: int,
     refund: RefundProgress,
 ) -> str:
     if closed:
         return f"none: closed ({outcome.status if outcome else 'not completed'})"
-    if not decides or not decides[-1].completed:
+    at = max((i for i, s in enumerate(steps) if s.name == "decide_next_step"), default=None)
+    if at is None or not steps[at].completed:
         return "decide next step"
-    step: AgentStep = decides[-1].result
-    after = activities[activities.index(decides[-1]) + 1 :]
+    step: AgentStep = steps[at].result
+    after = steps[at + 1 :]
     if step.action == "ask":
+        if len(signals.answers) >= questions:  # answered in history, maybe not taken in yet
+            return "decide next step"
         return f"wait for the customer's answer to: {step.question}"
     if step.action == "lookup":
         done = any(a.name == step.tool and a.completed for a in after)
@@ -189,8 +311,17 @@ def _next_action(
         return "tell the customer the refund is denied"
     if refund.state == "in flight":
         return "issue refund (in flight)"
-    if step.outcome == "escalate" and not any(a.name == "authorize_refund" for a in after):
+    escalations = any(
+        s.name == "post_to_thread" and s.input and s.input.kind == "escalation" for s in after
+    )
+    if not escalations and step.outcome != "escalate":
+        return "issue refund"
+    click = _answering_click(after, signals.clicks)
+    if click is None:
         return "wait for a support agent's approval"
+    if click.decision == "deny":
+        # It counts only if the clicker may decide refunds (read live): then the run closes.
+        return "check the Deny click's grant, then tell the customer the refund is denied"
     return "issue refund"
 
 

@@ -4,16 +4,20 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import AsyncIterator
-
-import stripe
+from typing import TYPE_CHECKING
 
 from agent.settings import AgentSettings
+
+if TYPE_CHECKING:
+    import stripe
 
 
 @contextlib.asynccontextmanager
 async def stripe_client(settings: AgentSettings) -> AsyncIterator[stripe.StripeClient]:
     if settings.stripe_api_key is None:
         raise RuntimeError("STRIPE_API_KEY is not set: the offline ledger owns the effect")
+    import stripe  # here: an offline Worker never pays its import time (about a second)
+
     http = stripe.AIOHTTPClient()
     client = stripe.StripeClient(
         settings.stripe_api_key.get_secret_value(),

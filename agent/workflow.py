@@ -4,6 +4,11 @@ The loop is the agent: each turn `decide_next_step` looks at the working memory 
 customer, runs one lookup, or decides. Everything non-deterministic (the model, the stores, the chat
 platforms, the refund) is an Activity, so after a crash a new Worker replays this code against
 Event History: finished steps return their recorded results and the loop resumes where it stood.
+
+Short steps (the offline policy's decision, the store lookups, the live grant read) are local
+activities: they run inside the workflow task that needs them, with no task-queue round trip, and
+only their results are recorded (a marker each). What waits on the outside world (the model, the
+chat platforms, the refund) stays a regular Activity that heartbeats.
 """
 
 from __future__ import annotations
@@ -11,17 +16,17 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import cast
+from typing import Any, TypeVar, cast
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
+    from agent.intake import answer_text, from_customer, remember
     from agent.models import (
         AGENT_PRINCIPAL,
         ALREADY_REFUNDED,
-        MAX_TEXT_CHARS,
         Actor,
         AgentStep,
         Answer,
@@ -56,14 +61,15 @@ with workflow.unsafe.imports_passed_through():
 
 WORKFLOW_TYPE = "RefundConversation"
 
-# The loop is bounded so a decide step that never decides fails loudly instead of looping forever,
-# and so Event History stays small (working memory is re-sent to decide on every turn).
+# The loop is bounded so a decide step that never decides fails loudly instead of looping forever.
+# It also bounds Event History on the model's path, where working memory is re-sent (and recorded)
+# on every turn; the offline policy's local decide step records none of it.
 MAX_TURNS = 10
 KNOWN_QUESTIONS = frozenset({"order_number", "item_opened", "damage"})
 KNOWN_TOOLS = frozenset({"lookup_order", "lookup_customer_history", "check_refund_policy"})
-# Bounds on what Signals may add to workflow state: a flood of messages cannot grow it without end.
+# A bound on what Signals may add to workflow state: a flood of messages cannot grow it without end
+# (the ids remembered are bounded by agent.intake.MAX_SEEN_IDS).
 MAX_QUEUED_MESSAGES = 20
-MAX_SEEN_IDS = 200
 # A conversation nobody answers closes itself instead of staying open for ever.
 CUSTOMER_IDLE_TIMEOUT = timedelta(days=3)
 APPROVAL_TIMEOUT = timedelta(days=7)
@@ -90,6 +96,9 @@ REFUND_RETRY = RetryPolicy(
 # Edits of an earlier post (the escalation, once decided) are retried like posts, for a shorter
 # while: the outcome itself was already said in the thread.
 EDIT_RETRY = POST_RETRY
+# Short steps run locally in a workflow task; a slow store or owner (Stripe) read has this long
+# per attempt (the task is heartbeated meanwhile, so it does not time out).
+SHORT_STEP_TIMEOUT = timedelta(seconds=10)
 # The Worker-loss detection window for Activities that wait on the outside world (the model, the
 # chat platforms, Stripe): they heartbeat every second while they wait, so a slow call is not taken
 # for a dead Worker, and a dead Worker's call is retried elsewhere within seconds.
@@ -104,6 +113,11 @@ PATCH_EDIT_ESCALATION = "escalation-edited-with-outcome"  # a decided escalation
 PATCH_PLAIN_REFUND_FAILURE = "refund-failure-plain-sentence"  # no owner's text in the thread
 PATCH_ALREADY_REFUNDED = "already-refunded-closes-denied"  # the owner's refusal is an answer
 PATCH_FAREWELL = "failure-says-so-first"  # a failure that ends the run says so in the thread
+# Issue 10: the offline decision, the lookups and the grant read as local activities (one marker
+# each instead of a task-queue round trip). A run recorded before it keeps regular Activities.
+PATCH_LOCAL_STEPS = "short-steps-local"
+
+T = TypeVar("T")
 
 # What a customer reads when something broke; the detail goes to the log and Event History.
 REFUND_FAILED = "I couldn't issue this refund; a support agent will follow up."
@@ -208,19 +222,13 @@ class RefundConversation:
     async def _agent_loop(self, start: ConversationStart) -> AgentStep:
         for turn in range(1, MAX_TURNS + 1):
             self._phase = "deciding"
-            # MODEL CALL: recorded once in Event History; replay returns it without calling again.
-            step = await workflow.execute_activity(
-                "decide_next_step",
+            step = await self._decide(
                 DecideInput(
                     opening_text=start.opening_text,
                     memory=self._memory,
                     turn=turn,
                     decider=start.decider,
-                ),
-                result_type=AgentStep,
-                start_to_close_timeout=timedelta(seconds=60),
-                heartbeat_timeout=HEARTBEAT_TIMEOUT,
-                retry_policy=DECIDE_RETRY,
+                )
             )
             workflow.logger.info(
                 "EXECUTION STATE | turn=%d step=%s %s",
@@ -241,6 +249,24 @@ class RefundConversation:
                 )
         await self._fail("the agent did not decide within the turn budget", "AgentLoopExhausted")
         raise AssertionError("unreachable")
+
+    async def _decide(self, request: DecideInput) -> AgentStep:
+        if request.decider == "policy" and self._local_steps():
+            # The offline policy is pure and quick: a local step. Its result is recorded (a marker)
+            # and replayed; the working memory it read is not recorded, so Event History grows by
+            # one step per turn, not by the whole memory again.
+            return await self._short_step("decide_next_step", request, AgentStep)
+        # MODEL CALL: recorded once in Event History; replay returns it without calling again. The
+        # model needs the whole working memory each turn, and an Activity's input is recorded, so
+        # this path's history grows with the square of the turns, bounded by MAX_TURNS.
+        return await workflow.execute_activity(
+            "decide_next_step",
+            request,
+            result_type=AgentStep,
+            start_to_close_timeout=timedelta(seconds=60),
+            heartbeat_timeout=HEARTBEAT_TIMEOUT,
+            retry_policy=DECIDE_RETRY,
+        )
 
     async def _ask(self, step: AgentStep) -> Answer:
         if step.question_id not in KNOWN_QUESTIONS:
@@ -287,13 +313,7 @@ class RefundConversation:
                 PolicyInput(order_number=order_number, customer=customer),
                 PolicyLookup,
             )
-        return await workflow.execute_activity(
-            tool,
-            arg,
-            result_type=result_type,
-            start_to_close_timeout=timedelta(seconds=10),
-            retry_policy=LOOKUP_RETRY,
-        )
+        return await self._short_step(tool, arg, result_type)
 
     # ------------------------------------------------------------------------------------------
     # Escalation, hold, authorization, the effect
@@ -410,7 +430,11 @@ class RefundConversation:
     ) -> AuthorizationDecision:
         self._phase = "authorizing"
         # AUTHORIZATION STATE: read live from its owner right now; never cached in this Workflow.
-        return await workflow.execute_activity(
+        # As a local step it runs in the very workflow task that then schedules issue_refund, so
+        # the read is milliseconds old when the refund starts. If that task never completes (the
+        # Worker dies), its result is thrown away with it and the next task reads the grant again:
+        # a recorded "allowed" only ever precedes the refund it was read for.
+        return await self._short_step(
             "authorize_refund",
             AuthorizeInput(
                 principal=principal,
@@ -418,9 +442,7 @@ class RefundConversation:
                 amount_cents=amount_cents,
                 workflow_id=workflow.info().workflow_id,
             ),
-            result_type=AuthorizationDecision,
-            start_to_close_timeout=timedelta(seconds=10),
-            retry_policy=LOOKUP_RETRY,
+            AuthorizationDecision,
         )
 
     async def _refund_order(self, order: OrderDetails) -> ConversationOutcome:
@@ -496,6 +518,30 @@ class RefundConversation:
     # ------------------------------------------------------------------------------------------
     # Helpers
     # ------------------------------------------------------------------------------------------
+
+    def _local_steps(self) -> bool:
+        """Whether this run takes its short steps locally: True from the first one on in a run
+        started since issue 10; False for the whole of a run recorded before (no marker)."""
+        return workflow.patched(PATCH_LOCAL_STEPS)
+
+    async def _short_step(self, name: str, arg: Any, result_type: type[T]) -> T:
+        """A store read (or the offline policy): a local activity, or before issue 10 a regular
+        one (kept, with its options, so that runs recorded then replay the same commands)."""
+        if self._local_steps():
+            return await workflow.execute_local_activity(
+                name,
+                arg,
+                result_type=result_type,
+                start_to_close_timeout=SHORT_STEP_TIMEOUT,
+                retry_policy=LOOKUP_RETRY,
+            )
+        return await workflow.execute_activity(
+            name,
+            arg,
+            result_type=result_type,
+            start_to_close_timeout=SHORT_STEP_TIMEOUT,
+            retry_policy=LOOKUP_RETRY,
+        )
 
     async def _post(
         self,
@@ -615,14 +661,6 @@ class RefundConversation:
         lookup = next((o for o in self._memory if isinstance(o, OrderLookup)), None)
         return lookup.order if lookup else None
 
-    def _remember_id(self, message_id: str) -> bool:
-        """Record an id; False if it was seen already (a redelivered event)."""
-        if message_id in self._seen_ids:
-            return False
-        self._seen_ids.append(message_id)
-        del self._seen_ids[:-MAX_SEEN_IDS]
-        return True
-
     # ------------------------------------------------------------------------------------------
     # Signals and the query
     # ------------------------------------------------------------------------------------------
@@ -630,24 +668,21 @@ class RefundConversation:
     @workflow.signal
     def customer_message(self, message: CustomerMessage) -> None:
         # EXECUTION STATE: the Signal is in Event History before this runs, so it survives a crash.
-        if not self._remember_id(message.message_id):
+        # The rule agent/history.py reads back from the recorded Signals (agent/intake.py).
+        if not remember(self._seen_ids, message.message_id):
             return  # a platform retry or a reconnect replay: applied once
-        customer = self._start.customer
-        if (message.author.platform, message.author.user_id) != (
-            customer.platform,
-            customer.user_id,
-        ):
+        if not from_customer(message, self._start.customer):
             # Recorded in history (the Signal itself) but never taken as an answer.
             workflow.logger.info("message %s is not from the thread's customer", message.message_id)
             return
-        text = message.text.strip()[:MAX_TEXT_CHARS]
+        text = answer_text(message)
         if not text or len(self._inbox) >= MAX_QUEUED_MESSAGES:
             return
         self._inbox.append(message.model_copy(update={"text": text}))
 
     @workflow.signal
     def approval(self, approval: Approval) -> None:
-        if not self._remember_id(f"click:{approval.click_id}"):
+        if not remember(self._seen_ids, f"click:{approval.click_id}"):
             return
         if approval.round is None:
             # Buttons posted before rounds existed carry none: the click answers the round that

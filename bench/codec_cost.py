@@ -23,6 +23,7 @@ from temporalio.client import WorkflowHistory
 
 from agent.codec import AesGcmCodec
 from agent.decoded_history import decoded_history
+from agent.history import step_names
 from bench import run_benchmark
 from tests.support.codec import TEST_CONVERTER, TEST_KEYS, all_payloads
 
@@ -41,11 +42,7 @@ async def codec_alone(rounds: int) -> None:
     history = _recorded()
     plain = await decoded_history(history, TEST_CONVERTER)
     payloads = [p for event in plain.events for p in all_payloads(event)]
-    turns = sum(
-        1
-        for e in plain.events
-        if e.activity_task_scheduled_event_attributes.activity_type.name == "decide_next_step"
-    )
+    turns = step_names(list(plain.events)).count("decide_next_step")
     codec = AesGcmCodec(TEST_KEYS)
     encoded = await codec.encode(payloads)
     times: list[float] = []

@@ -26,10 +26,10 @@ import tempfile
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowHistory
 
 from agent.decoded_history import decoded_history
+from agent.history import step_names
 from agent.models import Actor, OrderDetails
 from agent.settings import DEMO_CUSTOMER, AgentSettings
 from agent.stores.database import database_for
@@ -69,14 +69,9 @@ class Size:
 
 
 async def measure(name: str, history: WorkflowHistory, turns: int | None = None) -> Size:
-    """`turns`: the story's decide turns; by default counted from the history's scheduled
-    decide_next_step Activities (a history recorded while it was a regular Activity)."""
-    turns = turns or sum(
-        1
-        for e in history.events
-        if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
-        and e.activity_task_scheduled_event_attributes.activity_type.name == "decide_next_step"
-    )
+    """`turns`: the story's decide turns; by default counted from the history's decide steps
+    (Activities, or local activities since issue 10)."""
+    turns = turns or step_names(list(history.events)).count("decide_next_step")
     plain = payload_bytes(await decoded_history(history, TEST_CONVERTER))
     size = Size(name, turns, len(history.events), payload_bytes(history), plain)
     print(

@@ -49,7 +49,17 @@ class Refused(Exception):
     """A command cannot do what was asked; the message is the one line that says why."""
 
 
-async def _worker(cfg: Config) -> None:
+async def _promoted() -> None:
+    """A standby's wait: the supervisor writes a line on our stdin to make us the active Worker.
+    End of file instead: the supervisor let this standby go, so it leaves without polling."""
+    loop = asyncio.get_running_loop()
+    reader = asyncio.StreamReader()
+    await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
+    if not await reader.readline():
+        exit_now(0)
+
+
+async def _worker(cfg: Config, standby: bool = False) -> None:
     from agent.codec_keys import codec_keys
     from agent.temporal_client import connect
     from refund_bot.wiring import grant_sources, outbound_posters
@@ -69,6 +79,7 @@ async def _worker(cfg: Config) -> None:
         outbound_posters(cfg.agent, cfg.slack, cfg.discord),
         grant_sources(cfg.agent, cfg.slack, cfg.discord),
         host=cfg.process.host,
+        go=_promoted() if standby else None,
     )
 
 
@@ -246,6 +257,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="run a supervisor and the Worker as its child: restarted when it dies, and "
         "/crash-worker <REFUND_BOT_HOST> reaches it",
     )
+    worker.add_argument(
+        "--standby",
+        action="store_true",
+        help="get ready (imports, connection, stores), then poll only once a line arrives on stdin",
+    )
     status = command(
         "status",
         "what survives of a conversation, read from Temporal's Event History (no Worker needed)",
@@ -291,7 +307,9 @@ def main(argv: list[str] | None = None) -> None:
         "bot": (config.BOT, lambda cfg: until_stopped(_bot(cfg))),
         "worker": (
             config.WORKER,
-            lambda cfg: until_stopped(_supervised_worker(cfg) if args.supervised else _worker(cfg)),
+            lambda cfg: until_stopped(
+                _supervised_worker(cfg) if args.supervised else _worker(cfg, args.standby)
+            ),
         ),
         "discord": (config.DISCORD_SYNC, _discord_sync),
         "stripe-setup": (config.STRIPE_SETUP, _stripe_setup),

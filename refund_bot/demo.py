@@ -21,13 +21,12 @@ from __future__ import annotations
 import asyncio
 import secrets
 import time
+from collections import Counter
 from dataclasses import replace
 from datetime import date, timedelta
 
-from temporalio.api.enums.v1 import EventType
-
 from agent.effect_owner import refunds_at_owner
-from agent.history import what_survives
+from agent.history import step_names, what_survives
 from agent.models import Actor, ConversationView, OrderDetails
 from agent.settings import DEMO_CUSTOMER, AgentSettings, TemporalSettings
 from agent.stores.database import database_for
@@ -113,14 +112,10 @@ def decider_label(settings: AgentSettings) -> str:
     return "the offline policy (AGENT_DECIDER=policy)"
 
 
-async def _history_counts(stack: Stack, workflow_id: str) -> dict[str, int]:
+async def _history_counts(stack: Stack, workflow_id: str) -> Counter[str]:
+    """How many times each step (Activity or local activity) was recorded."""
     history = await stack.client.get_workflow_handle(workflow_id).fetch_history()
-    counts: dict[str, int] = {}
-    for event in history.events:
-        if event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
-            name = event.activity_task_scheduled_event_attributes.activity_type.name
-            counts[name] = counts.get(name, 0) + 1
-    return counts
+    return Counter(step_names(history.events))
 
 
 async def demo(temporal: TemporalSettings, settings: AgentSettings) -> int:

@@ -4,10 +4,11 @@ every minute at debug level.
     the stack (Temporal, Worker, inbox) + each platform's PlatformHealth -> status_line()
 
 For example (one line each):
-    status: Temporal 127.0.0.1:7233 (embedded, pid 4242) | Worker pid 4250 polling 'refund-bot' |
-    slack connected, discord retrying for 42s (gateway refused) | inbox 0 | /healthz on http://…
-    status: Temporal temporal.internal:7233 (external) | 2 Workers polling 'refund-bot' (worker-a,
-    worker-b) | slack connected, discord standby (gateway held by pid 4242 on bot-1) | inbox 0
+    status: Temporal 127.0.0.1:7233 (embedded, pid 4242) | Worker pid 4250 polling 'refund-bot',
+    standby pid 4251 | slack connected, discord retrying for 42s (gateway refused) | inbox 0 waiting
+    status: Temporal temporal.internal:7233 (external) | 2 Worker(s) polling 'refund-bot'
+    (worker-a, worker-b) | slack connected, discord standby (gateway held by pid 4242 on bot-1) |
+    inbox 0 waiting
 """
 
 from __future__ import annotations
@@ -73,7 +74,9 @@ async def _worker(stack: Stack) -> str:
         )
     except Exception as err:  # Temporal unreachable: say so, the line still goes out
         return f"Worker pid {pid} (polling unknown: {err})"
-    return f"Worker pid {pid} {'polling' if polling else 'not polling'} {s.task_queue!r}"
+    line = f"Worker pid {pid} {'polling' if polling else 'not polling'} {s.task_queue!r}"
+    standby = supervisor.standby_pid
+    return f"{line}, standby pid {standby}" if standby is not None else f"{line}, no standby"
 
 
 async def _inbox(stack: Stack) -> str:

@@ -15,15 +15,14 @@ from agent.activities.notify import ThreadPoster
 from agent.settings import AgentSettings, TemporalSettings
 from agent.stores.database import database_for
 from agent.stores.grants import GrantStore
-from bot.discord.grants import DiscordRoleGrants
-from bot.discord.outbound import DiscordThreadPoster
 from bot.discord.settings import DiscordSettings
 from bot.local.thread_store import LocalThreadStore
-from bot.slack.grants import SlackUserGroupGrants
-from bot.slack.outbound import SlackThreadPoster
 from bot.slack.settings import SlackSettings
 from worker.control import RestartReport, request_worker_restart
 from worker.supervisor import supervisor_hosts
+
+# A platform's SDK (discord.py, slack_sdk) is imported only when that platform is configured: a
+# Worker's start-up, the cost of every crash, does not pay for SDKs it will not use.
 
 
 def local_thread_store(settings: AgentSettings) -> LocalThreadStore:
@@ -40,8 +39,12 @@ def outbound_posters(
     discord = discord or DiscordSettings()
     posters: dict[str, ThreadPoster] = {"local": local_thread_store(settings)}
     if slack.enabled:
+        from bot.slack.outbound import SlackThreadPoster
+
         posters["slack"] = SlackThreadPoster.from_settings(slack)
     if discord.enabled:
+        from bot.discord.outbound import DiscordThreadPoster
+
         posters["discord"] = DiscordThreadPoster.from_settings(discord)
     return posters
 
@@ -57,8 +60,12 @@ def grant_sources(
     store = GrantStore(database_for(settings))
     sources: dict[str, GrantSource] = {}
     if discord.enabled and discord.approver_role:
+        from bot.discord.grants import DiscordRoleGrants
+
         sources["discord"] = DiscordRoleGrants(discord, store)
     if slack.enabled and slack.approver_group:
+        from bot.slack.grants import SlackUserGroupGrants
+
         sources["slack"] = SlackUserGroupGrants(slack, store)
     return sources
 

@@ -46,7 +46,8 @@ CHANNEL = "C0SUPPORT"
 # The line `refund-bot run` prints once everything is up.
 STATUS = (
     r"status: Temporal (?P<address>\S+) \((?P<origin>[^)]*)\) \| "
-    r"Worker pid (?P<worker>\d+) polling '[^']+' \| (?P<platforms>[^|]*) \| inbox (?P<inbox>\d+)"
+    r"Worker pid (?P<worker>\d+) polling '[^']+', (?:standby pid (?P<standby>\d+)|no standby) \| "
+    r"(?P<platforms>[^|]*) \| inbox (?P<inbox>\d+)"
 )
 EMBEDDED = r"embedded, pid (\d+)"
 DUMMY_WORKER = [sys.executable, "-m", "tests.support.dummy_worker"]
@@ -328,8 +329,13 @@ async def test_refund_bot_worker_stops_gracefully_on_sighup(
 async def test_refund_bot_demo_stops_gracefully_on_sigint(tmp_path: Path) -> None:
     async with refund_bot(["demo"], fresh_env(tmp_path / "data"), tmp_path) as demo:
         await demo.expect(r"Worker pid \d+ is polling")
-        tree = demo.tree()
-        assert len(tree) == 2  # the embedded server and the Worker
+
+        # The embedded server, the Worker and its warm standby (started once the Worker polls).
+        def three() -> set[int] | None:
+            found = demo.tree()
+            return found if len(found) == 3 else None
+
+        tree = await wait_for(three, timeout=60, what="the server, the Worker and its standby")
         demo.send(signal.SIGINT)
         assert await demo.exit_code(timeout=10) == 0, demo.output
         assert {pid for pid in tree if alive(pid)} == set()

@@ -5,7 +5,8 @@ encrypted with the tests' codec key (tests/support/codec.py) as every history wr
 codec is. tests/histories/before-issue-9/ holds histories recorded before issue 9 changed the
 Workflow's commands: conversations that were running at that deploy, which must still replay. They
 were recorded before the payload codec existed (plain payloads), except `*_encrypted.json`,
-recorded between the codec and issue 9.
+recorded between the codec and issue 9. tests/histories/before-issue-10/ holds every path as
+recorded just before issue 10 made the short steps local activities (regular Activities there).
 """
 
 from __future__ import annotations
@@ -24,17 +25,20 @@ from temporalio.workflow import NondeterminismError
 from agent import workflow as workflow_module
 from agent.codec import ENCODING, CodecKey, MissingCodecKey
 from agent.decoded_history import decoded_history
-from agent.history import survivors_from_history
+from agent.history import LOCAL_ACTIVITY_MARKER, step_names, survivors_from_history
 from agent.models import ConversationStart, DecideInput, LookupCustomerInput
 from agent.temporal_client import data_converter
 from agent.workflow import WORKFLOW_TYPE, RefundConversation
-from tests.support.codec import TEST_CONVERTER, TEST_KEY, all_payloads
+from tests.support.codec import TEST_CONVERTER, TEST_KEY, codec_payloads
 
 ROOT = Path(__file__).parent / "histories"
 # Every committed history: the current Workflow's paths, and in before-* folders the histories
 # recorded before a Workflow change (conversations that were running at that deploy).
 HISTORIES = sorted(ROOT.rglob("*.json"))
 BEFORE_ISSUE_9 = ROOT / "before-issue-9"
+BEFORE_ISSUE_10 = ROOT / "before-issue-10"
+# The steps issue 10 made local activities (the decide step only with the offline policy).
+SHORT_STEPS = {"lookup_order", "lookup_customer_history", "check_refund_policy", "authorize_refund"}
 
 
 def _read(path: Path) -> WorkflowHistory:
@@ -94,6 +98,9 @@ def test_there_are_committed_histories() -> None:
     current = {p.stem for p in ROOT.glob("*.json")}
     recorded_before = {name.removesuffix("_encrypted") for name in before}
     assert current >= recorded_before | {"raced", "stale_click", "refund_failed"}
+    # Every path as it was just before issue 10, and one more since: the model with local lookups.
+    before_10 = {p.stem for p in BEFORE_ISSUE_10.glob("*.json")}
+    assert before_10 == current - {"model_decided"}
 
 
 @pytest.mark.parametrize("path", sorted(BEFORE_ISSUE_9.glob("*.json")), ids=_name)
@@ -112,13 +119,55 @@ async def test_a_conversation_running_before_issue_9_replays_on_the_new_workflow
     )
 
 
+@pytest.mark.parametrize("path", sorted(BEFORE_ISSUE_10.glob("*.json")), ids=_name)
+async def test_a_conversation_running_before_issue_10_replays_with_regular_activities(
+    path: Path,
+) -> None:
+    """Recorded just before issue 10 (every short step a regular Activity): the new Workflow
+    must take the same commands again, so workflow.patched(PATCH_LOCAL_STEPS) is False there."""
+    history = await _load(path)
+    replayer = Replayer(workflows=[RefundConversation], data_converter=TEST_CONVERTER)
+    result = await replayer.replay_workflow(history, raise_on_replay_failure=False)
+    assert result.replay_failure is None
+    assert workflow_module.PATCH_LOCAL_STEPS not in _patch_ids(await _decoded(path))
+    assert not _local_steps(history)
+    assert SHORT_STEPS & set(step_names(history.events)) or path.stem == "model_refused"
+
+
+@pytest.mark.parametrize("path", sorted(ROOT.glob("*.json")), ids=_name)
+async def test_the_short_steps_of_a_new_conversation_are_local(path: Path) -> None:
+    history = _read(path)
+    steps = step_names(history.events)
+    regular = {
+        e.activity_task_scheduled_event_attributes.activity_type.name
+        for e in history.events
+        if e.HasField("activity_task_scheduled_event_attributes")
+    }
+    assert not regular & SHORT_STEPS, regular
+    # The offline policy's decide step is local; the model's stays an Activity that heartbeats.
+    model = path.stem.startswith("model_")
+    assert ("decide_next_step" in regular) is model
+    assert "decide_next_step" in steps
+    assert set(_local_steps(history)) <= SHORT_STEPS | {"decide_next_step"}
+
+
+def _local_steps(history: WorkflowHistory) -> list[str]:
+    return [
+        json.loads(e.marker_recorded_event_attributes.details["data"].payloads[0].data)[
+            "activity_type"
+        ]
+        for e in history.events
+        if e.marker_recorded_event_attributes.marker_name == LOCAL_ACTIVITY_MARKER
+    ]
+
+
 def _patch_ids(history: WorkflowHistory) -> set[str]:
     found = set()
     for event in history.events:
-        if event.HasField("marker_recorded_event_attributes"):
-            for payloads in event.marker_recorded_event_attributes.details.values():
-                for payload in payloads.payloads:
-                    found.add(json.loads(payload.data)["id"])
+        details = event.marker_recorded_event_attributes.details
+        if "patch-data" in details:
+            for payload in details["patch-data"].payloads:
+                found.add(json.loads(payload.data)["id"])
     return found
 
 
@@ -154,9 +203,18 @@ async def test_the_loser_of_a_race_reads_already_refunded_from_history() -> None
     assert survivors.refund.refund and survivors.refund.refund.earlier is not None
 
 
-@pytest.mark.parametrize("name", ["auto_approved", "auto_approved_encrypted"])
-async def test_what_survives_is_rebuilt_from_history_alone(name: str) -> None:
-    survivors = survivors_from_history(await _decoded(BEFORE_ISSUE_9 / f"{name}.json"))
+@pytest.mark.parametrize(
+    "path",
+    [
+        BEFORE_ISSUE_9 / "auto_approved.json",
+        BEFORE_ISSUE_9 / "auto_approved_encrypted.json",
+        BEFORE_ISSUE_10 / "auto_approved.json",
+        ROOT / "auto_approved.json",
+    ],
+    ids=_name,
+)
+async def test_what_survives_is_rebuilt_from_history_alone(path: Path) -> None:
+    survivors = survivors_from_history(await _decoded(path))
     assert survivors.answers == {"item_opened": "Yes", "damage": "Split seam"}
     assert survivors.lookups == ["lookup_order", "lookup_customer_history"]
     assert survivors.closed and survivors.outcome and survivors.outcome.status == "refunded"
@@ -164,21 +222,17 @@ async def test_what_survives_is_rebuilt_from_history_alone(name: str) -> None:
     assert survivors.order and survivors.order.order_number == "1234"
 
 
-# What the SDK's core writes itself, never through the codec: a workflow.patched marker's id and
-# the TemporalChangeVersion search attribute listing the patch ids (the server indexes it). Neither
-# holds customer data.
-_CORE_WRITTEN = (
-    "marker_recorded_event_attributes",
-    "upsert_workflow_search_attributes_event_attributes",
-)
-
-
 def test_histories_recorded_since_the_codec_are_ciphertext() -> None:
     for path in HISTORIES:
-        events = [e for e in _read(path).events if e.WhichOneof("attributes") not in _CORE_WRITTEN]
-        encodings = {p.metadata["encoding"] for e in events for p in all_payloads(e)}
+        events = _read(path).events
+        encodings = {p.metadata["encoding"] for e in events for p in codec_payloads(e)}
         plain = path.parent == BEFORE_ISSUE_9 and not path.stem.endswith("_encrypted")
         assert (encodings == {ENCODING}) is not plain, (_name(path), encodings)
+    # The local activities' results are among them.
+    escalated = _read(ROOT / "escalated.json").events
+    results = [e for e in escalated if "result" in e.marker_recorded_event_attributes.details]
+    assert len(results) == 10
+    assert all(p.metadata["encoding"] == ENCODING for e in results for p in codec_payloads(e))
 
 
 async def test_replay_tooling_without_the_key_fails_in_one_line() -> None:

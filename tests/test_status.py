@@ -29,7 +29,8 @@ async def test_the_status_line_says_where_everything_stands_and_is_logged_on_a_p
         assert re.fullmatch(
             rf"status: Temporal {address} \(reused: not started by refund-bot for this data "
             r"directory\)"
-            rf" \| Worker pid {stack.supervisor.pid} polling '{stack.temporal.task_queue}'"
+            rf" \| Worker pid {stack.supervisor.pid} polling '{stack.temporal.task_queue}',"
+            rf" standby pid {stack.supervisor.standby_pid}"
             r" \| slack connected, discord retrying for \d+s \(gateway refused\)"
             r" \| inbox 0 waiting",
             line,

@@ -171,6 +171,7 @@ async def spawn_child(
     env: Mapping[str, str] | None = None,
     stdout: IO[bytes] | int | None = None,
     stderr: IO[bytes] | int | None = None,
+    stdin: int = asyncio.subprocess.DEVNULL,
 ) -> asyncio.subprocess.Process:
     """Start `argv` in its own session, tied to this process's life.
 
@@ -190,7 +191,7 @@ async def spawn_child(
     # asyncio forks in the event-loop thread, which is what the parent-death tie needs.
     return await asyncio.create_subprocess_exec(
         *argv,
-        stdin=asyncio.subprocess.DEVNULL,
+        stdin=stdin,
         stdout=stdout,
         stderr=stderr,
         env=child_env,

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Mapping
+from collections.abc import Awaitable, Mapping
 from datetime import timedelta
 
 from temporalio.client import Client
@@ -98,8 +98,12 @@ async def run_worker(
     grant_sources: Mapping[str, GrantSource] | None = None,
     *,
     host: str | None = None,
+    go: Awaitable[None] | None = None,
 ) -> None:
     """Run until cancelled, then shut down gracefully (in-flight Activities get 5 s).
+
+    `go`: a warm standby's signal. Everything slow (imports, the connection, the stores, the
+    workflow sandbox's checks) is done before it; polling starts the moment it completes.
 
     `refund-bot worker` cancels it on SIGTERM, SIGHUP or SIGINT (worker.lifecycle.until_stopped);
     a SIGKILL is not graceful, and that is the drill.
@@ -107,6 +111,11 @@ async def run_worker(
     worker = await build_worker(
         client, temporal.task_queue, settings, posters, grant_sources, host=host
     )
+    if go is not None:
+        log.info(
+            "standby %s ready; polls %s when told", worker_identity(host=host), temporal.task_queue
+        )
+        await go  # DURABLE WAIT (of a process): until the supervisor promotes this standby
     async with worker:
         log.info("worker %s polling %s", worker_identity(host=host), temporal.task_queue)
         await asyncio.Event().wait()

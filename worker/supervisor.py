@@ -5,6 +5,13 @@ workflow task queue, so "ready" means "conversations can make progress", not "th
 The supervisor also serves the control task queues, where `/crash-worker` requests arrive: the
 shared one and its host's own (worker.control), so a presenter can name the host.
 
+A warm standby (`refund-bot worker --standby`) waits beside the active child, imported, connected
+and with its stores open: when the active child dies (/crash-worker, or killed unannounced) the
+standby is told to poll (a line on its stdin) and a new standby is prepared once it does, so a crash
+costs a poller's start, not a Python start-up.
+
+    active dies -> standby told "go" + sticky reset -> standby polls -> new standby spawned
+
 Each child is tied to the supervisor's life (worker.lifecycle.spawn_child): if the supervisor's
 process dies, even by SIGKILL, its Worker exits too. Before the first child starts, Workers of other
 processes already polling the task queue are reported in one line: this one joins them.
@@ -169,6 +176,7 @@ class WorkerSupervisor:
         serve_control: bool = True,
         reset_sticky: bool = True,
         host: str | None = None,
+        standby: bool | None = None,
     ) -> None:
         self.settings = settings
         self.command = list(command or DEFAULT_COMMAND)
@@ -180,9 +188,12 @@ class WorkerSupervisor:
         # Off only to measure what the reset buys (bench/crash_drill.py).
         self.reset_sticky = reset_sticky
         self.host = host or socket.gethostname()
+        # A standby needs the real Worker's --standby; a test's stand-in command has none.
+        self.standby = (command is None) if standby is None else standby
         self.last_report: RestartReport | None = None
         self._client = client
         self._proc: asyncio.subprocess.Process | None = None
+        self._standby: asyncio.subprocess.Process | None = None  # EXECUTION STATE: the next Worker
         self._lock = asyncio.Lock()
         self._stopping = True
         self._deaths: collections.deque[float] = collections.deque()
@@ -194,6 +205,12 @@ class WorkerSupervisor:
     def pid(self) -> int | None:
         """The current child's pid (it may have just died; see `running`)."""
         return self._proc.pid if self._proc else None
+
+    @property
+    def standby_pid(self) -> int | None:
+        """The warm standby's pid, while one waits (see `start`)."""
+        standby = self._standby
+        return standby.pid if standby and standby.returncode is None else None
 
     @property
     def running(self) -> bool:
@@ -251,6 +268,8 @@ class WorkerSupervisor:
                     "Worker pid %s is polling %r (%.2f s)",
                     proc.pid, self.settings.task_queue, time.monotonic() - started,
                 )  # fmt: skip
+                # Only now: its start-up would have competed with the first child's for the CPU.
+                await self._prepare_standby()
         except BaseException:
             await self.stop()
             raise
@@ -273,10 +292,12 @@ class WorkerSupervisor:
             with contextlib.suppress(Exception):  # already logged by _control_done
                 await task
         async with self._lock:
+            standby, self._standby = self._standby, None
             proc, self._proc = self._proc, None
-            if proc is not None:
-                code = await terminate(proc, self.stop_timeout)
-                log.info("Worker pid %s stopped with %s", proc.pid, code)
+            stops = [p for p in (proc, standby) if p is not None]
+            codes = await asyncio.gather(*(terminate(p, self.stop_timeout) for p in stops))
+            for stopped, code in zip(stops, codes, strict=True):
+                log.info("Worker pid %s stopped with %s", stopped.pid, code)
 
     async def restart(
         self, kill: bool = True, while_down: Callable[[], Awaitable[None]] | None = None
@@ -307,9 +328,10 @@ class WorkerSupervisor:
                 await terminate(old, self.stop_timeout)
         if while_down is not None:
             await while_down()
-        # Before the new child polls, so its first workflow tasks come from the normal queue.
+        # The standby starts its pollers while the sticky queues are reset: conversations reach
+        # the normal queue (and it) once both are done, so neither waits for the other.
+        proc = await self._promote_standby() or await self._spawn()
         await self._reset_sticky()
-        proc = await self._spawn()
         await self._wait_ready(proc)
         report = RestartReport(
             old_pid=old_pid,
@@ -323,9 +345,31 @@ class WorkerSupervisor:
             "Worker restarted: pid %s -> %s, polling after %.2f s",
             old_pid, proc.pid, report.seconds_to_ready,
         )  # fmt: skip
+        await self._prepare_standby()
         return report
 
-    async def _spawn(self) -> asyncio.subprocess.Process:
+    async def _promote_standby(self) -> asyncio.subprocess.Process | None:
+        """Tell the standby to poll and make it the active child; None if none is alive. One
+        still starting up polls once ready (the line waits in its stdin): sooner than a new one."""
+        standby, self._standby = self._standby, None
+        if standby is None or standby.returncode is not None or standby.stdin is None:
+            return None
+        try:
+            standby.stdin.write(b"go\n")
+            await standby.stdin.drain()
+        except (BrokenPipeError, ConnectionResetError):  # it died just now: its watcher saw it
+            return None
+        self._proc = standby
+        log.info("Standby pid %s promoted", standby.pid)
+        return standby
+
+    async def _prepare_standby(self) -> None:
+        if not self.standby or self._stopping or self._standby is not None:
+            return
+        self._standby = await self._spawn(standby=True)
+        log.info("Standby Worker pid %s preparing", self._standby.pid)
+
+    async def _spawn(self, standby: bool = False) -> asyncio.subprocess.Process:
         env = {
             **os.environ,
             "TEMPORAL_ADDRESS": self.settings.address,
@@ -340,17 +384,20 @@ class WorkerSupervisor:
             # in order, and never reads as an unexpected death to restart. If this process dies
             # first, SIGKILL (and the lifeline): the agent is built to survive a Worker's death.
             proc = await spawn_child(
-                self.command,
+                [*self.command, "--standby"] if standby else self.command,
                 on_parent_death=signal.SIGKILL,
                 lifeline=True,
                 env=env,
                 stdout=out,
                 stderr=asyncio.subprocess.STDOUT if out else None,
+                # A standby's stdin is how it is told to poll; end of file lets it go.
+                stdin=asyncio.subprocess.PIPE if standby else asyncio.subprocess.DEVNULL,
             )
         finally:
             if out:
                 out.close()
-        self._proc = proc
+        if not standby:
+            self._proc = proc
         task = asyncio.create_task(self._watch(proc))
         self._watchers.add(task)
         task.add_done_callback(self._watchers.discard)
@@ -427,9 +474,16 @@ class WorkerSupervisor:
 
     async def _watch(self, proc: asyncio.subprocess.Process) -> None:
         code = await proc.wait()
-        if self._stopping or self._proc is not proc:
+        if self._stopping:
+            return
+        if proc is self._standby:
+            await self._standby_died(proc, code)
+            return
+        if self._proc is not proc:
             return  # a deliberate stop or restart; whoever did it starts the next child
-        delay = self._backoff()
+        # A warm standby takes over at once; a crash loop still slows down, since each promotion
+        # is followed by a new standby's start-up, and a standby dying early backs off.
+        delay = 0.0 if self.standby_pid is not None else self._backoff()
         log.warning(
             "Worker pid %s exited on its own (code %s); restarting in %.1f s", proc.pid, code, delay
         )
@@ -442,3 +496,19 @@ class WorkerSupervisor:
             except Exception:
                 # A child that died before polling has its own watcher, which retries.
                 log.exception("Restarting the Worker failed")
+
+    async def _standby_died(self, proc: asyncio.subprocess.Process, code: int) -> None:
+        """A standby exited before it was needed: prepare another, with the crash backoff."""
+        delay = self._backoff()
+        log.warning(
+            "Standby Worker pid %s exited (code %s); preparing another in %.1f s",
+            proc.pid,
+            code,
+            delay,
+        )
+        await asyncio.sleep(delay)
+        async with self._lock:
+            if self._standby is proc:
+                self._standby = None
+            if self.running:  # otherwise the next restart prepares one
+                await self._prepare_standby()

@@ -13,7 +13,6 @@ from temporalio import activity
 
 from agent import policy
 from agent.activities.heartbeat import heartbeating
-from agent.activities.model import model_step
 from agent.models import AgentStep, DecideInput
 from agent.settings import AgentSettings
 
@@ -29,6 +28,10 @@ class DecideActivities:
             async with (
                 heartbeating()
             ):  # a live model call can take a while; a dead Worker can't beat
+                # Imported here: openai takes most of a second to import, and a Worker that
+                # decides offline never needs it (a standby's start-up is a crash's cost).
+                from agent.activities.model import model_step
+
                 step = await model_step(request, self._settings)
         activity.logger.info(
             "MODEL REASONING | turn %d (%s): %s %s",

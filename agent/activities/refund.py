@@ -13,9 +13,8 @@ refund as the owner records it, so the losing conversation tells its customer so
 from __future__ import annotations
 
 import asyncio
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
-import stripe
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
@@ -26,6 +25,9 @@ from agent.models import ALREADY_REFUNDED, RefundRequest, RefundResult
 from agent.settings import AgentSettings
 from agent.stores.ledger import AlreadyRefunded, IdempotencyConflict, Ledger, RefundRejected
 from agent.stripe_client import stripe_client
+
+if TYPE_CHECKING:
+    import stripe
 
 # Stripe's answers to a refund beyond what is left of the payment: fully refunded already, or
 # (a partial refund earlier) more than the remainder.
@@ -96,6 +98,8 @@ class RefundActivities:
         )
 
     async def _stripe_refund(self, request: RefundRequest) -> RefundResult:
+        import stripe  # only a Worker that has Stripe own the effect imports it
+
         try:
             async with stripe_client(self._settings) as client:
                 refund = await client.v1.refunds.create_async(

@@ -106,6 +106,15 @@ async def model_refused(conv: LocalConversation) -> WorkflowHandle:
     return handle
 
 
+async def model_decided(conv: LocalConversation) -> WorkflowHandle:
+    """The live model (its API's stand-in, with the Worker's right key) chooses two lookups and
+    approves: its decide steps stay Activities, the lookups and the grant read are local."""
+    handle = await conv.open("please refund order 1234", decider="openai")
+    await _answer(conv)
+    await handle.result()
+    return handle
+
+
 async def raced(conv: LocalConversation) -> WorkflowHandle:
     """Two conversations on one order reach the refund together; the owner refunds once and the
     loser closes with the already-refunded answer. The loser's history is recorded."""
@@ -151,19 +160,25 @@ SCENARIOS: dict[str, Callable[[LocalConversation], Awaitable[WorkflowHandle]]] =
     "declined": declined,
     "refunded_twice": refunded_twice,
     "model_refused": model_refused,
+    "model_decided": model_decided,
     "raced": raced,
     "stale_click": stale_click,
     "refund_failed": refund_failed,
 }
 
 
+# The Worker's OpenAI key in each scenario: the fake answers 401 to any other than its own.
+RIGHT_KEY = "sk-the-right-key"
+WORKER_KEYS = {"model_decided": RIGHT_KEY}
+
+
 async def record(names: list[str]) -> None:
-    async with FakeOpenAI(api_key="sk-the-right-key") as model:
-        overrides = {
-            "openai_api_key": "sk-a-revoked-key",  # the fake answers 401
-            "openai_base_url": model.api_url,
-        }
+    async with FakeOpenAI(api_key=RIGHT_KEY) as model:
         for name in names:
+            overrides = {
+                "openai_api_key": WORKER_KEYS.get(name, "sk-a-revoked-key"),
+                "openai_base_url": model.api_url,
+            }
             # A fresh data directory each: a refund one scenario makes is the next one's history.
             async with standalone_agent(**overrides) as (client, threads, tq):
                 handle = await SCENARIOS[name](LocalConversation(client, threads, tq))

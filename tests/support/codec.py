@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from google.protobuf.message import Message
 from pydantic import SecretStr
 from temporalio.api.common.v1 import Payload
+from temporalio.api.history.v1 import HistoryEvent
 from temporalio.client import WorkflowHistory
 
 from agent.codec import CodecKey
@@ -51,3 +52,22 @@ def all_payloads(message: Message) -> Iterator[Payload]:
 def raw_bytes(history: WorkflowHistory) -> bytes:
     """A history as the server stores it, for searching: every event serialized."""
     return b"".join(event.SerializeToString() for event in history.events)
+
+
+# What the SDK's core writes itself, never through the codec: a workflow.patched marker's id, a
+# local activity marker's own data (activity type, attempt, times) and the TemporalChangeVersion
+# search attribute listing the patch ids (the server indexes it). None holds customer data; a local
+# activity's result (its marker's "result") is a payload like any other.
+_CORE_DETAILS = ("patch-data", "data")
+
+
+def codec_payloads(event: HistoryEvent) -> Iterator[Payload]:
+    """The payloads of an event that go through the payload codec (all but the core-written)."""
+    if event.HasField("upsert_workflow_search_attributes_event_attributes"):
+        return
+    if event.HasField("marker_recorded_event_attributes"):
+        for key, payloads in event.marker_recorded_event_attributes.details.items():
+            if key not in _CORE_DETAILS:
+                yield from payloads.payloads
+        return
+    yield from all_payloads(event)

@@ -1,0 +1,36 @@
+"""Which thread messages become answers: one rule, applied by the Workflow and read back by history.
+
+    customer_message Signal -> seen before? -> from the thread's customer? -> text left? -> inbox
+
+The Workflow applies it as Signals arrive (agent/workflow.py); agent/history.py applies it again to
+the recorded Signals to rebuild the answers from Event History alone. Pure and deterministic.
+"""
+
+from __future__ import annotations
+
+from agent.models import MAX_TEXT_CHARS, Actor, CustomerMessage
+
+# How many message and click ids a conversation remembers, so a redelivered one applies once
+# without the list growing for ever.
+MAX_SEEN_IDS = 200
+
+
+def remember(seen: list[str], message_id: str) -> bool:
+    """Record an id in `seen` (oldest dropped past MAX_SEEN_IDS); False if it was there already:
+    a platform retry or a reconnect's replay of the same message or click."""
+    if message_id in seen:
+        return False
+    seen.append(message_id)
+    del seen[:-MAX_SEEN_IDS]
+    return True
+
+
+def from_customer(message: CustomerMessage, customer: Actor) -> bool:
+    """Only the thread's customer answers the agent."""
+    author = message.author
+    return (author.platform, author.user_id) == (customer.platform, customer.user_id)
+
+
+def answer_text(message: CustomerMessage) -> str:
+    """The text an answer keeps: trimmed, and cut to MAX_TEXT_CHARS (empty: not an answer)."""
+    return message.text.strip()[:MAX_TEXT_CHARS]

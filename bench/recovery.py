@@ -1,0 +1,212 @@
+"""Recovery: seconds from a Worker's SIGKILL to the conversation's next step, with a warm standby.
+
+    held conversation -> SIGKILL (/crash-worker | unannounced) + release -> issue_refund scheduled
+
+Drills: a conversation held one step before its refund; the Worker is SIGKILLed, through the
+control queue as /crash-worker does or unannounced (`kill -9` of its pid, which the supervisor only
+sees as a death), and the hold is released as soon as the supervisor reports the successor polling.
+Measured from the kill (this host's clock; for /crash-worker, the request, which comes a little
+before the kill) to the issue_refund Activity's scheduled event (the server's timestamp, same host,
+same clock). The two kinds alternate on one stack, each starting with the standby ready.
+
+Held crowd: `--held` conversations held before their refunds, the Worker killed unannounced, all
+released together: seconds from the release to the last refund scheduled (server timestamps).
+
+    uv run python -m bench.recovery [--drills 20] [--held 200] [--plot docs/recovery.png]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import signal
+import statistics
+import tempfile
+import time
+from datetime import datetime
+from pathlib import Path
+
+from temporalio.api.enums.v1 import EventType
+from temporalio.client import WorkflowHandle
+from temporalio.testing import WorkflowEnvironment
+
+from bench import run_benchmark
+from refund_bot.app import Stack
+from refund_bot.wiring import local_thread_store
+from tests.support.codec import TEST_CONVERTER
+from tests.support.conditions import wait_for
+from tests.support.conversation import LocalConversation
+from tests.support.crowd import place_crowd
+from tests.support.stack import supervised_stack
+from worker.control import request_worker_restart, worker_identity
+from worker.server import temporal_cli_path
+
+OPENING: dict[str, str] = {}  # each shopper's opening message, by user id
+
+
+async def _event_times(handle: WorkflowHandle) -> tuple[datetime | None, datetime | None]:
+    """(the release Signal, issue_refund scheduled), as the server stamped them."""
+    released = scheduled = None
+    for event in (await handle.fetch_history()).events:
+        if (
+            event.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED
+            and event.workflow_execution_signaled_event_attributes.signal_name == "release"
+        ):
+            released = event.event_time.ToDatetime()
+        elif (
+            event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
+            and event.activity_task_scheduled_event_attributes.activity_type.name == "issue_refund"
+        ):
+            scheduled = event.event_time.ToDatetime()
+    return released, scheduled
+
+
+async def _held(stack: Stack, conversations: list[LocalConversation]) -> None:
+    # The setting up is not measured: a few conversations at a time, so that the terminal's thread
+    # store (one SQLite file, no busy wait) is not written by hundreds at once.
+    gate = asyncio.Semaphore(20)
+
+    async def one(conv: LocalConversation) -> None:
+        async with gate:
+            await conv.open(OPENING[conv.customer.user_id], hold=True)
+            for answer in ("Yes", "Split seam"):
+                await conv.next_bot_message(timeout=120)
+                await conv.reply(answer)
+            await conv.wait_phase("held_before_refund", timeout=120)
+
+    await asyncio.gather(*(one(c) for c in conversations))
+
+
+async def _standby_ready(stack: Stack) -> None:
+    """Until the standby has logged that it is ready (imported, connected, stores open)."""
+    log = stack.settings.data_dir / "worker.log"
+
+    def ready() -> bool:
+        pid = stack.supervisor.standby_pid
+        return pid is not None and f"standby {worker_identity(pid)} ready" in log.read_text()
+
+    await wait_for(ready, timeout=120, what="a ready standby")
+
+
+async def _crowd(stack: Stack, count: int, prefix: str, first: int) -> list[LocalConversation]:
+    shoppers = await place_crowd(stack.settings, count, prefix=prefix, first_order=first)
+    threads = local_thread_store(stack.settings)
+    crowd = []
+    for shopper in shoppers:
+        OPENING[shopper.actor.user_id] = shopper.opening
+        crowd.append(
+            LocalConversation(stack.client, threads, stack.temporal.task_queue, shopper.actor)
+        )
+    return crowd
+
+
+async def _kill(stack: Stack, kind: str) -> None:
+    """SIGKILL the Worker and return once the supervisor reports its successor polling."""
+    supervisor = stack.supervisor
+    before = supervisor.last_report
+    if kind == "unannounced":
+        pid = supervisor.pid
+        assert pid is not None
+        os.kill(pid, signal.SIGKILL)  # the supervisor only sees a death
+        await wait_for(
+            lambda: supervisor.last_report is not before,
+            timeout=120,
+            interval=0.005,
+            what="the standby to take over",
+        )
+    else:
+        await request_worker_restart(stack.client, stack.temporal.control_task_queue)
+
+
+async def drills(stack: Stack, count: int) -> dict[str, list[float]]:
+    seconds: dict[str, list[float]] = {"/crash-worker": [], "unannounced": []}
+    crowd = await _crowd(stack, count, "drill", 900000)
+    for i, conv in enumerate(crowd):
+        kind = ("/crash-worker", "unannounced")[i % 2]
+        await _held(stack, [conv])
+        await _standby_ready(stack)
+        assert conv.handle is not None
+        killed = time.time()
+        await _kill(stack, kind)
+        # Released once the successor polls: a Signal sent in the instant between a SIGKILL and
+        # the supervisor's sticky reset waits out the server's sticky dispatch (about 10 s).
+        await conv.handle.signal("release")
+        await asyncio.wait_for(conv.handle.result(), 120)
+        _, scheduled = await _event_times(conv.handle)
+        assert scheduled is not None
+        seconds[kind].append(scheduled.timestamp() - killed)
+        print(f"  drill {i + 1:2d} {kind:<13} {seconds[kind][-1]:.3f} s", flush=True)
+    return seconds
+
+
+async def held_crowd(stack: Stack, count: int) -> float:
+    crowd = await _crowd(stack, count, "held", 950000)
+    await _held(stack, crowd)
+    await _standby_ready(stack)
+    await _kill(stack, "unannounced")
+    await asyncio.gather(*(c.handle.signal("release") for c in crowd if c.handle))
+    await asyncio.wait_for(asyncio.gather(*(c.handle.result() for c in crowd if c.handle)), 300)
+    times = [await _event_times(c.handle) for c in crowd if c.handle]
+    first_release = min(r for r, _ in times if r)
+    last_scheduled = max(s for _, s in times if s)
+    return (last_scheduled - first_release).total_seconds()
+
+
+def _row(name: str, values: list[float]) -> str:
+    q = statistics.quantiles(values, n=10) if len(values) > 1 else values
+    return (
+        f"  {name:<13} p50 {statistics.median(values):.3f} s  p90 {q[-1]:.3f} s  "
+        f"min {min(values):.3f}  max {max(values):.3f}  (n={len(values)})"
+    )
+
+
+def _plot(path: Path, seconds: dict[str, list[float]]) -> None:
+    try:
+        import matplotlib
+    except ImportError:
+        print("--plot needs matplotlib (a dev dependency): not installed, no plot", flush=True)
+        return
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 3.5))
+    ax.boxplot(list(seconds.values()), labels=list(seconds), vert=False)
+    ax.axvline(0.5, linestyle="--", color="grey", label="target p50 0.5 s")
+    ax.set_xlabel("seconds from SIGKILL to issue_refund scheduled")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path)
+
+
+async def main(count: int, held: int, plot: Path | None) -> None:
+    env = await WorkflowEnvironment.start_local(
+        dev_server_existing_path=str(temporal_cli_path()), data_converter=TEST_CONVERTER
+    )
+    async with env:
+        with tempfile.TemporaryDirectory() as tmp:
+            async with supervised_stack(env, Path(tmp)) as stack:
+                if count:
+                    print(f"{count} drills, SIGKILL to the next step (warm standby):", flush=True)
+                    seconds = await drills(stack, count)
+                    for kind, values in seconds.items():
+                        print(_row(kind, values), flush=True)
+                    if plot:
+                        _plot(plot, seconds)
+                if held:
+                    took = await held_crowd(stack, held)
+                    print(
+                        f"{held} held conversations, Worker SIGKILLed, all released: last refund "
+                        f"scheduled {took:.2f} s after the first release",
+                        flush=True,
+                    )
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--drills", type=int, default=20)
+    parser.add_argument("--held", type=int, default=200)
+    parser.add_argument("--plot", type=Path, default=None)
+    args = parser.parse_args()
+    run_benchmark(main(args.drills, args.held, args.plot))
