@@ -116,12 +116,17 @@ PATCH_FAREWELL = "failure-says-so-first"  # a failure that ends the run says so 
 # Issue 10: the offline decision, the lookups and the grant read as local activities (one marker
 # each instead of a task-queue round trip). A run recorded before it keeps regular Activities.
 PATCH_LOCAL_STEPS = "short-steps-local"
+# A customer message that arrives after the outcome was decided is answered, not dropped.
+PATCH_LATE_MESSAGES = "late-messages-answered"
 
 T = TypeVar("T")
 
 # What a customer reads when something broke; the detail goes to the log and Event History.
 REFUND_FAILED = "I couldn't issue this refund; a support agent will follow up."
 SOMETHING_WENT_WRONG = "Something went wrong on our side. A support agent will pick this up."
+# To a customer who writes while the conversation is saying its last word (the same answer the
+# router gives once the conversation has ended).
+FINISHED = "This conversation has finished. Post in the support channel to start a new one."
 
 
 def idempotency_key_for(workflow_id: str, first_run_id: str) -> str:
@@ -181,6 +186,7 @@ class RefundConversation:
         self._approvals: list[Approval] = []
         self._seen_ids: list[str] = [start.opening_message_id]
         self._released = False
+        self._late: list[str] = []  # ids of customer messages that came after the outcome
         # Escalation rounds: each post of Approve / Deny opens one; a click answers one round.
         self._round = 0
         self._escalation: _Escalation | None = None  # the latest round
@@ -633,6 +639,10 @@ class RefundConversation:
         await self._post("outcome", text)
         if settled is not None:
             await self._settle(self._escalation, settled)
+        if self._late and workflow.patched(PATCH_LATE_MESSAGES):
+            # Written while the outcome was being posted: the router still saw a running
+            # conversation and signalled it, so the answer the router gives is this one's to give.
+            await self._post("info", FINISHED)
         return ConversationOutcome(status=status, message=text, refund=refund, detail=detail)  # type: ignore[arg-type]
 
     async def _say_failed(self, err: ActivityError) -> None:
@@ -677,6 +687,9 @@ class RefundConversation:
             return
         text = answer_text(message)
         if not text or len(self._inbox) >= MAX_QUEUED_MESSAGES:
+            return
+        if self._phase == "closed":
+            self._late.append(message.message_id)
             return
         self._inbox.append(message.model_copy(update={"text": text}))
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import subprocess
 import sys
 
@@ -11,9 +12,12 @@ from pydantic import ValidationError
 from agent.models import MAX_TEXT_CHARS, Actor
 from agent.settings import AgentSettings
 from agent.stores.database import database_for
+from agent.workflow import FINISHED
 from bot.local.thread_store import LocalThreadStore
 from tests.support.conversation import LocalConversation
 from tests.support.inproc import running_worker
+from tests.support.outcome_gate import OutcomeGate
+from worker.runner import build_worker
 
 
 @pytest.fixture
@@ -95,6 +99,29 @@ async def test_messages_that_arrive_mid_step_wait_in_order(client, agent_setting
     assert view.answers == {"item_opened": "Yes", "damage": "Split seam"}
     questions = [m.text for m in await conv.bot_messages() if m.kind == "question"]
     assert questions == ["Was the package opened?", "What was damaged?"]
+
+
+async def test_a_message_written_while_the_outcome_is_posted_is_answered(
+    client, agent_settings, threads
+) -> None:
+    # The router signals a conversation that is still running; by the time the Signal lands, the
+    # conversation is saying its last word. The customer hears that it has finished.
+    gate = OutcomeGate(threads)
+    tq = f"late-{id(gate)}"
+    worker = await build_worker(client, tq, agent_settings, {"local": gate})
+    async with worker:
+        conv = LocalConversation(client, threads, tq)
+        handle = await conv.open("please refund order 9999")  # no such order: denied
+        for answer in ("Yes", "Split seam"):
+            await conv.next_bot_message()
+            await conv.reply(answer)
+        await asyncio.wait_for(gate.reached.wait(), 30)
+        await conv.reply("thanks!")
+        gate.open.set()
+        outcome = await asyncio.wait_for(handle.result(), 30)
+    assert outcome.status == "denied"
+    said = [(m.kind, m.text) for m in await conv.bot_messages()][-2:]
+    assert said == [("outcome", outcome.message), ("info", FINISHED)]
 
 
 def test_live_stripe_key_is_refused_by_settings() -> None:

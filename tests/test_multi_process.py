@@ -26,6 +26,7 @@ from typing import Any
 import aiohttp
 from temporalio.testing import WorkflowEnvironment
 
+from agent.history import local_activity
 from agent.stores.domain import SEED_ORDERS
 from bot.slack.render import APPROVE_ACTION_ID
 from tests.fakes.slack_api import Delivery, FakeSlackApi, SlackSender, signed_headers
@@ -144,21 +145,26 @@ class Deployment:
         await self.send(click)
 
     async def authorized_by(self, workflow_id: str) -> list[str]:
-        """The identities of the Workers that ran authorize_refund, from Event History."""
+        """The identities of the Workers that ran authorize_refund, from Event History: a
+        regular Activity's started event names its Worker; a local activity's marker is written
+        by the workflow task that ran it, whose completed event names the Worker."""
         handle = self.temporal_env.client.get_workflow_handle(workflow_id)
-        history = await handle.fetch_history()
+        events = {e.event_id: e for e in (await handle.fetch_history()).events}
         scheduled = {
-            e.event_id: e.activity_task_scheduled_event_attributes.activity_type.name
-            for e in history.events
+            i: e.activity_task_scheduled_event_attributes.activity_type.name
+            for i, e in events.items()
             if e.HasField("activity_task_scheduled_event_attributes")
         }
-        return [
-            e.activity_task_started_event_attributes.identity
-            for e in history.events
-            if e.HasField("activity_task_started_event_attributes")
-            and scheduled[e.activity_task_started_event_attributes.scheduled_event_id]
-            == "authorize_refund"
-        ]
+        identities = []
+        for e in events.values():
+            if e.HasField("activity_task_started_event_attributes"):
+                started = e.activity_task_started_event_attributes
+                if scheduled[started.scheduled_event_id] == "authorize_refund":
+                    identities.append(started.identity)
+            elif (marker := local_activity(e)) and marker["activity_type"] == "authorize_refund":
+                task = events[e.marker_recorded_event_attributes.workflow_task_completed_event_id]
+                identities.append(task.workflow_task_completed_event_attributes.identity)
+        return identities
 
 
 async def get(http: aiohttp.ClientSession, url: str) -> tuple[int, str]:

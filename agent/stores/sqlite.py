@@ -107,7 +107,7 @@ class SqliteDatabase:
                     await _use_wal(db)
                     # An exclusive transaction: a second process migrating the same file waits
                     # here (busy timeout), then finds every version recorded.
-                    await db.execute("BEGIN EXCLUSIVE")
+                    await _until_unlocked(db, "BEGIN EXCLUSIVE")
                     try:
                         await apply_migrations(SqliteConnection(db), schema)
                     except BaseException:
@@ -147,10 +147,17 @@ async def _use_wal(db: aiosqlite.Connection) -> None:
     """Switch the file to WAL (persistent: a no-op once done). Two processes creating one file at
     the same moment both try it, and the loser is told "locked" at once (SQLite's busy timeout does
     not cover this switch): it tries again until the deadline."""
+    await _until_unlocked(db, "PRAGMA journal_mode=WAL")
+
+
+async def _until_unlocked(db: aiosqlite.Connection, sql: str) -> None:
+    """Run `sql`, again while SQLite answers "locked" at once, until BUSY_TIMEOUT_S: some locks
+    (a journal-mode switch or WAL recovery in another connection of a new file) are reported
+    without SQLite's busy handler waiting for them."""
     deadline = time.monotonic() + BUSY_TIMEOUT_S
     while True:
         try:
-            await db.execute("PRAGMA journal_mode=WAL")
+            await db.execute(sql)
             return
         except sqlite3.OperationalError as err:
             if "locked" not in str(err) or time.monotonic() > deadline:

@@ -25,7 +25,9 @@ from agent.settings import AgentSettings
 from tests.fakes.openai_api import FakeOpenAI
 from tests.support.conversation import SUPPORT, LocalConversation
 from tests.support.inproc import standalone_agent
+from tests.support.outcome_gate import OutcomeGate
 from tests.support.owner import place_order
+from worker.runner import build_worker
 
 HERE = Path(__file__).parent
 MARLOW = Actor(platform="local", user_id="marlow", display_name="Marlow")
@@ -153,6 +155,24 @@ async def refund_failed(conv: LocalConversation) -> WorkflowHandle:
     return handle
 
 
+async def late_message(conv: LocalConversation) -> WorkflowHandle:
+    """The customer writes "thanks!" while the outcome is being posted: the conversation answers
+    that it has finished (its own Worker, whose outcome post waits for that message)."""
+    data_dir = conv.threads.database.directory  # type: ignore[attr-defined]
+    settings = AgentSettings(_env_file=None, data_dir=data_dir)  # type: ignore[call-arg]
+    gate = OutcomeGate(conv.threads)
+    queue = conv.task_queue + "-gated"
+    async with await build_worker(conv.client, queue, settings, {"local": gate}):
+        gated = LocalConversation(conv.client, conv.threads, queue)
+        handle = await gated.open("please refund order 9999")  # no such order: denied
+        await _answer(gated)
+        await asyncio.wait_for(gate.reached.wait(), 30)
+        await gated.reply("thanks!")
+        gate.open.set()
+        await asyncio.wait_for(handle.result(), 30)
+    return handle
+
+
 SCENARIOS: dict[str, Callable[[LocalConversation], Awaitable[WorkflowHandle]]] = {
     "auto_approved": auto_approved,
     "escalated": escalated,
@@ -164,6 +184,7 @@ SCENARIOS: dict[str, Callable[[LocalConversation], Awaitable[WorkflowHandle]]] =
     "raced": raced,
     "stale_click": stale_click,
     "refund_failed": refund_failed,
+    "late_message": late_message,
 }
 
 
