@@ -6,7 +6,11 @@ import asyncio
 import math
 import sys
 from collections.abc import Coroutine, Sequence
+from datetime import datetime
 from typing import Any, NoReturn
+
+from temporalio.api.enums.v1 import EventType
+from temporalio.client import WorkflowHandle
 
 from agent.codec import CodecKeyError
 from worker.exit import exit_now
@@ -27,3 +31,21 @@ def percentile(values: Sequence[float], q: float) -> float:
     ordered = sorted(values)
     rank = max(1, math.ceil(q / 100 * len(ordered)))
     return ordered[rank - 1]
+
+
+async def release_and_refund(handle: WorkflowHandle) -> tuple[datetime | None, datetime | None]:
+    """(the release Signal, issue_refund scheduled), as the server stamped them: the recovery
+    benchmarks' clock, which no client's own delays can skew."""
+    released = scheduled = None
+    for event in (await handle.fetch_history()).events:
+        if (
+            event.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED
+            and event.workflow_execution_signaled_event_attributes.signal_name == "release"
+        ):
+            released = event.event_time.ToDatetime()
+        elif (
+            event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
+            and event.activity_task_scheduled_event_attributes.activity_type.name == "issue_refund"
+        ):
+            scheduled = event.event_time.ToDatetime()
+    return released, scheduled

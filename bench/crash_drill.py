@@ -21,10 +21,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from temporalio.api.enums.v1 import EventType
 from temporalio.testing import WorkflowEnvironment
 
-from bench import run_benchmark
+from bench import release_and_refund, run_benchmark
 from refund_bot.wiring import local_thread_store
 from tests.support.codec import TEST_CODEC_ENV, TEST_CONVERTER
 from tests.support.conversation import LocalConversation
@@ -36,19 +35,8 @@ from worker.supervisor import WorkerSupervisor
 
 
 async def _resume_seconds(conv: LocalConversation) -> float:
-    history = await conv.handle.fetch_history()
-    released = scheduled = None
-    for event in history.events:
-        if (
-            event.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED
-            and event.workflow_execution_signaled_event_attributes.signal_name == "release"
-        ):
-            released = event.event_time.ToDatetime()
-        elif (
-            event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
-            and event.activity_task_scheduled_event_attributes.activity_type.name == "issue_refund"
-        ):
-            scheduled = event.event_time.ToDatetime()
+    assert conv.handle is not None
+    released, scheduled = await release_and_refund(conv.handle)
     assert released and scheduled
     return (scheduled - released).total_seconds()
 

@@ -24,14 +24,11 @@ import signal
 import statistics
 import tempfile
 import time
-from datetime import datetime
 from pathlib import Path
 
-from temporalio.api.enums.v1 import EventType
-from temporalio.client import WorkflowHandle
 from temporalio.testing import WorkflowEnvironment
 
-from bench import run_benchmark
+from bench import release_and_refund, run_benchmark
 from refund_bot.app import Stack
 from refund_bot.wiring import local_thread_store
 from tests.support.codec import TEST_CONVERTER
@@ -43,23 +40,6 @@ from worker.control import request_worker_restart, worker_identity
 from worker.server import temporal_cli_path
 
 OPENING: dict[str, str] = {}  # each shopper's opening message, by user id
-
-
-async def _event_times(handle: WorkflowHandle) -> tuple[datetime | None, datetime | None]:
-    """(the release Signal, issue_refund scheduled), as the server stamped them."""
-    released = scheduled = None
-    for event in (await handle.fetch_history()).events:
-        if (
-            event.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED
-            and event.workflow_execution_signaled_event_attributes.signal_name == "release"
-        ):
-            released = event.event_time.ToDatetime()
-        elif (
-            event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
-            and event.activity_task_scheduled_event_attributes.activity_type.name == "issue_refund"
-        ):
-            scheduled = event.event_time.ToDatetime()
-    return released, scheduled
 
 
 async def _held(stack: Stack, conversations: list[LocalConversation]) -> None:
@@ -133,7 +113,7 @@ async def drills(stack: Stack, count: int) -> dict[str, list[float]]:
         # the supervisor's sticky reset waits out the server's sticky dispatch (about 10 s).
         await conv.handle.signal("release")
         await asyncio.wait_for(conv.handle.result(), 120)
-        _, scheduled = await _event_times(conv.handle)
+        _, scheduled = await release_and_refund(conv.handle)
         assert scheduled is not None
         seconds[kind].append(scheduled.timestamp() - killed)
         print(f"  drill {i + 1:2d} {kind:<13} {seconds[kind][-1]:.3f} s", flush=True)
@@ -147,7 +127,7 @@ async def held_crowd(stack: Stack, count: int) -> float:
     await _kill(stack, "unannounced")
     await asyncio.gather(*(c.handle.signal("release") for c in crowd if c.handle))
     await asyncio.wait_for(asyncio.gather(*(c.handle.result() for c in crowd if c.handle)), 300)
-    times = [await _event_times(c.handle) for c in crowd if c.handle]
+    times = [await release_and_refund(c.handle) for c in crowd if c.handle]
     first_release = min(r for r, _ in times if r)
     last_scheduled = max(s for _, s in times if s)
     return (last_scheduled - first_release).total_seconds()

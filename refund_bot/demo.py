@@ -67,6 +67,20 @@ async def _next_bot_message(threads: LocalThreadStore, thread_id: str, after: in
     raise DemoFailed(f"the agent said nothing in {thread_id} within {TIMEOUT:.0f}s")
 
 
+async def _held_view(stack: Stack, workflow_id: str) -> ConversationView:
+    """The conversation once its hold notice's post has completed and it waits for the release.
+    (The notice is in the thread a moment before its Activity completes and the Workflow moves
+    on: asked too early, the Workflow would still be posting.)"""
+    handle = stack.client.get_workflow_handle(workflow_id)
+    deadline = time.monotonic() + TIMEOUT
+    while time.monotonic() < deadline:
+        view = await handle.query("view", result_type=ConversationView)
+        if view.held:
+            return view
+        await asyncio.sleep(0.05)
+    raise DemoFailed(f"the conversation did not reach its hold within {TIMEOUT:.0f}s")
+
+
 async def _say(
     router: ConversationRouter, threads: LocalThreadStore, thread: str, text: str, customer: Actor
 ) -> None:
@@ -178,10 +192,8 @@ async def _story(temporal: TemporalSettings, settings: AgentSettings) -> int:
             print(render(held), flush=True)
         if held.kind != "info" or "Holding before the refund" not in held.text:
             raise DemoFailed(f"the agent did not stop before the refund: {held.text!r}")
+        view = await _held_view(stack, workflow_id)
         before = await _history_counts(stack, workflow_id)
-        view = await stack.client.get_workflow_handle(workflow_id).query(
-            "view", result_type=ConversationView
-        )
         print(f"Next action: {view.next_action}", flush=True)
 
         banner("WORKER GONE: SIGKILL, then read what survives from Temporal")

@@ -16,7 +16,7 @@ from pydantic import BaseModel
 from temporalio.exceptions import ApplicationError
 
 from agent.models import MessageEdit, OutboundMessage, PostedMessage
-from agent.stores.database import Database, Migration, Row, Schema
+from agent.stores.database import Connection, Database, Migration, Row, Schema
 
 _TABLES = (
     """CREATE TABLE IF NOT EXISTS threads (
@@ -134,17 +134,7 @@ class LocalThreadStore:
                     author,
                     _now(),
                 )
-            seq = await db.fetchval(
-                "INSERT INTO messages (thread_id, author, author_is_bot, kind, text, created_at) "
-                "VALUES (?, ?, 0, 'customer', ?, ?) RETURNING seq",
-                thread_id,
-                author,
-                text,
-                _now(),
-            )
-            row = await db.fetchrow(f"{_SELECT} WHERE m.seq = ?", seq)
-        assert row is not None
-        return _row(row)
+            return await _add_person_message(db, thread_id, author, "customer", text)
 
     async def threads(self) -> list[LocalThread]:
         """Every thread, oldest first, with its opening message."""
@@ -158,17 +148,7 @@ class LocalThreadStore:
 
     async def add_reply(self, thread_id: str, author: str, text: str) -> LocalMessage:
         async with self.database.connect(SCHEMA) as db:
-            seq = await db.fetchval(
-                "INSERT INTO messages (thread_id, author, author_is_bot, kind, text, created_at) "
-                "VALUES (?, ?, 0, 'reply', ?, ?) RETURNING seq",
-                thread_id,
-                author,
-                text,
-                _now(),
-            )
-            row = await db.fetchrow(f"{_SELECT} WHERE m.seq = ?", seq)
-        assert row is not None
-        return _row(row)
+            return await _add_person_message(db, thread_id, author, "reply", text)
 
     async def post(self, message: OutboundMessage) -> PostedMessage:
         """ThreadPoster.post for the local platform: at most one row per message key."""
@@ -249,3 +229,21 @@ class LocalThreadStore:
                 after_edit,
             )
         return [(row["edit_seq"], _row(row)) for row in rows]
+
+
+async def _add_person_message(
+    db: Connection, thread_id: str, author: str, kind: str, text: str
+) -> LocalMessage:
+    """A person's message (the opening, kind "customer", or a "reply"), as stored."""
+    seq = await db.fetchval(
+        "INSERT INTO messages (thread_id, author, author_is_bot, kind, text, created_at) "
+        "VALUES (?, ?, 0, ?, ?, ?) RETURNING seq",
+        thread_id,
+        author,
+        kind,
+        text,
+        _now(),
+    )
+    row = await db.fetchrow(f"{_SELECT} WHERE m.seq = ?", seq)
+    assert row is not None
+    return _row(row)
