@@ -50,13 +50,9 @@ from bench.plot import axes, cdf, default_path, save
 from bench.proc import wait_idle
 from bot.commands import CommandReply
 from bot.conversations import InboundClick, InboundMessage, Routed
-from bot.slack.app import EVENTS_PATH, build_app, serve
+from bot.slack.app import EVENTS_PATH, build_app, checked_request, serve
 from bot.slack.requests import (
-    MalformedRequest,
     bolt_request,
-    check_shape,
-    parse_body,
-    signature_valid,
 )
 from bot.slack.settings import SlackSettings
 from tests.fakes.slack_api import Delivery, FakeSlackApi, SlackSender, signed_headers
@@ -107,14 +103,10 @@ def bolt_answers(app: AsyncApp, signing_secret: str) -> web.Application:
     """The ack path before issue 10: the same checks, then bolt dispatches and answers."""
 
     async def events(request: web.Request) -> web.Response:
-        raw = await request.read()
-        if not signature_valid(signing_secret, raw, request.headers):
-            return web.json_response({"error": "invalid request"}, status=401)
-        try:
-            body = parse_body(raw, request.content_type)
-            check_shape(body)
-        except MalformedRequest:
-            return web.json_response({"error": "malformed request"}, status=400)
+        checked = await checked_request(request, signing_secret)
+        if isinstance(checked, web.Response):
+            return checked
+        raw, body = checked
         bolt = bolt_request(raw, body, request.query_string, request.headers)
         return await to_aiohttp_response(await app.async_dispatch(bolt))
 

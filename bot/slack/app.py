@@ -141,6 +141,23 @@ def build_app(
     return app
 
 
+async def checked_request(
+    request: web.Request, signing_secret: str
+) -> tuple[bytes, dict[str, Any]] | web.Response:
+    """The raw body and its parsed form of a request Slack signed and shaped as Slack sends;
+    otherwise the answer to give: 401 for a bad signature (checked before parsing), 400."""
+    raw = await request.read()
+    if not signature_valid(signing_secret, raw, request.headers):
+        return web.json_response({"error": "invalid request"}, status=401)
+    try:
+        body = parse_body(raw, request.content_type)
+        check_shape(body)
+    except MalformedRequest as err:
+        log.warning("slack: refused a signed but malformed request: %s", err)
+        return web.json_response({"error": "malformed request"}, status=400)
+    return raw, body
+
+
 def http_web_app(app: AsyncApp, signing_secret: str) -> web.Application:
     """An aiohttp application serving POST /slack/events (Events API, interactivity, commands).
 
@@ -154,15 +171,10 @@ def http_web_app(app: AsyncApp, signing_secret: str) -> web.Application:
 
     async def events(request: web.Request) -> web.Response:
         handovers.arrived()
-        raw = await request.read()
-        if not signature_valid(signing_secret, raw, request.headers):
-            return web.json_response({"error": "invalid request"}, status=401)
-        try:
-            body = parse_body(raw, request.content_type)
-            check_shape(body)
-        except MalformedRequest as err:
-            log.warning("slack: refused a signed but malformed request: %s", err)
-            return web.json_response({"error": "malformed request"}, status=400)
+        checked = await checked_request(request, signing_secret)
+        if isinstance(checked, web.Response):
+            return checked
+        raw, body = checked
         bolt = functools.partial(bolt_request, raw, body, request.query_string, request.headers)
         if not acked_at_once(body):
             return await to_aiohttp_response(await app.async_dispatch(bolt()))
