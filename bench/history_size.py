@@ -39,7 +39,7 @@ from agent.workflow import MAX_TURNS
 from bench import run_benchmark
 from bench.plot import axes, default_path, save
 from bench.server import embedded_server
-from refund_bot.demo import ANSWERS, place_demo_customer
+from refund_bot.demo_parts import ANSWERS, place_demo_customer
 from refund_bot.wiring import local_thread_store
 from tests.support.codec import TEST_CONVERTER, all_payloads, with_test_keys
 from tests.support.conversation import CUSTOMER, SUPPORT, LocalConversation

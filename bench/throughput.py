@@ -48,7 +48,7 @@ from bench.plot import axes, default_path, save
 from bench.proc import Sampler, wait_idle
 from bench.server import embedded_server
 from bench.workers import reference_worker, refund_bot_worker, wait_polling
-from refund_bot.demo import ANSWERS, place_demo_customer
+from refund_bot.demo_parts import ANSWERS, place_demo_customer
 from refund_bot.wiring import local_thread_store
 from tests.support.codec import TEST_CONVERTER
 from tests.support.owner import refunds_made

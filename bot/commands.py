@@ -22,6 +22,7 @@ from agent.history import what_survives
 from agent.models import Actor, Role
 from agent.settings import AgentSettings
 from agent.stores.grants import GrantStore
+from bot.demo_stage import ChannelRef, DemoStage
 from bot.hold import HoldSwitch
 
 GRANTABLE_ROLES: tuple[Role, ...] = ("refund_approver", "presenter", "admin")
@@ -46,6 +47,19 @@ class WorkerControl(Protocol):
     async def restart(self, host: str | None) -> RestartReport:
         """SIGKILL and replace `host`'s Worker, or any supervisor's when None."""
         ...
+
+
+class SideBySideDemo(Protocol):
+    """/refund-demo's story (refund_bot/side_by_side.py implements it, injected here)."""
+
+    async def command(self, action: str, stage: DemoStage, channel: ChannelRef) -> CommandReply:
+        """Start the story in `channel` (action "" or "start"), or move it on: "next", "auto",
+        "crash", "stop"."""
+        ...
+
+
+DEMO_ACTIONS = ("", "start", "next", "auto", "crash", "stop")
+DEMO_USAGE = "/refund-demo [next|auto|crash|stop]"
 
 
 class CommandReply(BaseModel):
@@ -76,6 +90,7 @@ class Commands:
         settings: AgentSettings,
         grants: GrantStore,
         hold: HoldSwitch,
+        demos: SideBySideDemo | None = None,
     ) -> None:
         # `workers` is injected (the control queue's client side lives in worker/), so the
         # request can reach a supervisor on any host without bot/ knowing how.
@@ -84,6 +99,7 @@ class Commands:
         self._settings = settings
         self._grants = grants
         self._hold = hold
+        self._demos = demos
 
     async def _refusal(self, actor: Actor, *roles: Role) -> CommandReply | None:
         # AUTHORIZATION STATE: read live for every command, like every refund.
@@ -146,6 +162,20 @@ class Commands:
         if host is None and others:
             text += f" Other hosts with a supervisor: {', '.join(others)} (/crash-worker <host>)."
         return CommandReply(text=text)
+
+    async def refund_demo(
+        self, actor: Actor, action: str, stage: DemoStage, channel: ChannelRef
+    ) -> CommandReply:
+        """/refund-demo: the two demos side by side in `channel`, on the platform `stage` posts
+        to. Presenters only: anyone else is told so, and nothing starts."""
+        if refusal := await self._refusal(actor, "presenter"):
+            return refusal
+        action = action.strip().lower()
+        if action not in DEMO_ACTIONS:
+            return CommandReply(ok=False, text=f"Usage: {DEMO_USAGE}")
+        if self._demos is None:
+            return CommandReply(ok=False, text="This process does not run the side-by-side demo.")
+        return await self._demos.command(action, stage, channel)
 
     async def refund_status(self, actor: Actor, workflow_id: str) -> CommandReply:
         if refusal := await self._refusal(actor, "presenter", "refund_approver"):

@@ -21,7 +21,7 @@ import contextlib
 import logging
 import socket
 import sys
-from collections.abc import AsyncIterator, Coroutine
+from collections.abc import AsyncIterator, Coroutine, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -48,6 +48,7 @@ from bot.local.terminal import LocalChannel
 from bot.platform_health import PlatformHealth
 from bot.slack.settings import SlackSettings
 from refund_bot.ops import Ops, OpsRefused, serving_ops
+from refund_bot.side_by_side import SideBySideDemos, StoryParts
 from refund_bot.status import first_status, log_status_every, say
 from refund_bot.wiring import SupervisorsOverTemporal, grant_sources, local_thread_store
 from worker.lifecycle import to_the_end
@@ -84,9 +85,13 @@ class Stack:
 
 @contextlib.asynccontextmanager
 async def running_router(
-    client: Client, temporal: TemporalSettings, settings: AgentSettings
+    client: Client,
+    temporal: TemporalSettings,
+    settings: AgentSettings,
+    child_env: Mapping[str, str] | None = None,
 ) -> AsyncIterator[Stack]:
-    """The router, its inbox delivery and the commands, on `client`.
+    """The router, its inbox delivery and the commands, on `client`. `child_env`: what the
+    Worker's environment adds to this process's, for /refund-demo's plain-loop process too.
 
     Leaving it waits for the router calls still in flight (each ends, or keeps its message in the
     inbox), then stops the delivery: before whatever runs underneath (Worker, Temporal) stops.
@@ -103,13 +108,11 @@ async def running_router(
         decider=settings.agent_decider,
         meter=metric_meter(),
     )
-    commands = Commands(
-        client,
-        SupervisorsOverTemporal(client, temporal),
-        settings,
-        GrantStore(database),
-        hold,
+    workers = SupervisorsOverTemporal(client, temporal)
+    demos = SideBySideDemos(
+        StoryParts(client, temporal, settings, inbox, workers, dict(child_env or {}))
     )
+    commands = Commands(client, workers, settings, GrantStore(database), hold, demos)
     delivery = asyncio.create_task(router.run_delivery(), name="inbox delivery")
     try:
         yield Stack(temporal, settings, client, router, commands, inbox)
@@ -155,7 +158,7 @@ async def running_stack(
             log_path=data_dir / "worker.log",
             host=host,
         )
-        async with supervisor, running_router(client, temporal, settings) as stack:
+        async with supervisor, running_router(client, temporal, settings, worker_env) as stack:
             stack.supervisor, stack.server, stack.web_ui = supervisor, server, server.ui_url
             stack.host = supervisor.host
             yield stack

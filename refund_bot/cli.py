@@ -4,7 +4,8 @@ refund-bot run       the main job: embedded Temporal (if needed), the supervised
                      platform whose credentials are set (the local terminal channel when none are);
                      SIGTERM, SIGHUP or SIGINT stop it (and its children) gracefully, exit 0
 refund-bot bot       Slack and Discord, the router and the inbox, for Workers that run elsewhere
-refund-bot demo      the unattended story, start to finish, on embedded defaults
+refund-bot demo      the unattended story, start to finish, on embedded defaults; --side-by-side:
+                     the same crash without and with Temporal, in two threads
 refund-bot worker    one Worker (the supervisor runs this as its child); --supervised: a
                      supervisor and its Worker child, which /crash-worker <host> can reach
 refund-bot status ID what survives of a conversation, read from Event History (no Worker needed)
@@ -171,7 +172,11 @@ async def _bot(cfg: Config) -> None:
     await bot(cfg.temporal, cfg.agent, process=cfg.process, metrics=_bot_metrics(cfg))
 
 
-async def _demo(cfg: Config) -> int:
+async def _demo(cfg: Config, side_by_side: bool) -> int:
+    if side_by_side:
+        from refund_bot.side_by_side import unattended
+
+        return await unattended(cfg.temporal, cfg.agent)
     from refund_bot.demo import demo
 
     return await demo(cfg.temporal, cfg.agent)
@@ -240,10 +245,16 @@ def build_parser() -> argparse.ArgumentParser:
         "server); /healthz and /metrics at METRICS_ADDRESS. Any number of replicas for Slack; "
         "Discord's one gateway connection per token is held by one of them",
     )
-    command(
+    demo = command(
         "demo",
         "the unattended crash-and-resume story on a fresh order; non-zero if an invariant broke",
         "Honours AGENT_DECIDER: with openai the model makes the story's decisions",
+    )
+    demo.add_argument(
+        "--side-by-side",
+        action="store_true",
+        help="the same crash without Temporal (a plain process) and with it, in two threads; "
+        "non-zero if any count differs from the docs page's",
     )
     worker = command(
         "worker",
@@ -303,7 +314,7 @@ def main(argv: list[str] | None = None) -> None:
     # The long-running commands stop gracefully on SIGTERM, SIGHUP and SIGINT, and then exit 0.
     commands_by_name = {
         "run": (config.RUN, lambda cfg: until_stopped(_run(cfg, args.local))),
-        "demo": (config.DEMO, lambda cfg: until_stopped(_demo(cfg))),
+        "demo": (config.DEMO, lambda cfg: until_stopped(_demo(cfg, args.side_by_side))),
         "bot": (config.BOT, lambda cfg: until_stopped(_bot(cfg))),
         "worker": (
             config.WORKER,

@@ -3,10 +3,8 @@
     fresh customer and order -> customer asks -> two answers -> lookups -> held before the refund
     -> SIGKILL -> what survives, read with no Worker -> new Worker -> released -> one refund
 
-Each run tells it with a fresh copy of the demo customer (Nyghtowl: the same tenure and one earlier
-refund, made at the effect's owner) and a fresh order (the plush python of order 1234, under a new
-number, paid where the refund will go), so the story is the same again and again on one data
-directory, and the README's story with the seeded customer is left as it was. The customer asks
+Each run tells it with a fresh copy of the demo customer and order (refund_bot/demo_parts.py), so
+the story is the same again and again on one data directory. The customer asks
 for a refund; the agent asks two questions, looks up the order and the customer's history, and
 chooses to issue the refund; the demo hold stops it one step before the effect. Then the Worker is
 SIGKILLed, what survives is read from Event History while no Worker is alive, a new Worker starts,
@@ -19,38 +17,30 @@ no question asked twice, no decide step or lookup run again, one refund.
 from __future__ import annotations
 
 import asyncio
-import secrets
 import time
-from collections import Counter
-from dataclasses import replace
-from datetime import date, timedelta
 
 from agent.effect_owner import refunds_at_owner
-from agent.history import step_names, what_survives
-from agent.models import Actor, ConversationView, OrderDetails
-from agent.settings import DEMO_CUSTOMER, AgentSettings, TemporalSettings
+from agent.history import what_survives
+from agent.models import Actor
+from agent.settings import AgentSettings, TemporalSettings
 from agent.stores.database import database_for
-from agent.stores.domain import SEED_ORDERS, DomainStore
-from agent.stores.ledger import Ledger, SeedRefund
-from agent.stripe_setup import pay_order
 from bot.conversations import ConversationRouter
 from bot.ids import workflow_id_for
 from bot.inbox import Inbox
 from bot.local.terminal import PEOPLE, LocalChannel, inbound, render, thread_ref
 from bot.local.thread_store import LocalMessage, LocalThreadStore
-from refund_bot.app import Stack, running_stack
+from refund_bot.app import running_stack
+from refund_bot.demo_parts import (
+    ANSWERS,
+    LOOP_STEPS,
+    TIMEOUT,
+    DemoFailed,
+    decider_label,
+    held_view,
+    history_counts,
+    place_demo_customer,
+)
 from refund_bot.wiring import local_thread_store
-
-# The docs page's order, and the demo customer's earlier refund: each run places one like each.
-PLUSH_PYTHON = next(order for order in SEED_ORDERS if order.order_number == "1234")
-EARLIER_REFUND = next(order for order in SEED_ORDERS if order.refunded_days_ago is not None)
-ANSWERS = ("Yes", "Split seam")
-TIMEOUT = 60.0
-LOOP_STEPS = ("decide_next_step", "lookup_order", "lookup_customer_history", "check_refund_policy")
-
-
-class DemoFailed(Exception):
-    """The story could not be told to the end; the message says where it stopped."""
 
 
 def banner(text: str) -> None:
@@ -67,69 +57,12 @@ async def _next_bot_message(threads: LocalThreadStore, thread_id: str, after: in
     raise DemoFailed(f"the agent said nothing in {thread_id} within {TIMEOUT:.0f}s")
 
 
-async def _held_view(stack: Stack, workflow_id: str) -> ConversationView:
-    """The conversation once its hold notice's post has completed and it waits for the release.
-    (The notice is in the thread a moment before its Activity completes and the Workflow moves
-    on: asked too early, the Workflow would still be posting.)"""
-    handle = stack.client.get_workflow_handle(workflow_id)
-    deadline = time.monotonic() + TIMEOUT
-    while time.monotonic() < deadline:
-        view = await handle.query("view", result_type=ConversationView)
-        if view.held:
-            return view
-        await asyncio.sleep(0.05)
-    raise DemoFailed(f"the conversation did not reach its hold within {TIMEOUT:.0f}s")
-
-
 async def _say(
     router: ConversationRouter, threads: LocalThreadStore, thread: str, text: str, customer: Actor
 ) -> None:
     message = await threads.add_reply(thread, customer.user_id, text)
     print(f"[{thread}] {customer.label}: {text}", flush=True)
     await router.on_message(inbound(message, customer))
-
-
-async def place_demo_customer(settings: AgentSettings) -> tuple[Actor, OrderDetails]:
-    """A fresh copy of the demo customer, with their earlier refund and a fresh order to refund,
-    paid where the refunds go: the offline ledger, or test-mode PaymentIntents in Stripe test
-    mode (as `refund-bot stripe-setup` pays the seed's)."""
-    domain = DomainStore(database_for(settings))
-    persona = PEOPLE["customer"]
-    customer = persona.model_copy(update={"user_id": f"demo-{secrets.token_hex(3)}"})
-    customer_id = await domain.place_customer(DEMO_CUSTOMER, customer)
-    order = await domain.place_order(replace(PLUSH_PYTHON, customer_id=customer_id))
-    earlier = await domain.place_order(replace(EARLIER_REFUND, customer_id=customer_id))
-    refund = SeedRefund(
-        payment_ref=earlier.payment_ref,
-        amount_cents=earlier.amount_cents,
-        currency=earlier.currency,
-        order_number=earlier.order_number,
-        refunded_on=(
-            date.today() - timedelta(days=EARLIER_REFUND.refunded_days_ago or 0)
-        ).isoformat(),
-    )
-    if settings.stripe_api_key is None:
-        ledger = Ledger(database_for(settings))
-        await ledger.seed_payments(
-            [(o.payment_ref, o.amount_cents, o.currency) for o in (order, earlier)]
-        )
-        await ledger.seed_refunds([refund])
-        return customer, order
-    await pay_order(settings, domain, earlier, refund)
-    intent = await pay_order(settings, domain, order)
-    return customer, order.model_copy(update={"payment_ref": intent})
-
-
-def decider_label(settings: AgentSettings) -> str:
-    if settings.agent_decider == "openai":
-        return f"the model {settings.openai_model} (AGENT_DECIDER=openai)"
-    return "the offline policy (AGENT_DECIDER=policy)"
-
-
-async def _history_counts(stack: Stack, workflow_id: str) -> Counter[str]:
-    """How many times each step (Activity or local activity) was recorded."""
-    history = await stack.client.get_workflow_handle(workflow_id).fetch_history()
-    return Counter(step_names(history.events))
 
 
 async def demo(temporal: TemporalSettings, settings: AgentSettings) -> int:
@@ -192,8 +125,8 @@ async def _story(temporal: TemporalSettings, settings: AgentSettings) -> int:
             print(render(held), flush=True)
         if held.kind != "info" or "Holding before the refund" not in held.text:
             raise DemoFailed(f"the agent did not stop before the refund: {held.text!r}")
-        view = await _held_view(stack, workflow_id)
-        before = await _history_counts(stack, workflow_id)
+        view = await held_view(stack.client, workflow_id)
+        before = await history_counts(stack.client, workflow_id)
         print(f"Next action: {view.next_action}", flush=True)
 
         banner("WORKER GONE: SIGKILL, then read what survives from Temporal")
@@ -220,7 +153,7 @@ async def _story(temporal: TemporalSettings, settings: AgentSettings) -> int:
         print(render(outcome), flush=True)
         await stack.client.get_workflow_handle(workflow_id).result()
 
-        after = await _history_counts(stack, workflow_id)
+        after = await history_counts(stack.client, workflow_id)
         questions = [m for m in await threads.messages(thread) if m.kind == "question"]
         refunds = (await refunds_at_owner(settings, workflow_id, order.payment_ref)).refunds
         banner("What the run shows")

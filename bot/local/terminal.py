@@ -24,8 +24,10 @@ from bot.conversations import (
     InboundMessage,
     Routed,
 )
+from bot.demo_stage import ChannelRef
 from bot.ids import workflow_id_for
 from bot.local.markup import plain
+from bot.local.stage import LocalStage
 from bot.local.thread_store import LOCAL_WORKSPACE, LocalMessage, LocalThreadStore
 
 CHANNEL = "support"
@@ -35,6 +37,7 @@ PEOPLE: dict[str, Actor] = {
     "presenter": Actor(platform="local", user_id="presenter", display_name="Pat (presenter)"),
     "marlow": Actor(platform="local", user_id="marlow", display_name="Marlow (another customer)"),
 }
+_PEOPLE_IDS = frozenset(person.user_id for person in PEOPLE.values())
 HELP = """\
 Type a message to post it as the current person. A message outside a thread opens one.
   /as customer|support|presenter|marlow   switch who you are
@@ -46,6 +49,7 @@ Type a message to post it as the current person. A message outside a thread open
   /refund-status [thread]                 what survives, read from Event History
   /refund-release [thread]                release a refund held for the demo
   /refund-hold on|off                     whether new conversations hold before the refund
+  /refund-demo [next|auto|crash|stop]     the same crash without and with Temporal, side by side
   /refund-grant @user role [limit]        roles: refund_approver, presenter, admin
   /refund-revoke @user role
   /help, /quit"""
@@ -120,8 +124,7 @@ class LocalChannel:
     async def run(self, lines: asyncio.StreamReader | None = None) -> None:
         """Until /quit or end of input."""
         lines = lines or await _stdin_reader()
-        self._shown = max((m.seq for m in await self._threads.messages()), default=0)
-        self._edits_shown = max((n for n, _ in await self._threads.edits()), default=0)
+        await self.catch_up()
         self.say("refund-bot local support channel. /help lists the commands.")
         self.say(f"You are {self.me.label}. Try: please refund order 1234")
         if earlier := await self._threads.threads():
@@ -135,6 +138,11 @@ class LocalChannel:
         finally:
             tail.cancel()
 
+    async def catch_up(self) -> None:
+        """Show only what is posted from now on."""
+        self._shown = max((m.seq for m in await self._threads.messages()), default=0)
+        self._edits_shown = max((n for n, _ in await self._threads.edits()), default=0)
+
     async def _tail(self) -> None:
         while True:
             await self.show_new()
@@ -143,6 +151,9 @@ class LocalChannel:
     async def show_new(self) -> None:
         for message in await self._threads.messages(after_seq=self._shown):
             self._shown = message.seq
+            if not message.author_is_bot and message.author not in _PEOPLE_IDS:
+                # Someone no terminal types as: /refund-demo's demo customer.
+                self.say(render(message))
             if message.author_is_bot:
                 self.say(render(message))
                 if message.round is not None:
@@ -287,6 +298,11 @@ class LocalChannel:
             self.say("! which thread? /refund-release t1")
             return
         self._reply(await self._commands.refund_release(self.me, workflow_id))
+
+    async def cmd_refund_demo(self, action: str = "") -> None:
+        stage = LocalStage(self._threads)
+        channel = ChannelRef(platform="local", workspace=LOCAL_WORKSPACE, channel=CHANNEL)
+        self._reply(await self._commands.refund_demo(self.me, action, stage, channel))
 
     async def cmd_refund_hold(self, state: str | None = None) -> None:
         enabled = None if state is None else state.lower() in ("on", "true", "yes", "1")

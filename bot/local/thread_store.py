@@ -110,8 +110,12 @@ class LocalThreadStore:
     def __init__(self, database: Database) -> None:
         self.database = database
 
-    async def open_thread(self, channel: str, author: str, text: str) -> LocalMessage:
-        """A customer's first message in the channel: it becomes the root of a new thread.
+    async def open_thread(
+        self, channel: str, author: str, text: str, *, kind: str = "customer"
+    ) -> LocalMessage:
+        """A customer's first message in the channel: it becomes the root of a new thread. The bot
+        opens one with `kind` other than "customer" (the /refund-demo summary): not a
+        conversation, so /threads does not list it.
 
         Threads are named t1, t2, t3, … in the order they open, one past the highest name in use,
         so a thread named by the earlier scheme (t<seq of its root message>) keeps its name and no
@@ -134,7 +138,8 @@ class LocalThreadStore:
                     author,
                     _now(),
                 )
-            return await _add_person_message(db, thread_id, author, "customer", text)
+            by_bot = author == BOT_AUTHOR
+            return await _add_message(db, thread_id, author, kind, text, by_bot=by_bot)
 
     async def threads(self) -> list[LocalThread]:
         """Every thread, oldest first, with its opening message."""
@@ -148,7 +153,12 @@ class LocalThreadStore:
 
     async def add_reply(self, thread_id: str, author: str, text: str) -> LocalMessage:
         async with self.database.connect(SCHEMA) as db:
-            return await _add_person_message(db, thread_id, author, "reply", text)
+            return await _add_message(db, thread_id, author, "reply", text)
+
+    async def add_note(self, thread_id: str, kind: str, text: str) -> LocalMessage:
+        """The bot's message that is no agent's post (a /refund-demo frame): no message key."""
+        async with self.database.connect(SCHEMA) as db:
+            return await _add_message(db, thread_id, BOT_AUTHOR, kind, text, by_bot=True)
 
     async def post(self, message: OutboundMessage) -> PostedMessage:
         """ThreadPoster.post for the local platform: at most one row per message key."""
@@ -231,15 +241,17 @@ class LocalThreadStore:
         return [(row["edit_seq"], _row(row)) for row in rows]
 
 
-async def _add_person_message(
-    db: Connection, thread_id: str, author: str, kind: str, text: str
+async def _add_message(
+    db: Connection, thread_id: str, author: str, kind: str, text: str, *, by_bot: bool = False
 ) -> LocalMessage:
-    """A person's message (the opening, kind "customer", or a "reply"), as stored."""
+    """A person's message (the opening, kind "customer", or a "reply"), or a bot's note, as
+    stored."""
     seq = await db.fetchval(
         "INSERT INTO messages (thread_id, author, author_is_bot, kind, text, created_at) "
-        "VALUES (?, ?, 0, ?, ?, ?) RETURNING seq",
+        "VALUES (?, ?, ?, ?, ?, ?) RETURNING seq",
         thread_id,
         author,
+        int(by_bot),
         kind,
         text,
         _now(),

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any
 
 from slack_bolt.async_app import AsyncApp
@@ -21,6 +22,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 from agent.codec import CodecKeyError
 from agent.models import Actor
 from bot.commands import CommandReply, Commands
+from bot.demo_stage import ChannelRef
 from bot.slack.links import (
     FindByOrder,
     conversation_prefix,
@@ -31,6 +33,7 @@ from bot.slack.links import (
 )
 from bot.slack.render import escape, unescape
 from bot.slack.replies import post_ephemeral
+from bot.slack.stage import SlackStage
 
 log = logging.getLogger(__name__)
 
@@ -41,12 +44,21 @@ REFUND_RELEASE = "/refund-release"
 REFUND_HOLD = "/refund-hold"
 REFUND_GRANT = "/refund-grant"
 REFUND_REVOKE = "/refund-revoke"
+REFUND_DEMO = "/refund-demo"
 # Message shortcuts' callback ids.
 STATUS_SHORTCUT = "refund_status"
 RELEASE_SHORTCUT = "refund_release"
 # Everything registered here: each listener acks with an empty 200 before its work.
 COMMANDS = frozenset(
-    {CRASH_WORKER, REFUND_STATUS, REFUND_RELEASE, REFUND_HOLD, REFUND_GRANT, REFUND_REVOKE}
+    {
+        CRASH_WORKER,
+        REFUND_STATUS,
+        REFUND_RELEASE,
+        REFUND_HOLD,
+        REFUND_GRANT,
+        REFUND_REVOKE,
+        REFUND_DEMO,
+    }
 )
 SHORTCUTS = frozenset({STATUS_SHORTCUT, RELEASE_SHORTCUT})
 
@@ -56,8 +68,18 @@ _WHICH_CONVERSATION = (
     "number, e.g. `{command} 4500`. The message shortcuts do the same from inside the thread."
 )
 
-# A slash command's work: (who ran it, its text, the workspace) -> the answer.
-CommandWork = Callable[[Actor, str, str], Awaitable[CommandReply]]
+
+@dataclass(frozen=True)
+class Where:
+    """Where a slash command was run, and the client to answer there with."""
+
+    team_id: str
+    channel_id: str
+    client: AsyncWebClient
+
+
+# A slash command's work: (who ran it, its text, where) -> the answer.
+CommandWork = Callable[[Actor, str, Where], Awaitable[CommandReply]]
 # A message shortcut's work: (who ran it, the Workflow ID of the message's thread) -> the answer.
 ShortcutWork = Callable[[Actor, str], Awaitable[CommandReply]]
 
@@ -69,31 +91,31 @@ def register_commands(app: AsyncApp, commands: Commands, find_by_order: FindByOr
     number; without it they take a thread link or a Workflow ID only.
     """
 
-    async def status(actor: Actor, text: str, team_id: str) -> CommandReply:
-        target = await resolve_conversation(text, team_id, REFUND_STATUS, find_by_order)
+    async def status(actor: Actor, text: str, where: Where) -> CommandReply:
+        target = await resolve_conversation(text, where.team_id, REFUND_STATUS, find_by_order)
         if isinstance(target, CommandReply):
             return target
         return await commands.refund_status(actor, target)
 
-    async def release(actor: Actor, text: str, team_id: str) -> CommandReply:
-        target = await resolve_conversation(text, team_id, REFUND_RELEASE, find_by_order)
+    async def release(actor: Actor, text: str, where: Where) -> CommandReply:
+        target = await resolve_conversation(text, where.team_id, REFUND_RELEASE, find_by_order)
         if isinstance(target, CommandReply):
             return target
         return await commands.refund_release(actor, target)
 
-    async def crash(actor: Actor, text: str, team_id: str) -> CommandReply:
+    async def crash(actor: Actor, text: str, where: Where) -> CommandReply:
         words = text.split()
         if len(words) > 1:
             return CommandReply(ok=False, text=f"Usage: {CRASH_WORKER} [host]")
         return await commands.crash_worker(actor, words[0] if words else None)
 
-    async def hold(actor: Actor, text: str, team_id: str) -> CommandReply:
+    async def hold(actor: Actor, text: str, where: Where) -> CommandReply:
         choice = text.strip().lower()
         if choice not in ("", "on", "off"):
             return CommandReply(ok=False, text=f"Usage: {REFUND_HOLD} [on|off]")
         return await commands.refund_hold(actor, None if not choice else choice == "on")
 
-    async def grant(actor: Actor, text: str, team_id: str) -> CommandReply:
+    async def grant(actor: Actor, text: str, where: Where) -> CommandReply:
         parsed = parse_grant_args(text)
         if parsed is None:
             return CommandReply(
@@ -103,14 +125,19 @@ def register_commands(app: AsyncApp, commands: Commands, find_by_order: FindByOr
         target, role, limit = parsed
         return await commands.refund_grant(actor, target, role, limit)
 
-    async def revoke(actor: Actor, text: str, team_id: str) -> CommandReply:
+    async def revoke(actor: Actor, text: str, where: Where) -> CommandReply:
         parsed = parse_grant_args(text)
         if parsed is None or parsed[2] is not None:
             return CommandReply(ok=False, text=f"Usage: {REFUND_REVOKE} @user role")
         target, role, _ = parsed
         return await commands.refund_revoke(actor, target, role)
 
+    async def demo(actor: Actor, text: str, where: Where) -> CommandReply:
+        channel = ChannelRef(platform="slack", workspace=where.team_id, channel=where.channel_id)
+        return await commands.refund_demo(actor, text, SlackStage(where.client), channel)
+
     for name, work in (
+        (REFUND_DEMO, demo),
         (CRASH_WORKER, crash),
         (REFUND_STATUS, status),
         (REFUND_RELEASE, release),
@@ -175,7 +202,9 @@ async def resolve_conversation(
 
 
 def _command_listener(name: str, work: CommandWork) -> Callable[..., Awaitable[None]]:
-    async def listener(ack: AsyncAck, command: dict[str, Any], respond: AsyncRespond) -> None:
+    async def listener(
+        ack: AsyncAck, command: dict[str, Any], respond: AsyncRespond, client: AsyncWebClient
+    ) -> None:
         await ack()  # first: the work below may take seconds (a Worker restart, a history read)
         actor = Actor(
             platform="slack",
@@ -184,8 +213,9 @@ def _command_listener(name: str, work: CommandWork) -> Callable[..., Awaitable[N
         )
         # Slack sends the text with `&`, `<` and `>` escaped (a link's `&thread_ts=` arrives as
         # `&amp;thread_ts=`); its own markup (`<@U…|name>`, `<https://…>`) is not.
-        text, team_id = unescape(command.get("text") or ""), command.get("team_id") or ""
-        reply = await _reply_or_failure(f"command {name}", work(actor, text, team_id))
+        text = unescape(command.get("text") or "")
+        where = Where(command.get("team_id") or "", command.get("channel_id") or "", client)
+        reply = await _reply_or_failure(f"command {name}", work(actor, text, where))
         # Escaped: replies can quote customer text (answers), which must not ping anyone.
         await respond(text=escape(reply.text), response_type="ephemeral")
 
