@@ -52,14 +52,17 @@ class WorkerControl(Protocol):
 class SideBySideDemo(Protocol):
     """/refund-demo's story (refund_bot/side_by_side.py implements it, injected here)."""
 
-    async def command(self, action: str, stage: DemoStage, channel: ChannelRef) -> CommandReply:
-        """Start the story in `channel` (action "" or "start"), or move it on: "next", "auto",
-        "crash", "stop"."""
+    async def command(
+        self, action: str, stage: DemoStage, channel: ChannelRef, seconds: float | None = None
+    ) -> CommandReply:
+        """Start the story in `channel` (action "" or "start"), or move it on: "next", "auto"
+        (every `seconds`, when given), "crash", "stop"."""
         ...
 
 
 DEMO_ACTIONS = ("", "start", "next", "auto", "crash", "stop")
-DEMO_USAGE = "/refund-demo [next|auto|crash|stop]"
+DEMO_USAGE = "/refund-demo [next | auto [seconds] | crash | stop]"
+MAX_AUTO_SECONDS = 60.0
 
 
 class CommandReply(BaseModel):
@@ -170,12 +173,22 @@ class Commands:
         to. Presenters only: anyone else is told so, and nothing starts."""
         if refusal := await self._refusal(actor, "presenter"):
             return refusal
-        action = action.strip().lower()
-        if action not in DEMO_ACTIONS:
+        words = action.strip().lower().split()
+        seconds = None
+        if len(words) == 2 and words[0] == "auto":
+            try:
+                seconds = float(words[1])
+            except ValueError:
+                seconds = -1.0
+            if not 0 <= seconds <= MAX_AUTO_SECONDS:
+                return CommandReply(
+                    ok=False, text=f"auto takes seconds from 0 to {MAX_AUTO_SECONDS:g}."
+                )
+        elif len(words) > 1 or (words and words[0] not in DEMO_ACTIONS):
             return CommandReply(ok=False, text=f"Usage: {DEMO_USAGE}")
         if self._demos is None:
             return CommandReply(ok=False, text="This process does not run the side-by-side demo.")
-        return await self._demos.command(action, stage, channel)
+        return await self._demos.command(words[0] if words else "", stage, channel, seconds)
 
     async def refund_status(self, actor: Actor, workflow_id: str) -> CommandReply:
         if refusal := await self._refusal(actor, "presenter", "refund_approver"):

@@ -215,28 +215,41 @@ class PlainProcess:
 
 
 class Pace:
-    """Between moments: the presenter's `next`, or after `auto` a timer (each `next` skips it)."""
+    """Between moments: one presenter's `next` per moment (pressed early, they queue), or after
+    `auto` a timer (a `next` still moves on at once)."""
 
     def __init__(self, auto_delay: float, auto: bool = False) -> None:
         self.auto_delay = auto_delay
         self.auto = auto
-        self._go = asyncio.Event()
+        self._auto_from = 0.0  # when `auto` was pressed: its timer runs from then at the latest
+        self._nexts = 0
+        self._pressed = asyncio.Event()
 
     def next(self) -> None:
-        self._go.set()
+        self._nexts += 1
+        self._pressed.set()
 
-    def go_auto(self) -> None:
-        self.auto = True
-        self._go.set()
+    def go_auto(self, delay: float | None = None) -> None:
+        self.auto, self._auto_from = True, time.monotonic()
+        if delay is not None:
+            self.auto_delay = delay
+        self._pressed.set()
 
     async def wait(self) -> None:
-        timeout = self.auto_delay if self.auto else IDLE_TIMEOUT
-        try:
-            await asyncio.wait_for(self._go.wait(), timeout)
-        except TimeoutError:
-            if not self.auto:
-                raise DemoFailed("nobody advanced the demo for 30 minutes") from None
-        self._go.clear()
+        began = time.monotonic()
+        while not self._nexts:
+            if self.auto:
+                left = max(began, self._auto_from) + self.auto_delay - time.monotonic()
+                if left <= 0:
+                    return
+            else:
+                left = began + IDLE_TIMEOUT - time.monotonic()
+                if left <= 0:
+                    raise DemoFailed("nobody advanced the demo for 30 minutes")
+            self._pressed.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._pressed.wait(), left)
+        self._nexts -= 1
 
 
 class SideBySide:
@@ -605,7 +618,9 @@ class SideBySideDemos:
         self._story: SideBySide | None = None
         self._task: asyncio.Task[Summary] | None = None
 
-    async def command(self, action: str, stage: DemoStage, channel: ChannelRef) -> CommandReply:
+    async def command(
+        self, action: str, stage: DemoStage, channel: ChannelRef, seconds: float | None = None
+    ) -> CommandReply:
         running = self._task is not None and not self._task.done()
         story = self._story
         if action in ("", "start"):
@@ -640,8 +655,11 @@ class SideBySideDemos:
                 "/refund-demo next moves on.",
             )
         if action == "auto":
-            story.pace.go_auto()
-            return CommandReply(text=f"Running the rest on a {self.auto_delay:.0f} s timer.")
+            story.pace.go_auto(seconds)
+            return CommandReply(
+                text=f"Running the rest on a {story.pace.auto_delay:g} s timer (now: "
+                f"{story.moment})."
+            )
         story.pace.next()
         return CommandReply(text=f"Next: {story.upcoming or 'the end'}.")
 

@@ -49,7 +49,7 @@ Type a message to post it as the current person. A message outside a thread open
   /refund-status [thread]                 what survives, read from Event History
   /refund-release [thread]                release a refund held for the demo
   /refund-hold on|off                     whether new conversations hold before the refund
-  /refund-demo [next|auto|crash|stop]     the same crash without and with Temporal, side by side
+  /refund-demo [next|auto [s]|crash|stop] the same crash without and with Temporal, side by side
   /refund-grant @user role [limit]        roles: refund_approver, presenter, admin
   /refund-revoke @user role
   /help, /quit"""
@@ -299,10 +299,10 @@ class LocalChannel:
             return
         self._reply(await self._commands.refund_release(self.me, workflow_id))
 
-    async def cmd_refund_demo(self, action: str = "") -> None:
+    async def cmd_refund_demo(self, *words: str) -> None:
         stage = LocalStage(self._threads)
         channel = ChannelRef(platform="local", workspace=LOCAL_WORKSPACE, channel=CHANNEL)
-        self._reply(await self._commands.refund_demo(self.me, action, stage, channel))
+        self._reply(await self._commands.refund_demo(self.me, " ".join(words), stage, channel))
 
     async def cmd_refund_hold(self, state: str | None = None) -> None:
         enabled = None if state is None else state.lower() in ("on", "true", "yes", "1")
