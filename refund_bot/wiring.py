@@ -6,6 +6,7 @@ free of bot/ imports), and the commands their way to the Worker supervisors (bot
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from temporalio.client import Client
@@ -18,8 +19,8 @@ from agent.stores.grants import GrantStore
 from bot.discord.settings import DiscordSettings
 from bot.local.thread_store import LocalThreadStore
 from bot.slack.settings import SlackSettings
-from worker.control import RestartReport, request_worker_restart
-from worker.supervisor import supervisor_hosts
+from worker.control import RestartReport, paused_worker_restart, request_worker_restart
+from worker.supervisor import WorkerSupervisor, supervisor_hosts
 
 # A platform's SDK (discord.py, slack_sdk) is imported only when that platform is configured: a
 # Worker's start-up, the cost of every crash, does not pay for SDKs it will not use.
@@ -82,5 +83,28 @@ class SupervisorsOverTemporal:
         t = self.temporal
         return await supervisor_hosts(self.client, t.namespace, t.control_task_queue)
 
-    async def restart(self, host: str | None) -> RestartReport:
-        return await request_worker_restart(self.client, self.temporal.control_task_queue, host)
+    async def restart(
+        self, host: str | None, while_down: Callable[[], Awaitable[None]] | None = None
+    ) -> RestartReport:
+        queue = self.temporal.control_task_queue
+        if while_down is None:
+            return await request_worker_restart(self.client, queue, host)
+        return await paused_worker_restart(self.client, queue, host, while_down)
+
+
+@dataclass(frozen=True)
+class SupervisorInProcess:
+    """bot.commands.WorkerControl over this process's own supervisor (`refund-bot demo`, tests):
+    the same calls, without the trip through Temporal."""
+
+    supervisor: WorkerSupervisor
+
+    async def supervisor_hosts(self) -> list[str]:
+        return [self.supervisor.host]
+
+    async def restart(
+        self, host: str | None, while_down: Callable[[], Awaitable[None]] | None = None
+    ) -> RestartReport:
+        if host not in (None, self.supervisor.host):
+            raise ValueError(f"this process supervises {self.supervisor.host!r}, not {host!r}")
+        return await self.supervisor.restart(kill=True, while_down=while_down)

@@ -23,7 +23,7 @@ from temporalio.testing import WorkflowEnvironment
 
 from agent.settings import TemporalSettings
 from tests.support.codec import TEST_CODEC_ENV, TEST_CONVERTER
-from worker.control import request_worker_restart
+from worker.control import paused_worker_restart, request_worker_restart
 from worker.server import temporal_cli_path
 from worker.supervisor import WorkerSupervisor
 
@@ -38,8 +38,20 @@ async def plain(client: Client, control_task_queue: str) -> WorkflowHandle:
     return client.get_workflow_handle(restart.id)
 
 
+async def paused(client: Client, control_task_queue: str) -> WorkflowHandle:
+    """A paused restart: killed, held while the caller reads, resumed by its Signal."""
+
+    async def read() -> None:
+        pass  # what the caller does here leaves nothing in this history
+
+    await paused_worker_restart(client, control_task_queue, None, read)
+    [restart] = [wf async for wf in client.list_workflows("WorkflowType = 'RestartWorker'")]
+    return client.get_workflow_handle(restart.id)
+
+
 SCENARIOS: dict[str, Callable[[Client, str], Awaitable[WorkflowHandle]]] = {
     "restart_worker": plain,
+    "restart_worker_paused": paused,
 }
 
 
