@@ -172,7 +172,8 @@ async def test_the_supervisor_brings_the_worker_back_by_itself_after_its_limit(
     report = await SupervisorsOverTemporal(client, supervisor.settings).restart(None, while_down)
 
     assert report == restarted[0]  # the late resume returned that same restart's report
-    assert LIMIT <= report.seconds_paused < LIMIT + 1
+    # Held for the supervisor's limit, not the Workflow's minute (slack for a loaded machine).
+    assert LIMIT <= report.seconds_paused < LIMIT + 10
     assert supervisor.pid == report.new_pid and await polling(supervisor, report.new_pid)
 
 

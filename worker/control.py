@@ -24,11 +24,12 @@ import contextlib
 import logging
 import os
 import socket
+import time
 import uuid
 from collections.abc import Awaitable, Callable
 from datetime import timedelta
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 from temporalio import workflow
 from temporalio.api.common.v1 import WorkflowExecution
 from temporalio.api.workflowservice.v1 import ResetStickyTaskQueueRequest
@@ -97,7 +98,7 @@ class PauseRequest(BaseModel):
     """Hold the killed Worker down until resumed, for at most `max_seconds` (the supervisor's
     own limit, PAUSE_LIMIT unless it was built with another, caps it too)."""
 
-    max_seconds: float = PAUSE_LIMIT.total_seconds()
+    max_seconds: float = Field(default=PAUSE_LIMIT.total_seconds(), gt=0)
 
 
 class WorkerDown(BaseModel):
@@ -228,15 +229,18 @@ async def paused_worker_restart(
         await asyncio.wait_for(handle.result(), budget)
         raise RuntimeError(f"{handle.id} restarted the Worker without the pause: {err}") from err
     log.info("Worker pid %s down on %s; resuming after the caller's read", down.old_pid, down.host)
+    reading = time.monotonic()
     try:
         await while_down()
-    except BaseException:
-        # Resumed even when cancelled; waited for only on an error, so the caller sees the
-        # Worker back before the error.
-        await to_the_end(_resume(handle))
-        with contextlib.suppress(Exception):
-            await asyncio.wait_for(handle.result(), budget)
+    except BaseException as err:
+        await to_the_end(_resume(handle))  # even when cancelled
+        if isinstance(err, Exception):  # an error, not a cancellation: the Worker back first
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(handle.result(), budget)
         raise
+    if (took := time.monotonic() - reading) > down.held_seconds:
+        # The Worker came back while it still ran: what it read may not be "no Worker alive".
+        log.warning("while_down took %.1f s, past the pause's %.0f s", took, down.held_seconds)
     await to_the_end(_resume(handle))
     return await asyncio.wait_for(handle.result(), budget)
 
