@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import re
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Protocol
 
 from pydantic import BaseModel
@@ -35,17 +35,25 @@ class RestartReport(Protocol):
     seconds_to_ready: float
     host: str
     supervisor_pid: int | None
+    seconds_paused: float  # of seconds_to_ready, held down on purpose (while_down)
 
 
 class WorkerControl(Protocol):
-    """The Worker supervisors, wherever they run (worker/ implements it, injected here)."""
+    """The Worker supervisors, wherever they run (refund_bot.wiring implements it: over Temporal,
+    or in process; injected here)."""
 
     async def supervisor_hosts(self) -> list[str]:
         """The hosts whose supervisors answer now."""
         ...
 
-    async def restart(self, host: str | None) -> RestartReport:
-        """SIGKILL and replace `host`'s Worker, or any supervisor's when None."""
+    async def restart(
+        self, host: str | None, while_down: Callable[[], Awaitable[None]] | None = None
+    ) -> RestartReport:
+        """SIGKILL and replace host's Worker (any supervisor's when None). With while_down: it is
+        awaited after the old Worker is dead and before a new one polls (no Worker of that
+        supervisor is alive while it runs), then the new Worker starts. Over Temporal the pause
+        is bounded (worker.control.PAUSE_LIMIT): past it the Worker comes back regardless. If
+        while_down raises, the Worker still comes back and the error propagates."""
         ...
 
 

@@ -19,7 +19,7 @@ from agent.stores.grants import GrantStore
 from bot.discord.settings import DiscordSettings
 from bot.local.thread_store import LocalThreadStore
 from bot.slack.settings import SlackSettings
-from worker.control import RestartReport, request_worker_restart
+from worker.control import RestartReport, paused_worker_restart, request_worker_restart
 from worker.supervisor import WorkerSupervisor, supervisor_hosts
 
 # A platform's SDK (discord.py, slack_sdk) is imported only when that platform is configured: a
@@ -83,8 +83,13 @@ class SupervisorsOverTemporal:
         t = self.temporal
         return await supervisor_hosts(self.client, t.namespace, t.control_task_queue)
 
-    async def restart(self, host: str | None) -> RestartReport:
-        return await request_worker_restart(self.client, self.temporal.control_task_queue, host)
+    async def restart(
+        self, host: str | None, while_down: Callable[[], Awaitable[None]] | None = None
+    ) -> RestartReport:
+        queue = self.temporal.control_task_queue
+        if while_down is None:
+            return await request_worker_restart(self.client, queue, host)
+        return await paused_worker_restart(self.client, queue, host, while_down)
 
 
 @dataclass(frozen=True)

@@ -115,6 +115,7 @@ class RestartReport:
     seconds_to_ready: float = 0.42
     host: str = "test-host"
     supervisor_pid: int | None = 4000
+    seconds_paused: float = 0.0
 
 
 @dataclass
@@ -127,7 +128,7 @@ class FakeRestart:
     async def supervisor_hosts(self) -> list[str]:
         return list(self.hosts)
 
-    async def restart(self, host: str | None) -> RestartReport:
+    async def restart(self, host: str | None, while_down: object = None) -> RestartReport:
         self.calls.append(host)
         return RestartReport(host=host or self.hosts[0])
 

@@ -12,6 +12,13 @@ costs a poller's start, not a Python start-up.
 
     active dies -> standby told "go" + sticky reset -> standby polls -> new standby spawned
 
+A paused restart (worker.control.paused_worker_restart) is `restart(kill=True, while_down=...)`
+split across two control Activities: kill_worker runs it with a while_down that waits for
+start_worker's resume, or for `pause_limit` on this process's own clock, whichever comes first.
+
+    kill_worker -> SIGKILL, held (no standby promoted, no death restart) -> start_worker / limit
+        -> the restart carries on as any other
+
 Each child is tied to the supervisor's life (worker.lifecycle.spawn_child): if the supervisor's
 process dies, even by SIGKILL, its Worker exits too. Before the first child starts, Workers of other
 processes already polling the task queue are reported in one line: this one joins them.
@@ -40,14 +47,20 @@ from temporalio.api.enums.v1 import TaskQueueKind, TaskQueueType
 from temporalio.api.taskqueue.v1 import PollerInfo, TaskQueue
 from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
 from temporalio.client import Client
+from temporalio.exceptions import ApplicationError
 from temporalio.worker import Worker
 
 from agent.settings import TemporalSettings
 from agent.temporal_client import connect
 from worker.control import (
+    KILL_ACTIVITY,
+    PAUSE_LIMIT,
     RESTART_ACTIVITY,
+    START_ACTIVITY,
+    PauseRequest,
     RestartReport,
     RestartWorker,
+    WorkerDown,
     host_control_queue,
     reset_sticky_queues,
     supervisor_identity,
@@ -143,7 +156,7 @@ async def other_workers(
 
 
 class ControlActivities:
-    """The control queue's Activity, bound to the supervisor that serves it."""
+    """The control queues' Activities, bound to the supervisor that serves them."""
 
     def __init__(self, supervisor: WorkerSupervisor) -> None:
         self._supervisor = supervisor
@@ -151,6 +164,29 @@ class ControlActivities:
     @activity.defn(name=RESTART_ACTIVITY)
     async def restart_worker(self) -> RestartReport:
         return await self._supervisor.restart(kill=True)
+
+    @activity.defn(name=KILL_ACTIVITY)
+    async def kill_worker(self, pause: PauseRequest) -> WorkerDown:
+        # The restart Workflow's id names the pause: its start_worker finds the same one.
+        return await self._supervisor.kill_and_hold(activity.info().workflow_id, pause.max_seconds)
+
+    @activity.defn(name=START_ACTIVITY)
+    async def start_worker(self) -> RestartReport:
+        try:
+            return await self._supervisor.resume(activity.info().workflow_id)
+        except LookupError as err:
+            raise ApplicationError(str(err), non_retryable=True) from err
+
+    def all(self) -> list[Callable[..., Awaitable[object]]]:
+        return [self.restart_worker, self.kill_worker, self.start_worker]
+
+
+@dataclass
+class _Pause:
+    """A paused restart: `resume` set lets it carry on; `restart` is the whole restart."""
+
+    resume: asyncio.Event
+    restart: asyncio.Task[RestartReport]
 
 
 class WorkerSupervisor:
@@ -160,7 +196,8 @@ class WorkerSupervisor:
     `connect(settings)`. `env` is added to the child's environment on top of this process's
     environment and the TEMPORAL_ADDRESS / _NAMESPACE / _TASK_QUEUE derived from `settings`.
     `host` is the name this host goes by (REFUND_BOT_HOST; default the machine's hostname): in
-    the child's identity, the host control queue and the restart reports.
+    the child's identity, the host control queue and the restart reports. `pause_limit` bounds
+    how long a paused restart holds the Worker down (tests shorten it).
     """
 
     def __init__(
@@ -177,6 +214,7 @@ class WorkerSupervisor:
         reset_sticky: bool = True,
         host: str | None = None,
         standby: bool | None = None,
+        pause_limit: float = PAUSE_LIMIT.total_seconds(),
     ) -> None:
         self.settings = settings
         self.command = list(command or DEFAULT_COMMAND)
@@ -190,6 +228,7 @@ class WorkerSupervisor:
         self.host = host or socket.gethostname()
         # A standby needs the real Worker's --standby; a test's stand-in command has none.
         self.standby = (command is None) if standby is None else standby
+        self.pause_limit = pause_limit
         self.last_report: RestartReport | None = None
         self._client = client
         self._proc: asyncio.subprocess.Process | None = None
@@ -200,6 +239,7 @@ class WorkerSupervisor:
         self._watchers: set[asyncio.Task[None]] = set()
         self._control: list[Worker] = []
         self._control_tasks: list[asyncio.Task[None]] = []
+        self._pauses: dict[str, _Pause] = {}  # EXECUTION STATE: by restart Workflow id
 
     @property
     def pid(self) -> int | None:
@@ -251,7 +291,7 @@ class WorkerSupervisor:
                         task_queue=queue,
                         identity=supervisor_identity(self.host),
                         workflows=[RestartWorker],
-                        activities=[ControlActivities(self).restart_worker],
+                        activities=ControlActivities(self).all(),
                     )
                     task = asyncio.create_task(control.run())
                     task.add_done_callback(self._control_done)
@@ -283,6 +323,8 @@ class WorkerSupervisor:
         self._stopping = True
         for task in list(self._watchers):
             task.cancel()
+        for pause in self._pauses.values():
+            pause.restart.cancel()  # a held restart gives the lock up at once
         controls, self._control = self._control, []
         tasks, self._control_tasks = self._control_tasks, []
         for control in controls:
@@ -313,10 +355,73 @@ class WorkerSupervisor:
                 raise RuntimeError("WorkerSupervisor is not running")
             return await self._replace_locked(kill=kill, while_down=while_down)
 
+    async def kill_and_hold(self, pause_id: str, max_seconds: float) -> WorkerDown:
+        """The first half of a paused restart: SIGKILL the Worker and hold it down (no standby
+        promoted, no restart on its death) until `resume(pause_id)`, or for at most
+        min(max_seconds, pause_limit) s, after which it restarts by itself. Returns once the old
+        Worker is dead."""
+        held = min(max_seconds, self.pause_limit)
+        resume = asyncio.Event()
+        down: asyncio.Future[int | None] = asyncio.get_running_loop().create_future()
+
+        async def restart() -> RestartReport:
+            async with self._lock:
+                if self._stopping:
+                    raise RuntimeError("WorkerSupervisor is not running")
+                old_pid = self.pid  # under the lock: the child _replace_locked kills
+
+                async def while_down() -> None:
+                    down.set_result(old_pid)
+                    try:
+                        # Bounded on this clock: a bot that died mid-pause never leaves it down.
+                        await asyncio.wait_for(resume.wait(), held)
+                    except TimeoutError:
+                        log.warning(
+                            "Paused restart %s not resumed within %.0f s: restarting the Worker",
+                            pause_id, held,
+                        )  # fmt: skip
+
+                return await self._replace_locked(kill=True, while_down=while_down)
+
+        # Finished pauses are kept until the next one, for a late resume to read its report.
+        self._pauses = {k: p for k, p in self._pauses.items() if not p.restart.done()}
+        task = asyncio.create_task(restart(), name=f"paused restart {pause_id}")
+        task.add_done_callback(self._pause_done)
+        self._pauses[pause_id] = _Pause(resume, task)
+        await asyncio.wait([down, task], return_when=asyncio.FIRST_COMPLETED)
+        if not down.done():
+            await task  # it failed before the kill: raise why
+        log.info("Worker pid %s down for paused restart %s", down.result(), pause_id)
+        return WorkerDown(
+            old_pid=down.result(),
+            host=self.host,
+            supervisor_pid=os.getpid(),
+            resume_queue=host_control_queue(self.settings.control_task_queue, self.host),
+            held_seconds=held,
+        )
+
+    async def resume(self, pause_id: str) -> RestartReport:
+        """The second half of a paused restart: let it start the new Worker; returns its report
+        (the same report again for a late or repeated resume)."""
+        pause = self._pauses.get(pause_id)
+        if pause is None:
+            raise LookupError(
+                f"no paused restart {pause_id} on {self.host}: its Worker was restarted already"
+            )
+        pause.resume.set()
+        # Shielded: a cancelled Activity must not cut a restart short halfway.
+        return await asyncio.shield(pause.restart)
+
+    def _pause_done(self, task: asyncio.Task[RestartReport]) -> None:
+        # Nobody may await it (the Workflow died): its failure is logged here, once.
+        if not task.cancelled() and task.exception() is not None:
+            log.error("A paused restart failed", exc_info=task.exception())
+
     async def _replace_locked(
         self, kill: bool, while_down: Callable[[], Awaitable[None]] | None = None
     ) -> RestartReport:
         started = time.monotonic()
+        paused = 0.0
         old, self._proc = self._proc, None  # its watcher now knows this death is deliberate
         old_pid = old.pid if old else None
         if old is not None:
@@ -328,6 +433,7 @@ class WorkerSupervisor:
                 await terminate(old, self.stop_timeout)
         if while_down is not None:
             await while_down()
+            paused = time.monotonic() - started
         # The standby starts its pollers while the sticky queues are reset: conversations reach
         # the normal queue (and it) once both are done, so neither waits for the other.
         proc = await self._promote_standby() or await self._spawn()
@@ -339,6 +445,7 @@ class WorkerSupervisor:
             seconds_to_ready=round(time.monotonic() - started, 3),
             host=self.host,
             supervisor_pid=os.getpid(),
+            seconds_paused=round(paused, 3),
         )
         self.last_report = report
         log.info(

@@ -1,0 +1,81 @@
+"""Record the control Workflow's (RestartWorker's) Event Histories that tests/test_worker_pause.py
+replays: the Workflow a `/crash-worker` request runs on a supervisor.
+
+    uv run python -m tests.control_histories.record [name ...]      (no names: every scenario)
+
+    dev server -> a supervisor with the dummy Worker child -> the scenario's restart -> <name>.json
+
+Encrypted with the tests' codec key, like tests/histories/. A history recorded before the control
+Workflow changed stays as it was recorded, in a `before-*` folder: the proof that a restart
+running at the deploy still replays.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+import uuid
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+from temporalio.client import Client, WorkflowHandle
+from temporalio.testing import WorkflowEnvironment
+
+from agent.settings import TemporalSettings
+from tests.support.codec import TEST_CODEC_ENV, TEST_CONVERTER
+from worker.control import paused_worker_restart, request_worker_restart
+from worker.server import temporal_cli_path
+from worker.supervisor import WorkerSupervisor
+
+HERE = Path(__file__).parent
+CHILD = [sys.executable, "-m", "tests.support.dummy_worker"]
+
+
+async def plain(client: Client, control_task_queue: str) -> WorkflowHandle:
+    """/crash-worker: kill and start in one Activity."""
+    await request_worker_restart(client, control_task_queue)
+    [restart] = [wf async for wf in client.list_workflows("WorkflowType = 'RestartWorker'")]
+    return client.get_workflow_handle(restart.id)
+
+
+async def paused(client: Client, control_task_queue: str) -> WorkflowHandle:
+    """A paused restart: killed, held while the caller reads, resumed by its Signal."""
+
+    async def read() -> None:
+        pass  # what the caller does here leaves nothing in this history
+
+    await paused_worker_restart(client, control_task_queue, None, read)
+    [restart] = [wf async for wf in client.list_workflows("WorkflowType = 'RestartWorker'")]
+    return client.get_workflow_handle(restart.id)
+
+
+SCENARIOS: dict[str, Callable[[Client, str], Awaitable[WorkflowHandle]]] = {
+    "restart_worker": plain,
+    "restart_worker_paused": paused,
+}
+
+
+async def record(names: list[str]) -> None:
+    for name in names:
+        # A server each: the listing above finds the one restart this scenario made.
+        env = await WorkflowEnvironment.start_local(
+            dev_server_existing_path=str(temporal_cli_path()), data_converter=TEST_CONVERTER
+        )
+        async with env:
+            suffix = uuid.uuid4().hex[:8]
+            settings = TemporalSettings(
+                _env_file=None,  # type: ignore[call-arg]
+                address=env.client.service_client.config.target_host,
+                task_queue=f"record-{suffix}",
+                control_task_queue=f"record-{suffix}-control",
+                embedded=False,
+            )
+            async with WorkerSupervisor(settings, CHILD, client=env.client, env=TEST_CODEC_ENV):
+                handle = await SCENARIOS[name](env.client, settings.control_task_queue)
+                history = await handle.fetch_history()
+        (HERE / f"{name}.json").write_text(history.to_json())
+        print(f"recorded {name}.json ({len(history.events)} events)")
+
+
+if __name__ == "__main__":
+    asyncio.run(record(sys.argv[1:] or list(SCENARIOS)))
