@@ -8,7 +8,7 @@ UV := .tools/bin/uv
 export UV_PYTHON_DOWNLOADS := never
 
 .DEFAULT_GOAL := setup
-.PHONY: setup run demo test lint bench clean
+.PHONY: setup run demo demo-side-by-side test lint bench clean
 
 $(UV):
 	$(PYTHON) -m venv .tools
@@ -25,6 +25,9 @@ run: .venv/.synced  ## the main job: embedded Temporal, supervised Worker, platf
 
 demo: .venv/.synced  ## the unattended story, start to finish
 	$(UV) run --locked refund-bot demo
+
+demo-side-by-side: .venv/.synced  ## the same crash without and with Temporal, in two threads
+	$(UV) run --locked refund-bot demo --side-by-side
 
 test: .venv/.synced  ## the whole test suite, on a real Temporal dev server
 	$(UV) run --locked pytest

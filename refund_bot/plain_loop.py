@@ -39,7 +39,7 @@ from agent.activities.decide import DecideActivities
 from agent.activities.lookups import LookupActivities
 from agent.activities.notify import NotifyActivities, ThreadPoster
 from agent.activities.refund import RefundActivities
-from agent.effect_owner import effect_owner, refunds_at_owner
+from agent.effect_owner import effect_owner
 from agent.models import (
     AGENT_PRINCIPAL,
     Actor,
@@ -177,23 +177,31 @@ class PlainLoop:
             await self.start_over(order_number)
 
     async def start_over(self, order_number: str | None) -> None:
-        """A message in a thread this process has no memory of: all it can read is the owner's
-        record of the payment, so it asks the customer to start again."""
-        owner = "The ledger"
+        """A message in a thread this process has no memory of. All it can read is the order and
+        the refunds on its payment, from their owner: no refund there, so the customer is asked to
+        start again; one there (made by a process before this one), so the customer is told."""
+        order = None
         if order_number:
             lookup = await self.step(
                 "lookup_order",
                 self.parts.lookups.lookup_order,
                 LookupOrderInput(customer=self.customer, order_number=order_number),
             )
-            if lookup.order is not None:
-                record = await refunds_at_owner(
-                    self.parts.settings, self.conversation_id, lookup.order.payment_ref
-                )
-                owner = "Stripe" if record.owner.lower().startswith("stripe") else "The ledger"
-        text = START_OVER.format(owner=owner, order=order_number or "?")
+            order = lookup.order
+        if order is not None and order.refunds:
+            first = order.refunds[0]
+            text = (
+                f"I have no record of our conversation, but {self._owner()} shows order "
+                f"{order.order_number} refunded (reference {first.refund_id})."
+            )
+        else:
+            owner = self._owner()
+            text = START_OVER.format(owner=owner[0].upper() + owner[1:], order=order_number or "?")
         await self.post("info", text)
         self.report(LoopEvent(event="start_over", text=text))
+
+    def _owner(self) -> str:
+        return "the ledger" if self.parts.settings.stripe_api_key is None else "Stripe"
 
     async def converse(self, opening: str) -> None:
         parts = self.parts

@@ -19,10 +19,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import os
 import secrets
-import signal
-import sys
 import time
 from collections import Counter
 from collections.abc import Awaitable, Callable, Mapping
@@ -49,8 +46,8 @@ from refund_bot.demo_parts import (
     history_counts,
     place_demo_customer,
 )
-from refund_bot.plain_loop import CustomerLine, LoopEvent
-from worker.lifecycle import spawn_child, terminate
+from refund_bot.plain_loop import CustomerLine
+from refund_bot.plain_process import PlainProcess
 
 log = logging.getLogger(__name__)
 
@@ -122,96 +119,6 @@ class Side:
     @property
     def opening(self) -> str:
         return f"please refund order {self.order.order_number}"
-
-
-class PlainProcess:
-    """One plain-loop process: the customer's lines in on stdin, what it did out on stdout."""
-
-    def __init__(self, proc: asyncio.subprocess.Process, calls: Path) -> None:
-        self.proc = proc
-        self.calls = calls
-        self._events: asyncio.Queue[LoopEvent] = asyncio.Queue()
-        self._reader = asyncio.create_task(self._read())
-
-    @classmethod
-    async def start(
-        cls, parts: StoryParts, side: Side, calls: Path, log_file: Path
-    ) -> PlainProcess:
-        argv = [
-            sys.executable, "-m", "refund_bot.plain_loop",
-            "--thread", side.thread.model_dump_json(),
-            "--customer", side.customer.model_dump_json(),
-            "--conversation", side.conversation_id,
-            "--order", side.order.order_number,
-            "--calls", str(calls),
-            "--hold",
-        ]  # fmt: skip
-        settings = parts.settings
-        env = {
-            **os.environ,
-            **parts.child_env,
-            "DATA_DIR": str(settings.data_dir),
-            "AGENT_DECIDER": settings.agent_decider,
-        }
-        if settings.database_url is not None:
-            env["DATABASE_URL"] = settings.database_url.get_secret_value()
-        with log_file.open("ab") as stderr:
-            # Its own process, tied to this one: it dies with the bot, and a SIGKILL is real.
-            proc = await spawn_child(
-                argv,
-                on_parent_death=signal.SIGKILL,
-                env=env,
-                stdin=asyncio.subprocess.PIPE,
-                stdout=asyncio.subprocess.PIPE,
-                stderr=stderr,
-            )
-        process = cls(proc, calls)
-        await process.expect("ready")
-        return process
-
-    @property
-    def pid(self) -> int:
-        return self.proc.pid
-
-    async def _read(self) -> None:
-        assert self.proc.stdout is not None
-        while line := await self.proc.stdout.readline():
-            with contextlib.suppress(ValueError):
-                await self._events.put(LoopEvent.model_validate_json(line))
-
-    async def send(self, line: CustomerLine) -> None:
-        assert self.proc.stdin is not None
-        self.proc.stdin.write(line.model_dump_json().encode() + b"\n")
-        await self.proc.stdin.drain()
-
-    async def expect(self, event: str) -> LoopEvent:
-        """The loop's next report, which must be `event` (within STEP_TIMEOUT)."""
-        deadline = time.monotonic() + STEP_TIMEOUT
-        while (left := deadline - time.monotonic()) > 0:
-            get = asyncio.ensure_future(self._events.get())
-            done, _ = await asyncio.wait(
-                {get, self._reader}, timeout=left, return_when=asyncio.FIRST_COMPLETED
-            )
-            if get not in done:
-                get.cancel()
-                if self._reader in done:
-                    code = self.proc.returncode
-                    raise DemoFailed(f"the plain loop's process ended (exit {code})")
-                break
-            report = get.result()
-            if report.event == event:
-                return report
-            raise DemoFailed(f"the plain loop did {report.event!r} where {event!r} was next")
-        raise DemoFailed(f"the plain loop did not reach {event!r} within {STEP_TIMEOUT:.0f}s")
-
-    def kill(self) -> None:
-        with contextlib.suppress(ProcessLookupError):
-            self.proc.kill()  # SIGKILL: no clean shutdown, as a crash
-
-    async def stop(self) -> None:
-        await terminate(self.proc, 5.0)
-        self._reader.cancel()
-        await asyncio.gather(self._reader, return_exceptions=True)
 
 
 class Pace:
@@ -373,8 +280,7 @@ class SideBySide:
 
         async def while_no_worker() -> None:
             # The Worker is dead (the restart killed it a moment ago); the plain process now.
-            plain.kill()
-            await asyncio.wait_for(plain.proc.wait(), STEP_TIMEOUT)
+            await plain.kill()
             await self.stage.post_frame(
                 without.thread,
                 Frame(
@@ -441,8 +347,10 @@ class SideBySide:
             Frame(
                 "A NEW WORKER",
                 (
-                    f"Worker pid {restart.new_pid} on {restart.host} polls "
-                    f"{restart.seconds_to_ready:.2f} s after the SIGKILL of pid {restart.old_pid}.",
+                    f"Worker pid {restart.new_pid} on {restart.host} took over from pid "
+                    f"{restart.old_pid} in {restart.seconds_to_ready - restart.seconds_paused:.2f}"
+                    f" s, once the story had read what survives ({restart.seconds_paused:.2f} s"
+                    " with no Worker).",
                     "The same loop, rebuilt from Event History: it waits where it stood, one "
                     "step before the refund.",
                 ),
@@ -531,34 +439,27 @@ class SideBySide:
     # Counting, from the owners -----------------------------------------------------------------
 
     async def _count_without(self, side: Side) -> SideCounts:
-        after = Counter((self.work_dir / "calls-2").read_text().split())
-        owner = await refunds_at_owner(
-            self.parts.settings, side.conversation_id, side.order.payment_ref
-        )
-        return SideCounts(
-            questions_twice=_asked_twice(await self.stage.questions(side.thread)),
-            decides_again=after["decide_next_step"],
-            lookups_again=sum(after[s] for s in LOOKUPS),
-            model_calls_again=after["model_call"]
-            if self.parts.settings.agent_decider == "openai"
-            else None,
-            refunds=len(owner.refunds),
-        )
+        # Everything the plain loop's second process did redid work the first had done.
+        return await self._counts(side, Counter((self.work_dir / "calls-2").read_text().split()))
 
     async def _count_durable(self, side: Side) -> SideCounts:
         after = await history_counts(self.parts.client, side.conversation_id)
-        again = {step: after[step] - self._before_crash[step] for step in LOOP_STEPS}
+        again = Counter({step: after[step] - self._before_crash[step] for step in LOOP_STEPS})
+        # Every model call is a decide step: none run again means no model call made again.
+        again["model_call"] = again["decide_next_step"]
+        return await self._counts(side, again)
+
+    async def _counts(self, side: Side, again: Counter[str]) -> SideCounts:
+        """One side's counts: `again`, the steps run again after the crash (by step name)."""
         owner = await refunds_at_owner(
             self.parts.settings, side.conversation_id, side.order.payment_ref
         )
+        model = self.parts.settings.agent_decider == "openai"
         return SideCounts(
             questions_twice=_asked_twice(await self.stage.questions(side.thread)),
             decides_again=again["decide_next_step"],
             lookups_again=sum(again[s] for s in LOOKUPS),
-            # Every model call is a decide step: none run again means no model call made again.
-            model_calls_again=again["decide_next_step"]
-            if self.parts.settings.agent_decider == "openai"
-            else None,
+            model_calls_again=again["model_call"] if model else None,
             refunds=len(owner.refunds),
         )
 
@@ -569,9 +470,17 @@ class SideBySide:
         return self.without, self.durable, self._plain
 
     async def _start_plain(self, calls: Path) -> PlainProcess:
-        assert self.without is not None
+        side = self.without
+        assert side is not None
         return await PlainProcess.start(
-            self.parts, self.without, calls, self.work_dir / "plain-loop.log"
+            self.parts.settings,
+            side.thread,
+            side.customer,
+            side.conversation_id,
+            side.order.order_number,
+            calls=calls,
+            log_file=self.work_dir / "plain-loop.log",
+            child_env=self.parts.child_env,
         )
 
     async def _route(self, side: Side, message_id: str, text: str, opens: bool = False) -> None:

@@ -27,6 +27,7 @@ from bot.commands import Commands
 from bot.hold import HoldSwitch
 from bot.local.terminal import PEOPLE
 from refund_bot.wiring import SupervisorsOverTemporal
+from tests.support import queue_settings
 from tests.support.codec import TEST_CODEC_ENV, TEST_KEY
 from tests.support.conditions import wait_for
 from worker.lifecycle import alive
@@ -40,14 +41,7 @@ PRESENTER = PEOPLE["presenter"]
 async def two_hosts(
     temporal_env: WorkflowEnvironment,
 ) -> AsyncIterator[tuple[dict[str, WorkerSupervisor], TemporalSettings]]:
-    suffix = uuid.uuid4().hex[:8]
-    settings = TemporalSettings(
-        _env_file=None,  # type: ignore[call-arg]
-        address=temporal_env.client.service_client.config.target_host,
-        task_queue=f"hosts-{suffix}",
-        control_task_queue=f"hosts-{suffix}-control",
-        embedded=False,
-    )
+    settings = queue_settings(temporal_env.client, "hosts")
     # A client each, as two hosts have: the SDK allows one Worker per queue on one client.
     supervisors = {
         host: WorkerSupervisor(

@@ -20,6 +20,21 @@ from tests.support.conversation import LocalConversation
 from worker.server import temporal_answers
 
 
+def _model_env(data_dir: Path, model: FakeOpenAI, **settings: str) -> dict[str, str]:
+    """The demo's environment with the live model (a fake on loopback: no proxy in between)."""
+    env = _demo_env(
+        data_dir,
+        AGENT_DECIDER="openai",
+        OPENAI_API_KEY=model.api_key,
+        OPENAI_BASE_URL=model.api_url,
+        OPENAI_MODEL="test-model",
+        **settings,
+    )
+    for name in ("HTTP_PROXY", "http_proxy", "HTTPS_PROXY", "https_proxy", "ALL_PROXY"):
+        env.pop(name, None)
+    return env
+
+
 def _demo_env(data_dir: Path, **settings: str) -> dict[str, str]:
     return {
         **clean_environment(),
@@ -30,13 +45,14 @@ def _demo_env(data_dir: Path, **settings: str) -> dict[str, str]:
     }
 
 
-async def _run_demo(env: dict[str, str], cwd: Path) -> str:
+async def _run_demo(env: dict[str, str], cwd: Path, *args: str) -> str:
     """`refund-bot demo` as a subprocess, awaited so this loop keeps serving any fakes."""
     proc = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
         "refund_bot",
         "demo",
+        *args,
         env=env,
         cwd=cwd,
         stdin=asyncio.subprocess.DEVNULL,
@@ -103,17 +119,9 @@ async def test_refund_bot_demo_tells_the_story_again_and_again(tmp_path: Path) -
 async def test_demo_honours_agent_decider_and_pays_in_stripe_test_mode(tmp_path: Path) -> None:
     # The model escalates: the support agent approves in the thread, and the story carries on.
     async with FakeOpenAI(decision="escalate") as model, FakeStripe() as stripe:
-        env = _demo_env(
-            tmp_path / ".data",
-            AGENT_DECIDER="openai",
-            OPENAI_API_KEY=model.api_key,
-            OPENAI_BASE_URL=model.api_url,
-            OPENAI_MODEL="test-model",
-            STRIPE_API_KEY=stripe.api_key,
-            STRIPE_API_BASE=stripe.url,
+        env = _model_env(
+            tmp_path / ".data", model, STRIPE_API_KEY=stripe.api_key, STRIPE_API_BASE=stripe.url
         )
-        for name in ("HTTP_PROXY", "http_proxy", "HTTPS_PROXY", "https_proxy", "ALL_PROXY"):
-            env.pop(name, None)  # the fakes are on loopback
         out = await _run_demo(env, tmp_path)
     _assert_the_story(out, "10001")
     assert "Decide step: the model test-model (AGENT_DECIDER=openai)" in out
@@ -161,3 +169,27 @@ async def test_open_conversation_survives_a_restart_of_everything(tmp_path) -> N
     questions = [m.text for m in await conv.bot_messages() if m.kind == "question"]
     assert questions == ["Was the package opened?", "What was damaged?"]
     assert len(await Ledger(database_for(settings)).refunds_for_workflow(handle.id)) == 1
+
+
+async def test_side_by_side_tells_both_demos_and_counts_the_model_calls(tmp_path: Path) -> None:
+    # The live model decides (a fake, on loopback): its own record of requests is the owner of
+    # "model calls made", and the story's counts must agree with it.
+    async with FakeOpenAI() as model:
+        out = await _run_demo(_model_env(tmp_path / ".data", model), tmp_path, "--side-by-side")
+    for frame in (
+        "== PROCESS GONE ==",
+        "== WORKER GONE ==",
+        "== WHAT SURVIVES ==",
+        "== NO REPEATED QUESTIONS · NO LOOP RESTART ==",
+        "== THE CUSTOMER STARTS OVER ==",
+        "== SAME CRASH, TWO OUTCOMES ==",
+    ):
+        assert out.count(frame) == 1, (frame, out)
+    assert "Please start the return again." in out
+    assert "ok: every count is the docs page's." in out
+    without, durable = out.split("Without Temporal\n")[-1].split("With Temporal\n")
+    # Per side: the order lookup, the history lookup and the decision, each a model call; the
+    # plain loop made its three again after the crash, the Workflow none.
+    assert "model calls made again: 3" in without and "refunds made: 0" in without
+    assert "model calls made again: 0" in durable and "refunds made: 1" in durable
+    assert len(model.requests) == 3 + 3 + 3

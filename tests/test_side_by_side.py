@@ -118,10 +118,10 @@ async def test_a_presenter_tells_both_demos_in_the_terminal(
         assert "ok: every count is the docs page's." in told.text, told.text
 
         # From the owners: the threads hold the questions as posted, the ledger the refunds.
-        naive_asked, durable_asked = (
+        naive_asked, durable_asked = [
             Counter(m.text for m in await _messages(threads, t) if m.kind == "question")
             for t in (naive, durable)
-        )
+        ]
         assert naive_asked == {ASKED[0]: 2, ASKED[1]: 2}
         assert durable_asked == {ASKED[0]: 1, ASKED[1]: 1}
         naive_text = "\n".join(m.text for m in await _messages(threads, naive))

@@ -16,7 +16,7 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowHandle
 from temporalio.testing import WorkflowEnvironment
 
-from agent.settings import TemporalSettings
+from tests.support import queue_settings
 from tests.support.codec import TEST_CODEC_ENV
 from tests.support.conditions import wait_for
 from worker.control import (
@@ -36,15 +36,7 @@ REPORTS: list[RestartReport] = []
 @pytest.fixture(scope="module")
 async def supervisor(temporal_env: WorkflowEnvironment) -> AsyncIterator[WorkerSupervisor]:
     """One supervised child for the module; each test leaves it running and polling."""
-    suffix = uuid.uuid4().hex[:8]
-    settings = TemporalSettings(
-        _env_file=None,  # type: ignore[call-arg]
-        address=temporal_env.client.service_client.config.target_host,
-        namespace=temporal_env.client.namespace,
-        task_queue=f"refund-bot-test-{suffix}",
-        control_task_queue=f"refund-bot-control-test-{suffix}",
-        embedded=False,
-    )
+    settings = queue_settings(temporal_env.client, "refund-bot-test")
     sup = WorkerSupervisor(
         settings, CHILD, client=temporal_env.client, env=TEST_CODEC_ENV, ready_timeout=20
     )

@@ -9,7 +9,6 @@ processes (the real one, or tests/support/dummy_worker.py) on the session's Temp
 from __future__ import annotations
 
 import sys
-import uuid
 from collections.abc import AsyncIterator
 from datetime import timedelta
 from pathlib import Path
@@ -21,8 +20,8 @@ from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Replayer
 
 from agent.history import what_survives
-from agent.settings import TemporalSettings
 from refund_bot.wiring import SupervisorInProcess, SupervisorsOverTemporal, local_thread_store
+from tests.support import queue_settings
 from tests.support.codec import TEST_CODEC_ENV, TEST_CONVERTER
 from tests.support.conditions import wait_for
 from tests.support.conversation import LocalConversation
@@ -40,14 +39,7 @@ LIMIT = 2.0
 @pytest.fixture(scope="module")
 async def supervisor(temporal_env: WorkflowEnvironment) -> AsyncIterator[WorkerSupervisor]:
     """One supervised dummy Worker for the module; each test leaves it running and polling."""
-    suffix = uuid.uuid4().hex[:8]
-    settings = TemporalSettings(
-        _env_file=None,  # type: ignore[call-arg]
-        address=temporal_env.client.service_client.config.target_host,
-        task_queue=f"pause-{suffix}",
-        control_task_queue=f"pause-{suffix}-control",
-        embedded=False,
-    )
+    settings = queue_settings(temporal_env.client, "pause")
     sup = WorkerSupervisor(
         settings,
         CHILD,

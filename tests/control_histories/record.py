@@ -14,14 +14,13 @@ from __future__ import annotations
 
 import asyncio
 import sys
-import uuid
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 from temporalio.client import Client, WorkflowHandle
 from temporalio.testing import WorkflowEnvironment
 
-from agent.settings import TemporalSettings
+from tests.support import queue_settings
 from tests.support.codec import TEST_CODEC_ENV, TEST_CONVERTER
 from worker.control import paused_worker_restart, request_worker_restart
 from worker.server import temporal_cli_path
@@ -62,14 +61,7 @@ async def record(names: list[str]) -> None:
             dev_server_existing_path=str(temporal_cli_path()), data_converter=TEST_CONVERTER
         )
         async with env:
-            suffix = uuid.uuid4().hex[:8]
-            settings = TemporalSettings(
-                _env_file=None,  # type: ignore[call-arg]
-                address=env.client.service_client.config.target_host,
-                task_queue=f"record-{suffix}",
-                control_task_queue=f"record-{suffix}-control",
-                embedded=False,
-            )
+            settings = queue_settings(env.client, "record")
             async with WorkerSupervisor(settings, CHILD, client=env.client, env=TEST_CODEC_ENV):
                 handle = await SCENARIOS[name](env.client, settings.control_task_queue)
                 history = await handle.fetch_history()

@@ -4,9 +4,28 @@
 from __future__ import annotations
 
 import socket
+import uuid
+
+from temporalio.client import Client
+
+from agent.settings import TemporalSettings
 
 
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
+
+
+def queue_settings(client: Client, prefix: str) -> TemporalSettings:
+    """Settings on the server `client` talks to, with task queues of their own (`prefix`-…), so
+    a test's Workers and supervisors meet no other test's."""
+    suffix = uuid.uuid4().hex[:8]
+    return TemporalSettings(
+        _env_file=None,  # type: ignore[call-arg]
+        address=client.service_client.config.target_host,
+        namespace=client.namespace,
+        task_queue=f"{prefix}-{suffix}",
+        control_task_queue=f"{prefix}-{suffix}-control",
+        embedded=False,
+    )
