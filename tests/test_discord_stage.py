@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 from pydantic import SecretStr
+from temporalio.testing import WorkflowEnvironment
 
 from agent.models import Actor, MessageKey, MessageKind, OutboundMessage, ThreadRef
 from agent.policy import QUESTIONS
@@ -20,10 +22,14 @@ from bot.discord.outbound import DiscordThreadPoster, RoutedHTTPClient
 from bot.discord.render import TONE_COLOURS
 from bot.discord.stage import MESSAGES_PAGE_SIZE, DiscordStage
 from bot.ids import workflow_id_for
+from refund_bot.side_by_side import Pace, SideBySide, StoryParts
+from refund_bot.wiring import SupervisorInProcess
 from tests.fakes.discord_api import MESSAGES_ROUTE, THREADS_ROUTE, FakeDiscordAPI
 from tests.support.discord_guild import CUSTOMER, GUILD, SUPPORT, seed_guild
+from tests.support.stack import child_env, supervised_stack
 
 CHANNEL = ChannelRef(platform="discord", workspace=str(GUILD), channel=str(SUPPORT))
+STORY_TIMEOUT = 240.0  # the story's own steps each wait at most 60 s
 DEMO_CUSTOMER = Actor(platform="discord", user_id="demo-nyghtowl-1", display_name="Nyghtowl")
 
 
@@ -178,3 +184,50 @@ async def test_questions_are_read_across_pages_oldest_first(
     assert await stage.questions(thread) == [QUESTIONS["item_opened"], QUESTIONS["damage"]]
     reads = api.requests_to("GET /channels/{channel_id}/messages")
     assert len(reads) == 2  # two pages of at most 100
+
+
+async def test_the_whole_story_on_discord(
+    temporal_env: WorkflowEnvironment,
+    tmp_path: Path,
+    api: FakeDiscordAPI,
+    stage: DiscordStage,
+) -> None:
+    """The supervised Worker and the plain loop post to the fake Discord; the story runs on a
+    zero timer; its summary is counted from Discord's threads and the other owners."""
+    discord = {"DISCORD_TOKEN": api.token, "DISCORD_API_URL": api.api_url}
+    async with supervised_stack(temporal_env, tmp_path, discord) as stack:
+        assert stack.supervisor is not None
+        parts = StoryParts(
+            stack.client,
+            stack.temporal,
+            stack.settings,
+            stack.inbox,
+            SupervisorInProcess(stack.supervisor),
+            child_env(tmp_path, discord),  # as running_router hands the Worker's env on
+        )
+        story = SideBySide(parts, stage, CHANNEL, Pace(0.0, auto=True))
+        summary = await asyncio.wait_for(story.run(), STORY_TIMEOUT)
+
+    assert summary.problems() == []
+    assert story.without is not None and story.durable is not None
+    without, durable = story.without.thread, story.durable.thread
+    # What Discord shows: two roots and the summary in the channel, each side's frames in its
+    # thread, the agent's questions asked twice without Temporal and once with it.
+    roots = [m for m in api.messages(SUPPORT) if m.get("thread")]
+    assert [m["id"] for m in roots] == [without.thread, durable.thread]
+    summary_post = api.messages(SUPPORT)[-1]
+    [embed] = summary_post["embeds"]
+    assert embed["title"].endswith("SAME CRASH, TWO OUTCOMES")
+    assert [f["name"] for f in embed["fields"]] == ["Without Temporal", "With Temporal"]
+    assert "questions asked twice: 2" in embed["fields"][0]["value"]
+    assert "refunds made: 1" in embed["fields"][1]["value"]
+    frames = {
+        thread.thread: [e["title"] for e in embeds(api.messages(thread.thread))]
+        for thread in (without, durable)
+    }
+    assert any(t.endswith("PROCESS GONE") for t in frames[without.thread])
+    assert any(t.endswith("WORKER GONE") for t in frames[durable.thread])
+    assert any(t.endswith("WHAT SURVIVES") for t in frames[durable.thread])
+    asked = [QUESTIONS["item_opened"], QUESTIONS["damage"]]
+    assert await stage.questions(without) == asked * 2
+    assert await stage.questions(durable) == asked
