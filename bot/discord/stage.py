@@ -16,12 +16,14 @@ mentions never ping. How `questions` tells the agent's questions from the rest: 
 metadata beside a message (Slack's stage reads the kind SlackThreadPoster writes there), and the
 nonce each agent post carries is not returned when messages are read back. What Discord does keep
 is who posted, whether a post has an embed, and its content. So a question is a message of the
-default type, posted by this bot, with no embed (the stage's root and frames always carry one),
-whose content is one of the texts the agent asks with (`agent.policy.ASKED_TEXTS`: the intake
-questions are the policy's, with the live model too). The last test is what tells a question from
-the agent's other plain posts (its hold notice, "start the return again", the outcome), which look
-the same on Discord; matching the agent's own question texts is exact, where a guess from the
-wording ("ends with a question mark") would not be.
+default type, posted by this bot (a person typing a question's words is not the agent), with no
+embed (the stage's root and frames always carry one), whose whole content is one of the texts the
+agent asks with (`agent.policy.ASKED_TEXTS`: the intake questions are the policy's, with the live
+model too). A demo line never matches: it starts with the customer's bold name. The text is what
+tells a question from the agent's other plain posts (its hold notice, "start the return again",
+the outcome), which look the same on Discord; matching the agent's own question texts is exact,
+where a guess from the wording ("ends with a question mark") would not be. Should the agent ever
+ask in words of its own, they belong in ASKED_TEXTS, or Discord's read-back will not see them.
 """
 
 from __future__ import annotations
