@@ -36,6 +36,9 @@ ORDER_NUMBER_RETRY = (
     "I couldn't find an order number in that. Which order should I refund? "
     "(digits only, for example 1234)"
 )
+# Every text the agent asks a customer with (the live model asks with these too): what a platform
+# that keeps no kind beside a post (Discord) reads a question by.
+ASKED_TEXTS = frozenset({*QUESTIONS.values(), ORDER_NUMBER_RETRY})
 
 # A standalone run of 3 to 12 digits, or one right after "#": not part of a word, a phone number
 # (555-0100) or a decimal (2.50); a full stop after it ends a sentence.

@@ -26,14 +26,16 @@ from agent.models import Actor, MessageKey, OutboundMessage, ThreadRef
 from agent.settings import AgentSettings
 from agent.stores.grants import GrantStore
 from agent.stores.sqlite import SqliteDatabase
-from bot.commands import GRANTABLE_ROLES, Commands
+from bot.commands import GRANTABLE_ROLES, CommandReply, Commands
 from bot.conversations import MAX_SIGNAL_TEXT, NOTICES, InboundClick, Routed
+from bot.demo_stage import ChannelRef, DemoStage, Frame
 from bot.discord import replies, slash_commands
 from bot.discord.client import RefundBotClient, build_client
 from bot.discord.commands_spec import MANIFEST_PATH, load_manifest, mismatches, sync_commands
 from bot.discord.grants import DiscordRoleGrants
 from bot.discord.outbound import DiscordThreadPoster
 from bot.discord.settings import DEFAULT_APPROVER_ROLE_LIMIT_CENTS, DiscordSettings
+from bot.discord.stage import DiscordStage
 from bot.hold import HoldSwitch
 from bot.ids import workflow_id_for
 from tests.fakes.discord_api import (
@@ -133,6 +135,20 @@ class FakeRestart:
         return RestartReport(host=host or self.hosts[0])
 
 
+@dataclass
+class StagingDemos:
+    """Stands in for the story (bot.commands.SideBySideDemo): each command it gets posts a frame
+    at the channel's top level through the stage it was handed, as the story's first moment
+    posts in the channel; so a command that reached it shows in Discord."""
+
+    calls: list[tuple[str, DemoStage, ChannelRef]] = field(default_factory=list)
+
+    async def command(self, action: str, stage: DemoStage, channel: ChannelRef) -> CommandReply:
+        self.calls.append((action, stage, channel))
+        await stage.post_frame(channel, Frame(f"DEMO {action or 'start'}"))
+        return CommandReply(text=f"demo {action or 'start'}")
+
+
 def discord_actor(user_id: int) -> Actor:
     return Actor(platform="discord", user_id=str(user_id))
 
@@ -189,15 +205,21 @@ def hold(tmp_path: Path) -> HoldSwitch:
 
 
 @pytest.fixture
+def demos() -> StagingDemos:
+    return StagingDemos()
+
+
+@pytest.fixture
 def commands(
     tmp_path: Path,
     store: GrantStore,
     temporal: StubTemporal,
     restart: FakeRestart,
     hold: HoldSwitch,
+    demos: StagingDemos,
 ) -> Commands:
     agent_settings = AgentSettings(_env_file=None, data_dir=tmp_path)  # type: ignore[call-arg]
-    return Commands(temporal, restart, agent_settings, store, hold)  # type: ignore[arg-type]
+    return Commands(temporal, restart, agent_settings, store, hold, demos)  # type: ignore[arg-type]
 
 
 @dataclass
@@ -738,6 +760,7 @@ async def test_commands_are_registered_from_the_manifest_at_login(bot: Bot) -> N
         "refund-hold",
         "refund-grant",
         "refund-revoke",
+        "refund-demo",
     ]
     assert mismatches(bot.client.tree, load_manifest()) == []
 
@@ -846,6 +869,43 @@ async def test_refund_revoke(bot: Bot, store: GrantStore) -> None:
     text = await run_command(bot, "refund-revoke", ADMIN, options=options)
     assert await store.live_grant(discord_actor(PRESENTER), "presenter") is None
     assert text.startswith("Revoked presenter from pat")
+
+
+async def test_refund_demo_from_a_non_presenter_is_refused_and_posts_nothing(
+    bot: Bot, demos: StagingDemos
+) -> None:
+    thread_id = await bot.open_conversation()
+    before = (bot.api.messages(SUPPORT), bot.api.messages(thread_id), len(bot.api.requests))
+    for channel_id, options in ((SUPPORT, None), (thread_id, {"action": "next"})):
+        refused = await run_command(bot, "refund-demo", STRANGER, channel_id, options)
+        assert "needs the presenter role" in refused
+    assert demos.calls == []
+    # Nothing new in the channel or the thread: no root, no thread, no frame.
+    assert (bot.api.messages(SUPPORT), bot.api.messages(thread_id)) == before[:2]
+    sent = {r.route for r in bot.api.requests[before[2] :]}
+    assert sent <= {CALLBACK_ROUTE, FOLLOWUP_ROUTE}, sent  # only the private answers
+
+
+async def test_refund_demo_runs_the_story_on_discord_in_the_support_channel(
+    bot: Bot, demos: StagingDemos
+) -> None:
+    thread_id = await bot.open_conversation()
+    support = ChannelRef(platform="discord", workspace=str(GUILD), channel=str(SUPPORT))
+
+    assert await run_command(bot, "refund-demo", PRESENTER) == "demo start"
+    # Inside a thread, the demo is the thread's channel's: its parent.
+    text = await run_command(bot, "refund-demo", PRESENTER, thread_id, {"action": "auto"})
+    assert text == "demo auto"
+
+    assert [(action, channel) for action, _, channel in demos.calls] == [
+        ("", support),
+        ("auto", support),
+    ]
+    assert all(isinstance(stage, DiscordStage) for _, stage, _ in demos.calls)
+    # The stage posts with the bot's own client, to the channel's top level.
+    posted = [m for m in bot.api.messages(SUPPORT) if m["embeds"]]
+    assert [m["embeds"][0]["title"] for m in posted] == ["DEMO start", "DEMO auto"]
+    assert all(m["author"]["id"] == bot.api.bot_user["id"] for m in posted)
 
 
 async def test_a_failing_command_still_answers_privately(bot: Bot, temporal: StubTemporal) -> None:

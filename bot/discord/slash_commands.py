@@ -1,6 +1,7 @@
 """The slash commands' handlers: /crash-worker and /refund-…, answered privately to the caller.
 
     /crash-worker, /refund-… -> bot.commands.Commands -> ephemeral answer
+    /refund-demo             -> Commands.refund_demo(actor, action, DiscordStage, this channel)
 
 Names, descriptions, choices and permissions come from the manifest (commands_spec); here are only
 the handlers, whose parameters commands_spec.mismatches checks against it. Every answer is
@@ -20,9 +21,11 @@ from discord import app_commands
 
 from agent.models import Actor, ThreadRef
 from bot.commands import CommandReply
+from bot.demo_stage import ChannelRef
 from bot.discord.actors import actor_for
 from bot.discord.commands_spec import command_spec
 from bot.discord.replies import FAILED, finished_within, tell_privately
+from bot.discord.stage import DiscordStage
 from bot.ids import workflow_id_for
 
 if TYPE_CHECKING:
@@ -36,6 +39,7 @@ WHICH_CONVERSATION = (
     "Which conversation? Run this inside the conversation's thread, or give `conversation:` a "
     "thread link, a thread id or a Workflow ID."
 )
+WHICH_CHANNEL = "Run /refund-demo in the support channel: its two threads open there."
 OUT_OF_DATE = "This command is out of date here; run `refund-bot discord sync-commands`."
 _LINK = re.compile(r"channels/(\d+)/(\d+)(?:/(\d+))?")
 
@@ -92,6 +96,21 @@ def build_commands(client: RefundBotClient, manifest: tuple[dict[str, Any], ...]
             defer=False,
         )
 
+    async def refund_demo(interaction: discord.Interaction, action: str | None = None) -> None:
+        channel = demo_channel(interaction)
+        if channel is None or client.user is None:
+            await tell_privately(interaction, WHICH_CHANNEL)
+            return
+        actor = actor_for(interaction.user)
+        # The gateway client's own HTTPClient: logged in, rate limits handled, routed to api_url.
+        stage = DiscordStage(client.http, client.user.id)
+        await _answer(
+            client,
+            interaction,
+            lambda: client.commands.refund_demo(actor, action or "", stage, channel),
+            defer=False,
+        )
+
     handlers: dict[str, Callable[..., Awaitable[None]]] = {
         "crash-worker": crash_worker,
         "refund-status": refund_status,
@@ -99,6 +118,7 @@ def build_commands(client: RefundBotClient, manifest: tuple[dict[str, Any], ...]
         "refund-hold": refund_hold,
         "refund-grant": refund_grant,
         "refund-revoke": refund_revoke,
+        "refund-demo": refund_demo,
     }
     return [_command(command_spec(name, manifest), handler) for name, handler in handlers.items()]
 
@@ -141,6 +161,18 @@ def conversation_for(
     if isinstance(channel, discord.Thread) and guild:
         return _workflow_id(guild, str(channel.id), support_channel_id)
     return None
+
+
+def demo_channel(interaction: discord.Interaction) -> ChannelRef | None:
+    """Where /refund-demo opens its threads: the channel it was run in, or the thread's parent
+    when run inside a thread. None outside a guild."""
+    channel = interaction.channel
+    if interaction.guild_id is None or channel is None:
+        return None
+    channel_id = channel.parent_id if isinstance(channel, discord.Thread) else channel.id
+    return ChannelRef(
+        platform="discord", workspace=str(interaction.guild_id), channel=str(channel_id)
+    )
 
 
 async def _answer(

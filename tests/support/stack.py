@@ -56,6 +56,11 @@ async def supervised_stack(
     """`worker_env` adds settings for the Worker child (e.g. SLACK_BOT_TOKEN, SLACK_API_URL)."""
     temporal, settings = settings_for(temporal_env, data_dir)
     settings = settings.model_copy(update={"hold_before_refund": hold})
-    env = {**_BLANK_PLATFORMS, "DATA_DIR": str(data_dir), **(worker_env or {})}
+    env = child_env(data_dir, worker_env)
     async with running_stack(temporal, settings, worker_env=env) as stack:
         yield stack
+
+
+def child_env(data_dir: Path, worker_env: dict[str, str] | None = None) -> dict[str, str]:
+    """What a test's Worker child (and /refund-demo's plain loop) adds to this environment."""
+    return {**_BLANK_PLATFORMS, "DATA_DIR": str(data_dir), **(worker_env or {})}
