@@ -143,7 +143,9 @@ class StagingDemos:
 
     calls: list[tuple[str, DemoStage, ChannelRef]] = field(default_factory=list)
 
-    async def command(self, action: str, stage: DemoStage, channel: ChannelRef) -> CommandReply:
+    async def command(
+        self, action: str, stage: DemoStage, channel: ChannelRef, seconds: float | None = None
+    ) -> CommandReply:
         self.calls.append((action, stage, channel))
         await stage.post_frame(channel, Frame(f"DEMO {action or 'start'}"))
         return CommandReply(text=f"demo {action or 'start'}")

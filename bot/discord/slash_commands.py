@@ -96,7 +96,11 @@ def build_commands(client: RefundBotClient, manifest: tuple[dict[str, Any], ...]
             defer=False,
         )
 
-    async def refund_demo(interaction: discord.Interaction, action: str | None = None) -> None:
+    async def refund_demo(
+        interaction: discord.Interaction,
+        action: str | None = None,
+        seconds: app_commands.Range[float, 0, 60] | None = None,
+    ) -> None:
         channel = demo_channel(interaction)
         if channel is None or client.user is None:
             await tell_privately(interaction, WHICH_CHANNEL)
@@ -104,10 +108,12 @@ def build_commands(client: RefundBotClient, manifest: tuple[dict[str, Any], ...]
         actor = actor_for(interaction.user)
         # The gateway client's own HTTPClient: logged in, rate limits handled, routed to api_url.
         stage = DiscordStage(client.http, client.user.id)
+        # "auto 3", as the other platforms type it; Commands checks the words either way.
+        words = (action or "") + (f" {seconds:g}" if seconds is not None else "")
         await _answer(
             client,
             interaction,
-            lambda: client.commands.refund_demo(actor, action or "", stage, channel),
+            lambda: client.commands.refund_demo(actor, words, stage, channel),
             defer=False,
         )
 
