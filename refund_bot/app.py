@@ -34,10 +34,12 @@ from agent.settings import AgentSettings, TemporalSettings
 from agent.stores.database import database_for
 from agent.stores.grants import GrantStore
 from agent.temporal_client import connect
+from bot import demo_pace
 from bot import hold as hold_store
 from bot import inbox as inbox_store
 from bot.commands import Commands
 from bot.conversations import RPC_TIMEOUT
+from bot.demo_pace import DemoPace
 from bot.discord.gateway_lease import DatabaseLease, lease_name, serve_holding_lease
 from bot.discord.settings import DiscordSettings
 from bot.draining_router import DrainingRouter
@@ -97,7 +99,9 @@ async def running_router(
     inbox), then stops the delivery: before whatever runs underneath (Worker, Temporal) stops.
     """
     database = database_for(settings)
-    await database.migrate(inbox_store.SCHEMA, hold_store.SCHEMA, threads_store.SCHEMA)
+    await database.migrate(
+        inbox_store.SCHEMA, hold_store.SCHEMA, threads_store.SCHEMA, demo_pace.SCHEMA
+    )
     hold = HoldSwitch(database, settings.hold_before_refund)
     inbox = Inbox(database)
     router = DrainingRouter(
@@ -110,7 +114,8 @@ async def running_router(
     )
     workers = SupervisorsOverTemporal(client, temporal)
     demos = SideBySideDemos(
-        StoryParts(client, temporal, settings, inbox, workers, dict(child_env or {}))
+        StoryParts(client, temporal, settings, inbox, workers, dict(child_env or {})),
+        DemoPace(database),
     )
     commands = Commands(client, workers, settings, GrantStore(database), hold, demos)
     delivery = asyncio.create_task(router.run_delivery(), name="inbox delivery")

@@ -25,7 +25,7 @@ from collections import Counter
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from temporalio.client import Client
 
@@ -35,6 +35,7 @@ from agent.models import Actor, ConversationOutcome, OrderDetails, ThreadRef
 from agent.settings import AgentSettings, TemporalSettings
 from bot.commands import CommandReply, RestartReport, WorkerControl
 from bot.conversations import ConversationRouter, InboundMessage, Routed
+from bot.demo_pace import DemoPace
 from bot.demo_stage import ChannelRef, Column, DemoStage, Frame
 from bot.ids import workflow_id_for
 from bot.inbox import Inbox
@@ -49,12 +50,16 @@ from refund_bot.demo_parts import (
 from refund_bot.plain_loop import CustomerLine
 from refund_bot.plain_process import PlainProcess
 
+if TYPE_CHECKING:
+    from bot.local.terminal import LocalChannel
+
 log = logging.getLogger(__name__)
 
 WITHOUT = "Without Temporal"
 WITH = "With Temporal"
 FOLLOW_UP = "What happened to my refund?"
 STEP_TIMEOUT = 60.0  # one moment's waits: a post, a question, a Worker restart
+PRESS_POLL = 0.25  # how often the story reads the presenter's presses and reports its moment
 IDLE_TIMEOUT = 30 * 60.0  # a story nobody advances ends, and its plain process with it
 LOOKUPS = tuple(step for step in LOOP_STEPS if step != "decide_next_step")
 
@@ -519,65 +524,88 @@ def _asked_twice(questions: list[str]) -> int:
 
 
 class SideBySideDemos:
-    """bot.commands.SideBySideDemo: one story at a time in this process, paced by commands."""
+    """bot.commands.SideBySideDemo: one story at a time per database, run in the bot process that
+    took `/refund-demo` and paced by presses that any bot process may take (bot/demo_pace.py)."""
 
-    def __init__(self, parts: StoryParts, auto_delay: float = 4.0) -> None:
+    def __init__(self, parts: StoryParts, board: DemoPace, auto_delay: float = 4.0) -> None:
         self.parts = parts
+        self.board = board
         self.auto_delay = auto_delay
-        self._story: SideBySide | None = None
-        self._task: asyncio.Task[Summary] | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
 
     async def command(
         self, action: str, stage: DemoStage, channel: ChannelRef, seconds: float | None = None
     ) -> CommandReply:
-        running = self._task is not None and not self._task.done()
-        story = self._story
         if action in ("", "start"):
-            if running and story is not None:
-                return CommandReply(
-                    ok=False,
-                    text=f"A side-by-side demo is already running (now: {story.moment}). "
-                    "/refund-demo next, auto, crash or stop.",
-                )
-            story = SideBySide(self.parts, stage, channel, Pace(self.auto_delay))
-            self._story = story
-            self._task = asyncio.create_task(story.run(), name=f"side-by-side {story.story_id}")
-            self._task.add_done_callback(_log_end)
-            return CommandReply(
-                text="Two threads open in this channel: *Without Temporal* and *With "
-                "Temporal*, one customer, the same answers. Each `/refund-demo next` moves "
-                "both on one moment; `/refund-demo auto` runs the rest on a timer; "
-                "`/refund-demo crash` SIGKILLs both processes once both chose the refund."
-            )
-        if not running or story is None:
+            return await self._start(stage, channel)
+        running = await self.board.running()
+        if running is None:
             return CommandReply(
                 ok=False, text="No side-by-side demo is running: /refund-demo starts one."
             )
-        if action == "stop":
-            assert self._task is not None
-            self._task.cancel()
-            return CommandReply(text="The side-by-side demo is stopped.")
-        if action == "crash" and not story.upcoming.startswith("the crash"):
+        if action == "crash" and not running.upcoming.startswith("the crash"):
             return CommandReply(
                 ok=False,
-                text=f"The crash comes once both agents chose the refund; now: {story.moment}. "
+                text=f"The crash comes once both agents chose the refund; now: {running.moment}. "
                 "/refund-demo next moves on.",
             )
+        await self.board.press(running.story_id, action, seconds)
+        if action == "stop":
+            return CommandReply(text="The side-by-side demo stops.")
         if action == "auto":
-            story.pace.go_auto(seconds)
+            every = f"{seconds:g} s" if seconds is not None else "timer"
+            return CommandReply(text=f"Running the rest on a {every} (now: {running.moment}).")
+        return CommandReply(text=f"Next: {running.upcoming or 'the end'}.")
+
+    async def _start(self, stage: DemoStage, channel: ChannelRef) -> CommandReply:
+        story = SideBySide(self.parts, stage, channel, Pace(self.auto_delay))
+        where = f"{channel.platform} {channel.channel}"
+        if (running := await self.board.claim(story.story_id, where, story.moment)) is not None:
             return CommandReply(
-                text=f"Running the rest on a {story.pace.auto_delay:g} s timer (now: "
-                f"{story.moment})."
+                ok=False,
+                text=f"A side-by-side demo is already running in {running.channel} (now: "
+                f"{running.moment}). /refund-demo next, auto, crash or stop.",
             )
-        story.pace.next()
-        return CommandReply(text=f"Next: {story.upcoming or 'the end'}.")
+        task = asyncio.create_task(self._tell(story), name=f"side-by-side {story.story_id}")
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return CommandReply(
+            text="Two threads open in this channel: *Without Temporal* and *With "
+            "Temporal*, one customer, the same answers. Each `/refund-demo next` moves "
+            "both on one moment; `/refund-demo auto [seconds]` runs the rest on a timer; "
+            "`/refund-demo crash` SIGKILLs both processes once both chose the refund."
+        )
 
+    async def _tell(self, story: SideBySide) -> None:
+        """The story, and beside it the presses it takes and its reports, until it ends."""
+        telling = asyncio.create_task(story.run())
+        follow = asyncio.create_task(self._follow(story, telling))
+        try:
+            await telling
+        except asyncio.CancelledError:
+            log.info("side-by-side demo %s stopped by the presenter", story.story_id)
+        except DemoFailed as err:
+            log.warning("side-by-side demo %s ended early: %s", story.story_id, err)
+        finally:
+            follow.cancel()
+            await asyncio.gather(follow, return_exceptions=True)
+            await self.board.release(story.story_id)
 
-def _log_end(task: asyncio.Task[Any]) -> None:
-    if task.cancelled():
-        return
-    if (err := task.exception()) is not None:
-        log.warning("side-by-side demo ended early: %s", err)
+    async def _follow(self, story: SideBySide, telling: asyncio.Task[Summary]) -> None:
+        seen: set[str] = set()
+        while True:
+            try:
+                await self.board.report(story.story_id, story.moment, story.upcoming)
+                for press in await self.board.presses(story.story_id, seen):
+                    if press.action == "stop":
+                        telling.cancel()
+                    elif press.action == "auto":
+                        story.pace.go_auto(press.seconds)
+                    else:  # next, and crash (checked against the story's moment when pressed)
+                        story.pace.next()
+            except Exception:  # the database hiccuped: the next round reads the presses again
+                log.exception("side-by-side demo %s: reading the presses failed", story.story_id)
+            await asyncio.sleep(PRESS_POLL)
 
 
 async def unattended(temporal: TemporalSettings, settings: AgentSettings) -> int:
@@ -616,7 +644,7 @@ async def unattended(temporal: TemporalSettings, settings: AgentSettings) -> int
     return 1 if problems else 0
 
 
-async def _tail(channel: Any) -> None:
+async def _tail(channel: LocalChannel) -> None:
     while True:
         await channel.show_new()
         await asyncio.sleep(0.2)

@@ -18,10 +18,14 @@ from agent.models import Actor
 from agent.policy import QUESTIONS
 from agent.stores.database import database_for
 from agent.stores.grants import GrantStore
+from bot.demo_pace import DemoPace
+from bot.demo_stage import ChannelRef
+from bot.local.stage import LocalStage
 from bot.local.terminal import PEOPLE, LocalChannel
 from bot.local.thread_store import LocalMessage, LocalThreadStore
 from bot.slack.render import metadata_payload
-from refund_bot.wiring import local_thread_store
+from refund_bot.side_by_side import SideBySideDemos, StoryParts
+from refund_bot.wiring import SupervisorsOverTemporal, local_thread_store
 from tests.support.conditions import wait_for
 from tests.support.owner import refunds_made
 from tests.support.slack_e2e import ADMIN, CHANNEL, STRANGER, slack_e2e
@@ -96,7 +100,20 @@ async def test_a_presenter_tells_both_demos_in_the_terminal(
         await wait_for(lambda: asked_in_both(1), timeout=60, what="the first question in both")
         await channel.handle("/refund-demo crash")
         assert "The crash comes once both agents chose the refund" in out.getvalue()
-        await channel.handle("/refund-demo next")
+        # Another bot replica on the same database takes the presenter's next.
+        replica = SideBySideDemos(
+            StoryParts(
+                stack.client,
+                stack.temporal,
+                stack.settings,
+                stack.inbox,
+                SupervisorsOverTemporal(stack.client, stack.temporal),
+            ),
+            DemoPace(database_for(stack.settings)),
+        )
+        here = ChannelRef(platform="local", workspace="local", channel="support")
+        reply = await replica.command("next", LocalStage(threads), here)
+        assert reply.text == "Next: the agent's first question, answered in both.", reply
 
         async def answered_in_both() -> bool:
             for thread in (naive, durable):

@@ -1,0 +1,49 @@
+"""/refund-demo's shared pace on SQLite and PostgreSQL: one story per database, presses for it.
+
+claim -> another claim is told which story runs -> presses from any replica, each read once
+-> the story stops reporting -> after STALE_AFTER the slot is free again; release frees it at once
+"""
+
+from __future__ import annotations
+
+from agent.stores.database import Database
+from bot.demo_pace import SCHEMA, DemoPace
+from tests.support.conditions import wait_for
+
+
+async def test_one_story_at_a_time_and_its_presses_from_any_replica(database: Database) -> None:
+    await database.migrate(SCHEMA)
+    runner, other = DemoPace(database), DemoPace(database)  # two bot replicas, one database
+    assert await runner.claim("story-a", "slack C0SUPPORT", "opening") is None
+    taken = await other.claim("story-b", "discord 42", "opening")
+    assert taken is not None and (taken.story_id, taken.channel) == ("story-a", "slack C0SUPPORT")
+
+    await runner.report("story-a", "both chose the refund", "the crash")
+    running = await other.running()
+    assert running is not None and running.upcoming == "the crash"
+    await other.press("story-a", "next")
+    await other.press("story-a", "auto", 2.5)
+    seen: set[str] = set()
+    presses = await runner.presses("story-a", seen)
+    assert [(p.action, p.seconds) for p in presses] == [("next", None), ("auto", 2.5)]
+    assert await runner.presses("story-a", seen) == []  # each press is taken once
+
+    await runner.release("story-a")
+    assert await other.running() is None
+    assert await other.claim("story-b", "discord 42", "opening") is None
+
+
+async def test_a_story_whose_process_died_frees_the_slot(database: Database) -> None:
+    await database.migrate(SCHEMA)
+    dead, alive = DemoPace(database, stale_after=0.5), DemoPace(database, stale_after=0.5)
+    assert await dead.claim("story-a", "local support", "opening") is None
+
+    async def claimed() -> bool:
+        return await alive.claim("story-b", "local support", "opening") is None
+
+    await wait_for(claimed, timeout=5, what="the stale story's slot to be taken")
+    running = await dead.running()
+    assert running is not None and running.story_id == "story-b"
+    await dead.report("story-a", "late", "")  # the old story's report changes nothing
+    running = await alive.running()
+    assert running is not None and running.moment == "opening"
