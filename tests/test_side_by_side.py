@@ -12,6 +12,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from slack_sdk.web.async_client import AsyncWebClient
 from temporalio.testing import WorkflowEnvironment
 
 from agent.models import Actor
@@ -19,13 +20,15 @@ from agent.policy import QUESTIONS
 from agent.stores.database import database_for
 from agent.stores.grants import GrantStore
 from bot.demo_pace import DemoPace
-from bot.demo_stage import ChannelRef
+from bot.demo_stage import ChannelRef, Frame
 from bot.local.stage import LocalStage
 from bot.local.terminal import PEOPLE, LocalChannel
 from bot.local.thread_store import LocalMessage, LocalThreadStore
 from bot.slack.render import metadata_payload
+from bot.slack.stage import SlackStage
 from refund_bot.side_by_side import SideBySideDemos, StoryParts
 from refund_bot.wiring import SupervisorsOverTemporal, local_thread_store
+from tests.fakes.slack_api import FakeSlackApi
 from tests.support.conditions import wait_for
 from tests.support.owner import refunds_made
 from tests.support.slack_e2e import ADMIN, CHANNEL, STRANGER, slack_e2e
@@ -230,3 +233,25 @@ async def test_a_presenter_tells_both_demos_in_slack(
         await wait_for(
             lambda: not _plain_loops_of(tmp_path), timeout=10, what="the plain loops to stop"
         )
+
+
+async def test_the_slack_stage_waits_out_a_rate_limit_and_escapes_what_it_quotes(
+    monkeypatch: Any,
+) -> None:
+    for name in ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy"):
+        monkeypatch.delenv(name, raising=False)
+    async with FakeSlackApi(team_id="T0STAGE") as slack:
+        stage = SlackStage(AsyncWebClient(token=slack.token, base_url=slack.url))
+        customer = Actor(platform="slack", user_id="demo-1", display_name="Nyghtowl")
+        here = ChannelRef(platform="slack", workspace="T0STAGE", channel=CHANNEL)
+        # chat.postMessage allows about one message a second per channel; the story posts faster.
+        slack.rate_limit("chat.postMessage", times=2, retry_after=1)
+        thread, root = await stage.open_thread(here, "With Temporal", customer, "refund <!channel>")
+        assert (thread.channel, thread.thread) == (CHANNEL, root)
+        lines = ("answers: 1 (damage <@U0ALL>)",)
+        await stage.post_frame(thread, Frame("WHAT SURVIVES", lines, tone="survives"))
+        (opened, frame) = slack.thread(CHANNEL, root)
+        assert len(slack.calls_to("chat.postMessage")) == 4  # two refused, then both posted
+        assert "&lt;!channel&gt;" in str(opened["blocks"]) and "<!channel>" not in str(opened)
+        assert _headers(frame) == [":scroll: WHAT SURVIVES"]
+        assert "damage &lt;@U0ALL&gt;" in str(frame["blocks"])

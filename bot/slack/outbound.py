@@ -72,7 +72,7 @@ _HINTS = {
 REPLIES_PAGE_SIZE = 200  # Slack recommends no more than 200 per page
 
 
-class _BoundedRateLimitRetryHandler(AsyncRateLimitErrorRetryHandler):
+class BoundedRateLimitRetryHandler(AsyncRateLimitErrorRetryHandler):
     """Honours Retry-After on HTTP 429, but only for waits one Activity attempt can afford.
 
     A longer wait (or an unparsable header, which the SDK's handler would crash on) returns the 429
@@ -129,7 +129,7 @@ class SlackThreadPoster:
     ) -> None:
         secret = token if isinstance(token, SecretStr) else SecretStr(token)
         handlers: list[AsyncRetryHandler] = [
-            _BoundedRateLimitRetryHandler(
+            BoundedRateLimitRetryHandler(
                 max_retry_count=max_rate_limit_retries,
                 max_wait_seconds=max_retry_after_seconds,
             )

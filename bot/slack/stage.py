@@ -14,13 +14,30 @@ from slack_sdk.web.async_client import AsyncWebClient
 
 from agent.models import Actor, Platform, ThreadRef
 from bot.demo_stage import ChannelRef, Frame
-from bot.slack.outbound import REPLIES_PAGE_SIZE
+from bot.slack.outbound import REPLIES_PAGE_SIZE, BoundedRateLimitRetryHandler
 from bot.slack.render import escape, frame_blocks, line_blocks, metadata_payload
+
+# The story posts a few dozen messages in a minute, over chat.postMessage's one-per-second
+# channel limit: a 429 is waited out (Retry-After) rather than ending the story.
+RATE_LIMIT_RETRIES = 10
+RATE_LIMIT_MAX_WAIT = 30
 
 
 class SlackStage:
     def __init__(self, client: AsyncWebClient) -> None:
-        self._client = client
+        # A client of its own, with the request's credentials: bolt's client is shared, and its
+        # retry handlers are not ours to change.
+        self._client = AsyncWebClient(
+            token=client.token,
+            base_url=client.base_url,
+            timeout=client.timeout,
+            retry_handlers=[
+                *client.retry_handlers,
+                BoundedRateLimitRetryHandler(
+                    max_retry_count=RATE_LIMIT_RETRIES, max_wait_seconds=RATE_LIMIT_MAX_WAIT
+                ),
+            ],
+        )
 
     @property
     def platform(self) -> Platform:
