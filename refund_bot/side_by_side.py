@@ -192,8 +192,7 @@ class SideBySide:
         self.summary: Summary | None = None
         self.without: Side | None = None
         self.durable: Side | None = None
-        self._plain: PlainProcess | None = None
-        self._calls_before: Path | None = None
+        self._plain: PlainProcess | None = None  # the plain loop's process: its memory, its state
         self._before_crash: Counter[str] = Counter()
         self._restart: RestartReport | None = None
         self._messages = 0
@@ -259,8 +258,7 @@ class SideBySide:
             )
             sides.append((Side(heading, customer, order, thread, conversation_id), root))
         (self.without, _), (self.durable, durable_root) = sides
-        self._calls_before = self.work_dir / "calls-1"
-        self._plain = await self._start_plain(self._calls_before)
+        self._plain = await self._start_plain(self.work_dir / "calls-1")
         await self._plain.send(CustomerLine(text=self.without.opening, message_id="root"))
         await self._route(self.durable, durable_root, self.durable.opening, opens=True)
 
