@@ -125,6 +125,8 @@ async def running_router(
         # The platforms stopped taking events; what they handed over ends (delivered, or kept in
         # the inbox) before the Worker and Temporal stop underneath it.
         await to_the_end(router.drain(DRAIN_TIMEOUT))
+        # A /refund-demo story told here ends with this process: its plain loop stops too.
+        await to_the_end(demos.aclose())
         delivery.cancel()
         await asyncio.gather(delivery, return_exceptions=True)
 

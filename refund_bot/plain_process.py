@@ -78,7 +78,11 @@ class PlainProcess:
                 stderr=stderr,
             )
         process = cls(proc, calls)
-        await process.expect("ready")
+        try:
+            await process.expect("ready")
+        except BaseException:  # cancelled (the story stopped) or failed: it must not outlive us
+            await asyncio.shield(process.stop())
+            raise
         return process
 
     @property

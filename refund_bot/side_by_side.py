@@ -555,6 +555,13 @@ class SideBySideDemos:
             return CommandReply(text=f"Running the rest on a {every} (now: {running.moment}).")
         return CommandReply(text=f"Next: {running.upcoming or 'the end'}.")
 
+    async def aclose(self) -> None:
+        """End the stories this process tells (their plain processes stop, their claims go)."""
+        tasks = list(self._tasks)
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
     async def _start(self, stage: DemoStage, channel: ChannelRef) -> CommandReply:
         story = SideBySide(self.parts, stage, channel, Pace(self.auto_delay))
         where = f"{channel.platform} {channel.channel}"
@@ -581,7 +588,9 @@ class SideBySideDemos:
         try:
             await telling
         except asyncio.CancelledError:
-            log.info("side-by-side demo %s stopped by the presenter", story.story_id)
+            log.info("side-by-side demo %s stopped", story.story_id)
+            if (me := asyncio.current_task()) is not None and me.cancelling():
+                raise  # this process is stopping (aclose), not only the story (`stop`)
         except DemoFailed as err:
             log.warning("side-by-side demo %s ended early: %s", story.story_id, err)
         finally:

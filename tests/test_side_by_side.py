@@ -164,6 +164,22 @@ async def test_a_presenter_tells_both_demos_in_the_terminal(
         for line in ("questions asked twice: 2", "refunds made: 0", "refunds made: 1"):
             assert line in told.text
 
+        # The story is over, so another may start; `stop` ends it and its plain process.
+        board = DemoPace(database_for(stack.settings))
+        await wait_for(lambda: _no_story(board), timeout=10, what="the story's claim to go")
+        await channel.handle("/refund-demo")
+        await wait_for(lambda: _plain_loops_of(tmp_path), timeout=60, what="a new plain loop")
+        await channel.handle("/refund-demo stop")
+        assert "The side-by-side demo stops." in out.getvalue()
+        await wait_for(
+            lambda: not _plain_loops_of(tmp_path), timeout=30, what="the stopped story's loop"
+        )
+        await wait_for(lambda: _no_story(board), timeout=10, what="the stopped story's claim")
+
+
+async def _no_story(board: DemoPace) -> bool:
+    return await board.running() is None
+
 
 def _headers(message: dict[str, Any]) -> list[str]:
     return [b["text"]["text"] for b in message.get("blocks") or [] if b.get("type") == "header"]
