@@ -159,10 +159,13 @@ async def _released(handle: WorkflowHandle) -> dict[str, Any]:
         elif kind == EventType.EVENT_TYPE_WORKFLOW_TASK_STARTED:
             stamps.setdefault("task_started", at)
         elif kind == EventType.EVENT_TYPE_WORKFLOW_TASK_FAILED:
-            stamps["retries"]["failed"] += 1
+            when = "after" if "refund_scheduled" in stamps else "before"
+            stamps["retries"][f"failed {when} issue_refund"] += 1
         elif kind == EventType.EVENT_TYPE_WORKFLOW_TASK_TIMED_OUT:
             timeout = event.workflow_task_timed_out_event_attributes.timeout_type
-            stamps["retries"][TimeoutType.Name(timeout).removeprefix("TIMEOUT_TYPE_").lower()] += 1
+            kind_name = TimeoutType.Name(timeout).removeprefix("TIMEOUT_TYPE_").lower()
+            when = "after" if "refund_scheduled" in stamps else "before"
+            stamps["retries"][f"{kind_name} {when} issue_refund"] += 1
         elif kind == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED and (
             event.activity_task_scheduled_event_attributes.activity_type.name == "issue_refund"
         ):
