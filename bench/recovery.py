@@ -19,13 +19,18 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import collections
 import os
 import signal
 import statistics
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
+from temporalio.api.enums.v1 import EventType, TimeoutType
+from temporalio.client import WorkflowHandle
 from temporalio.testing import WorkflowEnvironment
 
 from bench import release_and_refund, run_benchmark
@@ -120,7 +125,118 @@ async def drills(stack: Stack, count: int) -> dict[str, list[float]]:
     return seconds
 
 
-async def held_crowd(stack: Stack, count: int) -> float:
+@dataclass
+class Released:
+    """One held conversation after its release, as the server stamped it (seconds from the
+    crowd's first release Signal)."""
+
+    signaled: float  # the release Signal is in its history
+    task_scheduled: float  # the workflow task it caused is queued
+    task_started: float  # a Worker polled that task
+    refund_scheduled: float  # that task completed, with issue_refund (and the grant read's marker)
+    refund_started: float
+    refund_completed: float
+    # Workflow tasks after the release that failed, or timed out: started but not completed in
+    # time (a Worker too busy to finish it), or queued on a dead Worker's sticky queue.
+    task_retries: collections.Counter[str]
+
+
+async def _released(handle: WorkflowHandle) -> dict[str, Any]:
+    """The events after the release Signal, by what they mean (the first of each)."""
+    stamps: dict[str, Any] = {"retries": collections.Counter()}
+    after = False
+    for event in (await handle.fetch_history()).events:
+        kind, at = event.event_type, event.event_time.ToDatetime()
+        if kind == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED and (
+            event.workflow_execution_signaled_event_attributes.signal_name == "release"
+        ):
+            after = True
+            stamps["signaled"] = at
+        elif not after:
+            continue
+        elif kind == EventType.EVENT_TYPE_WORKFLOW_TASK_SCHEDULED:
+            stamps.setdefault("task_scheduled", at)
+        elif kind == EventType.EVENT_TYPE_WORKFLOW_TASK_STARTED:
+            stamps.setdefault("task_started", at)
+        elif kind == EventType.EVENT_TYPE_WORKFLOW_TASK_FAILED:
+            when = "after" if "refund_scheduled" in stamps else "before"
+            stamps["retries"][f"failed {when} issue_refund"] += 1
+        elif kind == EventType.EVENT_TYPE_WORKFLOW_TASK_TIMED_OUT:
+            timeout = event.workflow_task_timed_out_event_attributes.timeout_type
+            kind_name = TimeoutType.Name(timeout).removeprefix("TIMEOUT_TYPE_").lower()
+            when = "after" if "refund_scheduled" in stamps else "before"
+            stamps["retries"][f"{kind_name} {when} issue_refund"] += 1
+        elif kind == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED and (
+            event.activity_task_scheduled_event_attributes.activity_type.name == "issue_refund"
+        ):
+            stamps["refund_scheduled"] = at
+            refund_event = event.event_id
+        elif (
+            kind == EventType.EVENT_TYPE_ACTIVITY_TASK_STARTED
+            and "refund_scheduled" in stamps
+            and event.activity_task_started_event_attributes.scheduled_event_id == refund_event
+        ):
+            stamps["refund_started"] = at
+        elif (
+            kind == EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED
+            and "refund_scheduled" in stamps
+            and event.activity_task_completed_event_attributes.scheduled_event_id == refund_event
+        ):
+            stamps["refund_completed"] = at
+    return stamps
+
+
+def _phases(releases: list[dict[str, Any]]) -> list[Released]:
+    zero = min(r["signaled"] for r in releases)
+
+    def s(r: dict[str, Any], key: str) -> float:
+        return (r[key] - zero).total_seconds()
+
+    return [
+        Released(
+            s(r, "signaled"),
+            s(r, "task_scheduled"),
+            s(r, "task_started"),
+            s(r, "refund_scheduled"),
+            s(r, "refund_started"),
+            s(r, "refund_completed"),
+            r["retries"],
+        )
+        for r in releases
+    ]
+
+
+def _breakdown(phases: list[Released]) -> None:
+    """Where the crowd's seconds go: each step's spread over the crowd, and the last of each."""
+    steps = [
+        ("release Signal received", [p.signaled for p in phases]),
+        ("  -> workflow task queued", [p.task_scheduled - p.signaled for p in phases]),
+        ("  -> task polled (queue wait)", [p.task_started - p.task_scheduled for p in phases]),
+        ("  -> issue_refund scheduled (replay + grant read)",
+         [p.refund_scheduled - p.task_started for p in phases]),
+        ("  -> issue_refund started", [p.refund_started - p.refund_scheduled for p in phases]),
+        ("  -> issue_refund completed", [p.refund_completed - p.refund_started for p in phases]),
+    ]  # fmt: skip
+    print("  step (per conversation)                      p50       p90       max", flush=True)
+    for name, values in steps:
+        q = statistics.quantiles(values, n=10)
+        print(
+            f"  {name:<44} {statistics.median(values):7.3f}s {q[-1]:7.3f}s {max(values):7.3f}s",
+            flush=True,
+        )
+    for name, values in (
+        ("last release Signal received", [p.signaled for p in phases]),
+        ("last workflow task polled", [p.task_started for p in phases]),
+        ("last issue_refund scheduled", [p.refund_scheduled for p in phases]),
+        ("last issue_refund completed", [p.refund_completed for p in phases]),
+    ):
+        print(f"  {name:<44} {max(values):7.3f}s after the first release", flush=True)
+    retries = sum((p.task_retries for p in phases), collections.Counter())
+    said = ", ".join(f"{kind} {n}" for kind, n in sorted(retries.items())) or "none"
+    print(f"  workflow tasks failed or timed out after the release: {said}", flush=True)
+
+
+async def held_crowd(stack: Stack, count: int, breakdown: bool = False) -> float:
     crowd = await _crowd(stack, count, "held", 950000)
     await _held(stack, crowd)
     await _standby_ready(stack)
@@ -130,6 +246,8 @@ async def held_crowd(stack: Stack, count: int) -> float:
     times = [await release_and_refund(c.handle) for c in crowd if c.handle]
     first_release = min(r for r, _ in times if r)
     last_scheduled = max(s for _, s in times if s)
+    if breakdown:
+        _breakdown(_phases([await _released(c.handle) for c in crowd if c.handle]))
     return (last_scheduled - first_release).total_seconds()
 
 
@@ -160,7 +278,7 @@ def _plot(path: Path, seconds: dict[str, list[float]]) -> None:
     fig.savefig(path)
 
 
-async def main(count: int, held: int, plot: Path | None) -> None:
+async def main(count: int, held: int, plot: Path | None, breakdown: bool) -> None:
     env = await WorkflowEnvironment.start_local(
         dev_server_existing_path=str(temporal_cli_path()), data_converter=TEST_CONVERTER
     )
@@ -175,7 +293,7 @@ async def main(count: int, held: int, plot: Path | None) -> None:
                     if plot:
                         _plot(plot, seconds)
                 if held:
-                    took = await held_crowd(stack, held)
+                    took = await held_crowd(stack, held, breakdown)
                     print(
                         f"{held} held conversations, Worker SIGKILLed, all released: last refund "
                         f"scheduled {took:.2f} s after the first release",
@@ -188,5 +306,10 @@ if __name__ == "__main__":
     parser.add_argument("--drills", type=int, default=20)
     parser.add_argument("--held", type=int, default=200)
     parser.add_argument("--plot", type=Path, default=None)
+    parser.add_argument(
+        "--breakdown",
+        action="store_true",
+        help="after the held crowd, where its seconds went, step by step (server timestamps)",
+    )
     args = parser.parse_args()
-    run_benchmark(main(args.drills, args.held, args.plot))
+    run_benchmark(main(args.drills, args.held, args.plot, args.breakdown))

@@ -39,6 +39,15 @@ log = logging.getLogger(__name__)
 # another Worker. The SDK default is 10 s.
 STICKY_TIMEOUT = timedelta(seconds=2)
 
+# Workflow tasks this Worker works on at once (the SDK's default is 100). They share one
+# interpreter: a task that replays a conversation (each one, on a Worker that has just taken over)
+# costs tens of milliseconds of Python, so 100 of them at once each take seconds, pass the 10 s
+# workflow task timeout together, are thrown away and replayed again: 200 held conversations
+# released after a crash took 83-106 s with 100, 25-41 s with 5 to 20 (docs/benchmarks.md,
+# Recovery). Ten keep a replaying task under about a second and still overlap the round trips to
+# the server; a conversation's ordinary task is milliseconds, so a crowd's turns are not held up.
+MAX_CONCURRENT_WORKFLOW_TASKS = 10
+
 
 async def prepare_stores(settings: AgentSettings) -> tuple[DomainStore, GrantStore, Ledger]:
     """Migrate and seed the agent's stores (idempotent, and safe from several processes at once),
@@ -86,6 +95,7 @@ async def build_worker(
             notify.edit_thread_message,
         ],
         sticky_queue_schedule_to_start_timeout=STICKY_TIMEOUT,
+        max_concurrent_workflow_tasks=MAX_CONCURRENT_WORKFLOW_TASKS,
         graceful_shutdown_timeout=timedelta(seconds=5),
     )
 
