@@ -43,6 +43,22 @@ class Config:
     process: ProcessSettings
 
 
+# Every settings class, by its Config field: what `load` reads, and all a process can be given.
+SETTINGS: tuple[tuple[str, type[BaseSettings]], ...] = (
+    ("temporal", TemporalSettings),
+    ("agent", AgentSettings),
+    ("codec_server", CodecServerSettings),
+    ("slack", SlackSettings),
+    ("discord", DiscordSettings),
+    ("process", ProcessSettings),
+)
+
+
+def setting_names() -> set[str]:
+    """The environment variable of every refund-bot setting."""
+    return {env_name(cls, name) for _, cls in SETTINGS for name in cls.model_fields}
+
+
 def env_name(cls: type[BaseSettings], field: str) -> str:
     """The environment variable a settings field is read from (its alias, or prefix + name)."""
     info = cls.model_fields.get(field)
@@ -83,17 +99,9 @@ def _describe(cls: type[BaseSettings], error: Any) -> str:
 
 def load() -> Config:
     """Read every setting; a value of the wrong type anywhere is one ConfigError line."""
-    classes: tuple[tuple[str, type[BaseSettings]], ...] = (
-        ("temporal", TemporalSettings),
-        ("agent", AgentSettings),
-        ("codec_server", CodecServerSettings),
-        ("slack", SlackSettings),
-        ("discord", DiscordSettings),
-        ("process", ProcessSettings),
-    )
     read: dict[str, Any] = {}
     problems: list[str] = []
-    for key, cls in classes:
+    for key, cls in SETTINGS:
         try:
             read[key] = cls()
         except ValidationError as err:

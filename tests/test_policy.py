@@ -118,14 +118,19 @@ def test_the_policy_is_deterministic() -> None:
     assert next_step("refund 1234", memory) == next_step("refund 1234", list(memory))
 
 
-def test_a_refunded_order_is_denied_with_the_owners_date_and_reference() -> None:
-    refund = OwnerRefund(
-        refund_id="re_ledger_abc",
+def _refund_of_1234(refund_id: str, refunded_on: str) -> OwnerRefund:
+    """Order 1234's refund, as the owner records it."""
+    return OwnerRefund(
+        refund_id=refund_id,
         payment_ref="pi_demo_1234",
         amount_cents=8000,
         status="succeeded",
-        refunded_on="2026-11-02",
+        refunded_on=refunded_on,
     )
+
+
+def test_a_refunded_order_is_denied_with_the_owners_date_and_reference() -> None:
+    refund = _refund_of_1234("re_ledger_abc", "2026-11-02")
     lookup = _order()
     assert lookup.order is not None
     refunded = OrderLookup(
@@ -142,13 +147,7 @@ def test_a_refund_made_after_the_order_lookup_is_seen_in_the_history_lookup() ->
     # Another conversation refunded order 1234 between this one's two lookups: the history
     # lookup, read later from the owner, answers "already refunded" (not an escalation for the
     # prior refund that refund itself added).
-    refund = OwnerRefund(
-        refund_id="re_ledger_won",
-        payment_ref="pi_demo_1234",
-        amount_cents=8000,
-        status="succeeded",
-        refunded_on="2026-11-30",
-    )
+    refund = _refund_of_1234("re_ledger_won", "2026-11-30")
     assert HISTORY.history is not None
     later = HistoryLookup(
         history=HISTORY.history.model_copy(

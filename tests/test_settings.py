@@ -5,40 +5,24 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from pydantic_settings import BaseSettings
-
 from agent.settings import AgentSettings, CodecServerSettings, TemporalSettings
 from bot.discord.settings import DiscordSettings
 from bot.slack.settings import SlackSettings
-from refund_bot.config import env_name
-from worker.settings import ProcessSettings
+from refund_bot.config import setting_names
 
 EXAMPLE = Path(__file__).parent.parent / ".env.example"
-CLASSES: tuple[type[BaseSettings], ...] = (
-    TemporalSettings,
-    AgentSettings,
-    CodecServerSettings,
-    SlackSettings,
-    DiscordSettings,
-    ProcessSettings,
-)
-
-
-def _env_names(cls: type[BaseSettings]) -> set[str]:
-    return {env_name(cls, name) for name in cls.model_fields}
 
 
 def test_env_example_documents_every_setting() -> None:
     documented = set(re.findall(r"^([A-Z][A-Z0-9_]+)=", EXAMPLE.read_text(), re.MULTILINE))
-    known = set().union(*(_env_names(cls) for cls in CLASSES))
+    known = setting_names()
     assert known - documented == set(), "settings missing from .env.example"
     assert documented - known == set(), ".env.example names settings nobody reads"
 
 
 def test_a_copy_of_env_example_runs_offline(monkeypatch) -> None:
-    for cls in CLASSES:
-        for name in _env_names(cls):
-            monkeypatch.delenv(name, raising=False)
+    for name in setting_names():
+        monkeypatch.delenv(name, raising=False)
     temporal = TemporalSettings(_env_file=EXAMPLE)  # type: ignore[call-arg]
     agent = AgentSettings(_env_file=EXAMPLE)  # type: ignore[call-arg]
     assert temporal.api_key is None and temporal.tls_cert_path is None

@@ -21,30 +21,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from agent.settings import AgentSettings, CodecServerSettings, TemporalSettings
-from bot.discord.settings import DiscordSettings
-from bot.slack.settings import SlackSettings
-from refund_bot.config import env_name
+from refund_bot.config import setting_names
 from tests.support import free_port
 from tests.support.conditions import wait_for
 from worker.lifecycle import alive, started_at
-from worker.settings import ProcessSettings
 
 # Every fake a test runs is on loopback: a developer's proxy must not be asked for it.
 _PROXIES = {"HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy"}
-
-
-def setting_names() -> set[str]:
-    """The environment variable of every refund-bot setting (refund_bot.config reads them all)."""
-    classes = (
-        TemporalSettings,
-        AgentSettings,
-        CodecServerSettings,
-        SlackSettings,
-        DiscordSettings,
-        ProcessSettings,
-    )
-    return {env_name(cls, name) for cls in classes for name in cls.model_fields}
 
 
 def clean_environment(**settings: str) -> dict[str, str]:
