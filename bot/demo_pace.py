@@ -1,27 +1,31 @@
 """/refund-demo's shared pace: the running story and the presenter's presses, in the database.
 
-    /refund-demo                         -> DemoPace.claim: this bot process runs the story
+    /refund-demo                         -> DemoPace.claim: the lease "refund-demo", this story's
     /refund-demo next|auto|crash|stop    -> DemoPace.press (on whichever bot replica took it)
-    the story's process, every moment    -> DemoPace.presses (polled) -> the story's pace
+    the story's process, every moment    -> DemoPace.report (renews the lease) ; presses (polled)
 
 With several `refund-bot bot` replicas behind a load balancer (Slack's HTTP mode), the presenter's
 next command may reach any of them, while the story runs in the one that took `/refund-demo`. The
 database every replica shares (DATABASE_URL) carries the presses across. One story at a time per
-database: a claim is taken while the running story's process keeps reporting, and is free again
-once it stops reporting for STALE_AFTER seconds (its process died) or releases it.
+database: the story holds a lease (bot/lease.py) named by its id while its process keeps
+reporting; it is free again once the process releases it, or stops renewing it for STALE_AFTER
+seconds (it died).
 """
 
 from __future__ import annotations
 
+import socket
 import time
 import uuid
 from dataclasses import dataclass
 
-from agent.stores.database import Connection, Database, Schema, both
+from agent.stores.database import Database, Schema, both
+from bot.lease import DatabaseLease
 
-# The story's process reports every second; a claim older than this belongs to no live story.
+# The story's process reports every moment it polls (a quarter of a second); a lease not renewed
+# for this long belongs to no live story.
 STALE_AFTER = 15.0
-_SLOT = "side-by-side"
+LEASE = "refund-demo"
 
 SCHEMA = Schema(
     "demo_pace",
@@ -29,14 +33,12 @@ SCHEMA = Schema(
     (
         both(
             1,
-            "the running story and the presses for it",
+            "the running story's moment and the presses for it",
             """CREATE TABLE IF NOT EXISTS demo_story (
-                slot TEXT PRIMARY KEY,
-                story_id TEXT NOT NULL,
+                story_id TEXT PRIMARY KEY,
                 channel TEXT NOT NULL,
                 moment TEXT NOT NULL,
-                upcoming TEXT NOT NULL,
-                reported_ms BIGINT NOT NULL
+                upcoming TEXT NOT NULL
             )""",
             """CREATE TABLE IF NOT EXISTS demo_presses (
                 press_id TEXT PRIMARY KEY,
@@ -65,57 +67,61 @@ class Press:
     seconds: float | None  # auto's timer, when given
 
 
-def _now_ms() -> int:
-    return int(time.time() * 1000)
-
-
 class DemoPace:
-    def __init__(self, database: Database, stale_after: float = STALE_AFTER) -> None:
+    def __init__(
+        self, database: Database, host: str | None = None, stale_after: float = STALE_AFTER
+    ) -> None:
         self._database = database
-        self._stale_ms = int(stale_after * 1000)
+        self._host = host or socket.gethostname()
+        self._stale_after = stale_after
+        self._leases: dict[str, DatabaseLease] = {}  # the stories this process tells
+
+    def _lease(self, story_id: str = "") -> DatabaseLease:
+        # The lease's holder is the story's id: another replica reads which story runs from it.
+        return DatabaseLease(
+            self._database, LEASE, self._host, self._stale_after, holder=story_id or None
+        )
 
     async def claim(self, story_id: str, channel: str, moment: str) -> RunningStory | None:
-        """Take the slot for `story_id`; None if taken, else the story that holds it."""
-        now = _now_ms()
-        async with self._database.connect(SCHEMA) as db, db.transaction():
-            # One statement decides between two replicas claiming at once: the row's key.
-            await db.execute(
-                "INSERT INTO demo_story (slot, story_id, channel, moment, upcoming, reported_ms) "
-                "VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (slot) DO UPDATE SET "
-                "story_id = excluded.story_id, channel = excluded.channel, "
-                "moment = excluded.moment, upcoming = excluded.upcoming, "
-                "reported_ms = excluded.reported_ms WHERE demo_story.reported_ms < ?",
-                _SLOT, story_id, channel, moment, moment, now, now - self._stale_ms,
-            )  # fmt: skip
-            holder = await self._running(db, now)
-        return None if holder is not None and holder.story_id == story_id else holder
-
-    async def report(self, story_id: str, moment: str, upcoming: str) -> None:
-        """The story is alive, and where it stands."""
+        """Take the lease for `story_id`: None if taken, else the story that holds it."""
+        claim = self._lease(story_id)
+        if await claim.try_acquire() is not None:
+            return await self.running()
+        self._leases[story_id] = claim
         async with self._database.connect(SCHEMA) as db:
             await db.execute(
-                "UPDATE demo_story SET moment = ?, upcoming = ?, reported_ms = ? "
-                "WHERE slot = ? AND story_id = ?",
-                moment, upcoming, _now_ms(), _SLOT, story_id,
+                "INSERT INTO demo_story (story_id, channel, moment, upcoming) VALUES (?, ?, ?, ?)",
+                story_id, channel, moment, moment,
+            )  # fmt: skip
+        return None
+
+    async def report(self, story_id: str, moment: str, upcoming: str) -> None:
+        """The story is alive (its lease renewed), and where it stands."""
+        claim = self._leases.get(story_id)
+        if claim is None or await claim.try_acquire() is not None:
+            return  # not this process's story, or it lost the lease: nothing of it to say
+        async with self._database.connect(SCHEMA) as db:
+            await db.execute(
+                "UPDATE demo_story SET moment = ?, upcoming = ? WHERE story_id = ?",
+                moment, upcoming, story_id,
             )  # fmt: skip
 
     async def release(self, story_id: str) -> None:
         async with self._database.connect(SCHEMA) as db, db.transaction():
-            await db.execute(
-                "DELETE FROM demo_story WHERE slot = ? AND story_id = ?", _SLOT, story_id
-            )
+            await db.execute("DELETE FROM demo_story WHERE story_id = ?", story_id)
             await db.execute("DELETE FROM demo_presses WHERE story_id = ?", story_id)
+        if (claim := self._leases.pop(story_id, None)) is not None:
+            await claim.release()
 
     async def running(self) -> RunningStory | None:
+        holder = await self._lease().holder_now()
+        if holder is None:
+            return None
         async with self._database.connect(SCHEMA) as db:
-            return await self._running(db, _now_ms())
-
-    async def _running(self, db: Connection, now: int) -> RunningStory | None:
-        row = await db.fetchrow(
-            "SELECT story_id, channel, moment, upcoming FROM demo_story "
-            "WHERE slot = ? AND reported_ms >= ?",
-            _SLOT, now - self._stale_ms,
-        )  # fmt: skip
+            row = await db.fetchrow(
+                "SELECT story_id, channel, moment, upcoming FROM demo_story WHERE story_id = ?",
+                holder.holder,
+            )
         return RunningStory(**dict(row)) if row is not None else None
 
     async def press(self, story_id: str, action: str, seconds: float | None = None) -> None:
@@ -123,7 +129,7 @@ class DemoPace:
             await db.execute(
                 "INSERT INTO demo_presses (press_id, story_id, action, seconds, pressed_ms) "
                 "VALUES (?, ?, ?, ?, ?)",
-                uuid.uuid4().hex, story_id, action, seconds, _now_ms(),
+                uuid.uuid4().hex, story_id, action, seconds, int(time.time() * 1000),
             )  # fmt: skip
 
     async def presses(self, story_id: str, seen: set[str]) -> list[Press]:

@@ -34,7 +34,7 @@ from agent.settings import AgentSettings, TemporalSettings
 from agent.stores.database import database_for
 from agent.stores.grants import GrantStore
 from agent.temporal_client import connect
-from bot import demo_pace
+from bot import demo_pace, lease
 from bot import hold as hold_store
 from bot import inbox as inbox_store
 from bot.commands import Commands
@@ -100,7 +100,11 @@ async def running_router(
     """
     database = database_for(settings)
     await database.migrate(
-        inbox_store.SCHEMA, hold_store.SCHEMA, threads_store.SCHEMA, demo_pace.SCHEMA
+        inbox_store.SCHEMA,
+        hold_store.SCHEMA,
+        threads_store.SCHEMA,
+        demo_pace.SCHEMA,
+        lease.SCHEMA,
     )
     hold = HoldSwitch(database, settings.hold_before_refund)
     inbox = Inbox(database)

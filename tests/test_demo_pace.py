@@ -1,18 +1,19 @@
 """/refund-demo's shared pace on SQLite and PostgreSQL: one story per database, presses for it.
 
-claim -> another claim is told which story runs -> presses from any replica, each read once
--> the story stops reporting -> after STALE_AFTER the slot is free again; release frees it at once
+claim (a lease) -> another claim is told which story runs -> presses from any replica, each read
+once -> the story stops reporting -> after STALE_AFTER the lease is free; release frees it at once
 """
 
 from __future__ import annotations
 
 from agent.stores.database import Database
 from bot.demo_pace import SCHEMA, DemoPace
+from bot.lease import SCHEMA as LEASE_SCHEMA
 from tests.support.conditions import wait_for
 
 
 async def test_one_story_at_a_time_and_its_presses_from_any_replica(database: Database) -> None:
-    await database.migrate(SCHEMA)
+    await database.migrate(SCHEMA, LEASE_SCHEMA)
     runner, other = DemoPace(database), DemoPace(database)  # two bot replicas, one database
     assert await runner.claim("story-a", "slack C0SUPPORT", "opening") is None
     taken = await other.claim("story-b", "discord 42", "opening")
@@ -34,8 +35,8 @@ async def test_one_story_at_a_time_and_its_presses_from_any_replica(database: Da
 
 
 async def test_a_story_whose_process_died_frees_the_slot(database: Database) -> None:
-    await database.migrate(SCHEMA)
-    dead, alive = DemoPace(database, stale_after=0.5), DemoPace(database, stale_after=0.5)
+    await database.migrate(SCHEMA, LEASE_SCHEMA)
+    dead, alive = DemoPace(database, stale_after=1.0), DemoPace(database, stale_after=1.0)
     assert await dead.claim("story-a", "local support", "opening") is None
 
     async def claimed() -> bool:
@@ -44,6 +45,7 @@ async def test_a_story_whose_process_died_frees_the_slot(database: Database) -> 
     await wait_for(claimed, timeout=5, what="the stale story's slot to be taken")
     running = await dead.running()
     assert running is not None and running.story_id == "story-b"
+    await alive.report("story-b", "opening", "the first question")
     await dead.report("story-a", "late", "")  # the old story's report changes nothing
     running = await alive.running()
-    assert running is not None and running.moment == "opening"
+    assert running is not None and running.upcoming == "the first question"
