@@ -59,6 +59,7 @@ from agent.models import (
 )
 from agent.policy import order_number_from
 from agent.settings import AgentSettings
+from agent.stores.database import database_for
 from agent.stores.domain import DomainStore
 from agent.stores.grants import GrantStore
 from agent.stores.ledger import Ledger
@@ -102,8 +103,6 @@ class LoopParts:
 
 
 def loop_parts(settings: AgentSettings, posters: dict[str, ThreadPoster]) -> LoopParts:
-    from agent.stores.database import database_for
-
     database = database_for(settings)
     ledger = Ledger(database)
     return LoopParts(

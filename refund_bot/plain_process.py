@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import os
 import signal
 import sys
@@ -22,6 +23,8 @@ from agent.settings import AgentSettings
 from refund_bot.demo_parts import DemoFailed
 from refund_bot.plain_loop import CustomerLine, LoopEvent
 from worker.lifecycle import spawn_child, terminate
+
+log = logging.getLogger(__name__)
 
 STEP_TIMEOUT = 60.0  # the loop's next report: a decide step, a lookup, a post
 
@@ -92,8 +95,10 @@ class PlainProcess:
     async def _read(self) -> None:
         assert self.proc.stdout is not None
         while line := await self.proc.stdout.readline():
-            with contextlib.suppress(ValueError):
+            try:
                 await self._events.put(LoopEvent.model_validate_json(line))
+            except ValueError:  # not a report (a stray print): said, not acted on
+                log.warning("plain loop pid %s printed %r", self.proc.pid, line[:200])
 
     async def send(self, line: CustomerLine) -> None:
         assert self.proc.stdin is not None

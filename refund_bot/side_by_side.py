@@ -59,7 +59,8 @@ WITHOUT = "Without Temporal"
 WITH = "With Temporal"
 FOLLOW_UP = "What happened to my refund?"
 STEP_TIMEOUT = 60.0  # one moment's waits: a post, a question, a Worker restart
-PRESS_POLL = 0.25  # how often the story reads the presenter's presses and reports its moment
+PRESS_POLL = 0.25  # how often the story reads the presenter's presses
+REPORT_EVERY = 1.0  # and renews its claim (bot.demo_pace.STALE_AFTER is far longer)
 IDLE_TIMEOUT = 30 * 60.0  # a story nobody advances ends, and its plain process with it
 LOOKUPS = tuple(step for step in LOOP_STEPS if step != "decide_next_step")
 
@@ -600,9 +601,15 @@ class SideBySideDemos:
 
     async def _follow(self, story: SideBySide, telling: asyncio.Task[Summary]) -> None:
         seen: set[str] = set()
+        reported: tuple[str, str] | None = None
+        renewed = 0.0
         while True:
             try:
-                await self.board.report(story.story_id, story.moment, story.upcoming)
+                # Its moment when it changes, and its lease renewed every second in any case.
+                now, state = time.monotonic(), (story.moment, story.upcoming)
+                if state != reported or now - renewed >= REPORT_EVERY:
+                    await self.board.report(story.story_id, *state)
+                    reported, renewed = state, now
                 for press in await self.board.presses(story.story_id, seen):
                     if press.action == "stop":
                         telling.cancel()

@@ -63,10 +63,6 @@ async def _thread_of(threads: LocalThreadStore, title: str) -> str:
     return await wait_for(opened, timeout=60, what=f"the thread {title!r}")
 
 
-async def _messages(threads: LocalThreadStore, thread: str) -> list[LocalMessage]:
-    return await threads.messages(thread)
-
-
 async def test_a_presenter_tells_both_demos_in_the_terminal(
     temporal_env: WorkflowEnvironment, tmp_path: Path
 ) -> None:
@@ -95,7 +91,7 @@ async def test_a_presenter_tells_both_demos_in_the_terminal(
         # Each moment waits for the presenter: the first questions, then nothing more until next.
         async def asked_in_both(count: int) -> bool:
             for thread in (naive, durable):
-                asked = [m for m in await _messages(threads, thread) if m.kind == "question"]
+                asked = [m for m in await threads.messages(thread) if m.kind == "question"]
                 if len(asked) < count:
                     return False
             return True
@@ -120,7 +116,7 @@ async def test_a_presenter_tells_both_demos_in_the_terminal(
 
         async def answered_in_both() -> bool:
             for thread in (naive, durable):
-                lines = [m.text for m in await _messages(threads, thread) if not m.author_is_bot]
+                lines = [m.text for m in await threads.messages(thread) if not m.author_is_bot]
                 if "Yes" not in lines:
                     return False
             return True
@@ -139,13 +135,13 @@ async def test_a_presenter_tells_both_demos_in_the_terminal(
 
         # From the owners: the threads hold the questions as posted, the ledger the refunds.
         naive_asked, durable_asked = [
-            Counter(m.text for m in await _messages(threads, t) if m.kind == "question")
+            Counter(m.text for m in await threads.messages(t) if m.kind == "question")
             for t in (naive, durable)
         ]
         assert naive_asked == {ASKED[0]: 2, ASKED[1]: 2}
         assert durable_asked == {ASKED[0]: 1, ASKED[1]: 1}
-        naive_text = "\n".join(m.text for m in await _messages(threads, naive))
-        durable_text = "\n".join(m.text for m in await _messages(threads, durable))
+        naive_text = "\n".join(m.text for m in await threads.messages(naive))
+        durable_text = "\n".join(m.text for m in await threads.messages(durable))
         assert "== PROCESS GONE ==" in naive_text
         assert "Please start the return again." in naive_text
         assert "== THE CUSTOMER STARTS OVER ==" in naive_text
