@@ -157,7 +157,11 @@ async def _until_unlocked(db: aiosqlite.Connection, sql: str) -> None:
     deadline = time.monotonic() + BUSY_TIMEOUT_S
     while True:
         try:
-            await db.execute(sql)
+            # Closed at once: `PRAGMA journal_mode` answers a row, and its statement left open
+            # keeps a read lock that a writer on another connection waits for while this one
+            # waits for it (a deadlock until the busy timeout, seen as "database is locked").
+            cursor = await db.execute(sql)
+            await cursor.close()
             return
         except sqlite3.OperationalError as err:
             if "locked" not in str(err) or time.monotonic() > deadline:
