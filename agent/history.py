@@ -40,6 +40,7 @@ from agent.models import (
     OrderDetails,
     OrderLookup,
     OutboundMessage,
+    PostedMessage,
     QuestionId,
     RefundResult,
 )
@@ -79,7 +80,7 @@ class Step:
     name: str
     at: int  # the event id that scheduled it (an Activity) or recorded it (a local activity)
     local: bool = False
-    input: Any = None  # read for post_to_thread only
+    input: Any = None  # read for post_to_thread only (a regular Activity's)
     result: Any = None  # read for the steps in _RESULT_TYPES only
     completed: bool = False
     failed: str | None = None
@@ -105,6 +106,7 @@ class _Signals:
 
 _INPUT_TYPES: dict[str, type] = {"post_to_thread": OutboundMessage}
 _RESULT_TYPES: dict[str, type] = {
+    "post_to_thread": PostedMessage,
     "decide_next_step": AgentStep,
     "lookup_order": OrderLookup,
     "issue_refund": RefundResult,
@@ -272,11 +274,25 @@ def survivors_from_history(
     )
 
 
+def posted_message(step: Step) -> OutboundMessage | None:
+    """What a post_to_thread step posted: its input (a regular Activity), or the message its
+    result echoes (a post made inside the workflow task, whose input Event History does not
+    keep); None for another step, or a local try that failed."""
+    if step.name != "post_to_thread":
+        return None
+    if step.input is not None:
+        return step.input
+    return step.result.message if step.result is not None else None
+
+
+def _is_escalation(step: Step) -> bool:
+    posted = posted_message(step)
+    return posted is not None and posted.kind == "escalation"
+
+
 def _answering_click(steps: list[Step], clicks: list[Click]) -> Click | None:
     """The click that answers the latest escalation's buttons, if one has arrived."""
-    escalations = [
-        s for s in steps if s.name == "post_to_thread" and s.input and s.input.kind == "escalation"
-    ]
+    escalations = [s for s in steps if _is_escalation(s)]
     if not escalations:
         return None
     latest, round_number = escalations[-1], len(escalations)  # rounds count from 1
@@ -311,9 +327,7 @@ def _next_action(
         return "tell the customer the refund is denied"
     if refund.state == "in flight":
         return "issue refund (in flight)"
-    escalations = any(
-        s.name == "post_to_thread" and s.input and s.input.kind == "escalation" for s in after
-    )
+    escalations = any(_is_escalation(s) for s in after)
     if not escalations and step.outcome != "escalate":
         return "issue refund"
     click = _answering_click(after, signals.clicks)

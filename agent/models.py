@@ -289,6 +289,10 @@ class OutboundMessage(BaseModel):
 class PostedMessage(BaseModel):
     platform_message_id: str
     duplicate: bool  # True when the key had already been posted (a retried Activity)
+    # What was posted, echoed by post_to_thread: a post tried as a local activity leaves only its
+    # result in Event History, which must still say what the agent said (and agent.history tells
+    # an escalation by it). None in results recorded before.
+    message: OutboundMessage | None = None
 
 
 class MessageEdit(BaseModel):

@@ -103,6 +103,11 @@ SHORT_STEP_TIMEOUT = timedelta(seconds=10)
 # chat platforms, Stripe): they heartbeat every second while they wait, so a slow call is not taken
 # for a dead Worker, and a dead Worker's call is retried elsewhere within seconds.
 HEARTBEAT_TIMEOUT = timedelta(seconds=4)
+# A post is first tried inside the workflow task that decided it (a local activity, one attempt):
+# a healthy platform answers in tens of milliseconds, and the customer reads the next question a
+# task-queue round trip sooner. A platform slower than this, or failing, ends the try and the
+# regular Activity takes over with its day of retries (POST_RETRY).
+LOCAL_POST_TIMEOUT = timedelta(seconds=5)
 
 
 # Every change to the Workflow's commands since issue 9, one patch id each. A conversation whose
@@ -118,6 +123,9 @@ PATCH_FAREWELL = "failure-says-so-first"  # a failure that ends the run says so 
 PATCH_LOCAL_STEPS = "short-steps-local"
 # A customer message that arrives after the outcome was decided is answered, not dropped.
 PATCH_LATE_MESSAGES = "late-messages-answered"
+# Posts tried in the workflow task first (LOCAL_POST_TIMEOUT); a run recorded before posts with
+# regular Activities only.
+PATCH_LOCAL_POSTS = "posts-tried-locally-first"
 
 T = TypeVar("T")
 
@@ -555,19 +563,37 @@ class RefundConversation:
         text: str,
         actions: list | None = None,
         round: int | None = None,
+        *,
+        try_locally: bool = True,
     ) -> PostedMessage:
         self._seq += 1
+        message = OutboundMessage(
+            thread=self._start.thread,
+            key=self._key(),
+            kind=kind,
+            text=text,
+            actions=actions or [],
+            round=round,
+        )
+        if try_locally and workflow.patched(PATCH_LOCAL_POSTS):
+            try:
+                # EXTERNAL EFFECT: the post, tried once inside this workflow task.
+                return await workflow.execute_local_activity(
+                    "post_to_thread",
+                    message,
+                    result_type=PostedMessage,
+                    start_to_close_timeout=LOCAL_POST_TIMEOUT,
+                    retry_policy=RetryPolicy(maximum_attempts=1),
+                )
+            except (ActivityError, ApplicationError):
+                # The platform is slow (a timeout: ActivityError) or down (a local activity's
+                # failure arrives as the ApplicationError itself). The Activity below retries for
+                # a day; if the try posted before it failed, the message key returns that post.
+                pass
         # EXTERNAL EFFECT: a chat message, posted at most once per stable key.
         return await workflow.execute_activity(
             "post_to_thread",
-            OutboundMessage(
-                thread=self._start.thread,
-                key=self._key(),
-                kind=kind,
-                text=text,
-                actions=actions or [],
-                round=round,
-            ),
+            message,
             result_type=PostedMessage,
             # A platform may make one post wait out its rate limits for minutes (Slack honours
             # Retry-After inside the call); the heartbeat still notices a dead Worker in seconds.
@@ -636,7 +662,10 @@ class RefundConversation:
         detail: str | None = None,
     ) -> ConversationOutcome:
         self._phase = "closed"
-        await self._post("outcome", text)
+        # A regular Activity, not a local try: a message the customer writes while the outcome is
+        # being posted must reach this run before it completes (below), and Signals that arrive
+        # during a workflow task are delivered only after it.
+        await self._post("outcome", text, try_locally=False)
         if settled is not None:
             await self._settle(self._escalation, settled)
         if self._late and workflow.patched(PATCH_LATE_MESSAGES):

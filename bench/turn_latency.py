@@ -7,10 +7,12 @@
          (bench.round_trip) with one and with two Activities
 
 A turn is the customer_message Signal to the completion of the post_to_thread Activity that puts
-the agent's next question in the thread, both read from Event History timestamps (the server's
-clock). Each conversation gives four: it opens with "I want my money back" (no order number),
-then "the green one" and "the big one, sorry" (asked again for the order number), "1234" (asked
-whether the package was opened) and "Yes" (asked what was damaged); then it is terminated. A bare
+the agent's next question in the thread (or, for a post made inside the workflow task, the marker
+that task records once the post has returned), both read from Event History timestamps (the
+server's clock). Each conversation gives four: it opens with "I want my money back" (no order
+number), then "the green one" and "the big one, sorry" (asked again for the order number), "1234"
+(asked whether the package was opened) and "Yes" (asked what was damaged); then it is terminated. A
+bare
 run gives four turns the same way: the `ping` Signal to its last `echo` Activity completing.
 
 One conversation or run of each variant per round, one at a time, the order turning every round,
@@ -37,6 +39,7 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.api.history.v1 import HistoryEvent
 from temporalio.client import Client, WorkflowHandle
 
+from agent.history import local_activity
 from bench import percentile, run_benchmark
 from bench.codec_cost import codec_alone
 from bench.plot import axes, cdf, default_path, save
@@ -76,6 +79,12 @@ class Events:
 
     def completed(self, activity: str | None = None) -> Callable[[HistoryEvent], bool]:
         def wanted(event: HistoryEvent) -> bool:
+            if (meta := local_activity(event)) is not None:
+                # A post made inside the workflow task: its marker is written when that task
+                # completes, after the post returned (so the turn is, if anything, overstated).
+                return "result" in event.marker_recorded_event_attributes.details and (
+                    activity is None or meta["activity_type"] == activity
+                )
             if event.event_type != COMPLETED:
                 return False
             scheduled = event.activity_task_completed_event_attributes.scheduled_event_id

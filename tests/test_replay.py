@@ -7,6 +7,8 @@ Workflow's commands: conversations that were running at that deploy, which must 
 were recorded before the payload codec existed (plain payloads), except `*_encrypted.json`,
 recorded between the codec and issue 9. tests/histories/before-issue-10/ holds every path as
 recorded just before issue 10 made the short steps local activities (regular Activities there).
+tests/histories/before-local-posts/ holds every path as recorded just before posts were first tried
+inside the workflow task (every post a regular Activity there).
 """
 
 from __future__ import annotations
@@ -25,7 +27,13 @@ from temporalio.workflow import NondeterminismError
 from agent import workflow as workflow_module
 from agent.codec import ENCODING, CodecKey, MissingCodecKey
 from agent.decoded_history import decoded_history
-from agent.history import LOCAL_ACTIVITY_MARKER, step_names, survivors_from_history
+from agent.history import (
+    LOCAL_ACTIVITY_MARKER,
+    posted_message,
+    step_names,
+    steps_of,
+    survivors_from_history,
+)
 from agent.models import ConversationStart, DecideInput, LookupCustomerInput
 from agent.temporal_client import data_converter
 from agent.workflow import WORKFLOW_TYPE, RefundConversation
@@ -37,6 +45,7 @@ ROOT = Path(__file__).parent / "histories"
 HISTORIES = sorted(ROOT.rglob("*.json"))
 BEFORE_ISSUE_9 = ROOT / "before-issue-9"
 BEFORE_ISSUE_10 = ROOT / "before-issue-10"
+BEFORE_LOCAL_POSTS = ROOT / "before-local-posts"
 # The steps issue 10 made local activities (the decide step only with the offline policy).
 SHORT_STEPS = {"lookup_order", "lookup_customer_history", "check_refund_policy", "authorize_refund"}
 
@@ -102,6 +111,7 @@ def test_there_are_committed_histories() -> None:
     # a message written while the outcome was being posted.
     before_10 = {p.stem for p in BEFORE_ISSUE_10.glob("*.json")}
     assert before_10 == current - {"model_decided", "late_message"}
+    assert {p.stem for p in BEFORE_LOCAL_POSTS.glob("*.json")} == current
 
 
 @pytest.mark.parametrize("path", sorted(BEFORE_ISSUE_9.glob("*.json")), ids=_name)
@@ -135,21 +145,58 @@ async def test_a_conversation_running_before_issue_10_replays_with_regular_activ
     assert SHORT_STEPS & set(step_names(history.events)) or path.stem == "model_refused"
 
 
+@pytest.mark.parametrize("path", sorted(BEFORE_LOCAL_POSTS.glob("*.json")), ids=_name)
+async def test_a_conversation_running_before_local_posts_replays_with_post_activities(
+    path: Path,
+) -> None:
+    """Recorded just before posts were tried inside the workflow task: the new Workflow must
+    schedule the same post_to_thread Activities again, so workflow.patched(PATCH_LOCAL_POSTS) is
+    False there, and what survives is still read from that history."""
+    history = await _load(path)
+    replayer = Replayer(workflows=[RefundConversation], data_converter=TEST_CONVERTER)
+    result = await replayer.replay_workflow(history, raise_on_replay_failure=False)
+    assert result.replay_failure is None
+    assert workflow_module.PATCH_LOCAL_POSTS not in _patch_ids(await _decoded(path))
+    assert "post_to_thread" not in _local_steps(history)
+    assert "post_to_thread" in _regular_steps(history)
+    survivors_from_history(await _decoded(path))
+
+
+@pytest.mark.parametrize("path", sorted(ROOT.glob("*.json")), ids=_name)
+async def test_a_new_conversation_posts_inside_its_workflow_tasks(path: Path) -> None:
+    """Every post of a healthy platform is made by the local try (a marker with its result),
+    except a decided outcome's: a regular Activity, so that a message written while it is posted
+    reaches the run before it completes (late_message)."""
+    posts = [
+        (step.local, message.kind)
+        for step in steps_of((await _decoded(path)).events, TEST_CONVERTER)
+        if (message := posted_message(step))
+    ]
+    assert (True, "question") in posts or path.stem in {"refunded_twice", "raced"}, posts
+    assert all(local for local, kind in posts if kind != "outcome"), posts
+    if path.stem != "model_refused":  # a failure's farewell is no decided outcome
+        assert [local for local, kind in posts if kind == "outcome"] == [False], posts
+
+
 @pytest.mark.parametrize("path", sorted(ROOT.glob("*.json")), ids=_name)
 async def test_the_short_steps_of_a_new_conversation_are_local(path: Path) -> None:
     history = _read(path)
     steps = step_names(history.events)
-    regular = {
-        e.activity_task_scheduled_event_attributes.activity_type.name
-        for e in history.events
-        if e.HasField("activity_task_scheduled_event_attributes")
-    }
+    regular = set(_regular_steps(history))
     assert not regular & SHORT_STEPS, regular
     # The offline policy's decide step is local; the model's stays an Activity that heartbeats.
     model = path.stem.startswith("model_")
     assert ("decide_next_step" in regular) is model
     assert "decide_next_step" in steps
-    assert set(_local_steps(history)) <= SHORT_STEPS | {"decide_next_step"}
+    assert set(_local_steps(history)) <= SHORT_STEPS | {"decide_next_step", "post_to_thread"}
+
+
+def _regular_steps(history: WorkflowHistory) -> list[str]:
+    return [
+        e.activity_task_scheduled_event_attributes.activity_type.name
+        for e in history.events
+        if e.HasField("activity_task_scheduled_event_attributes")
+    ]
 
 
 def _local_steps(history: WorkflowHistory) -> list[str]:
@@ -210,6 +257,7 @@ async def test_the_loser_of_a_race_reads_already_refunded_from_history() -> None
         BEFORE_ISSUE_9 / "auto_approved.json",
         BEFORE_ISSUE_9 / "auto_approved_encrypted.json",
         BEFORE_ISSUE_10 / "auto_approved.json",
+        BEFORE_LOCAL_POSTS / "auto_approved.json",
         ROOT / "auto_approved.json",
     ],
     ids=_name,
@@ -232,7 +280,7 @@ def test_histories_recorded_since_the_codec_are_ciphertext() -> None:
     # The local activities' results are among them.
     escalated = _read(ROOT / "escalated.json").events
     results = [e for e in escalated if "result" in e.marker_recorded_event_attributes.details]
-    assert len(results) == 10
+    assert len(results) == 14  # decide steps, lookups, the grant read, the posts made locally
     assert all(p.metadata["encoding"] == ENCODING for e in results for p in codec_payloads(e))
 
 

@@ -30,6 +30,7 @@ from agent.stores.domain import DomainStore, demo_refunds
 from agent.stores.grants import GrantStore
 from agent.stores.ledger import Ledger
 from agent.workflow import RefundConversation
+from worker.bytecode import keep_bytecode
 from worker.control import worker_identity
 
 log = logging.getLogger(__name__)
@@ -76,6 +77,7 @@ async def build_worker(
     host: str | None = None,
 ) -> Worker:
     """`host`: the name in this Worker's identity (REFUND_BOT_HOST; default the hostname)."""
+    keep_bytecode(RefundConversation)
     domain, grants, ledger = await prepare_stores(settings)
     lookups = LookupActivities(domain, effect_owner(settings, ledger))
     notify = NotifyActivities(posters)

@@ -56,7 +56,8 @@ class NotifyActivities:
             poster = self._poster(message.thread.platform)
             async with heartbeating():
                 # EXTERNAL EFFECT: one chat message, deduplicated by message.key on the platform.
-                return await poster.post(message)
+                posted = await poster.post(message)
+        return posted.model_copy(update={"message": message})
 
     @activity.defn
     async def edit_thread_message(self, edit: MessageEdit) -> None:

@@ -1,6 +1,7 @@
 """The SQLite backend: one file per store in a directory, each opened through aiosqlite.
 
-    Database.connect(schema) -> <directory>/<schema.sqlite_file> (WAL, busy timeout) -> Connection
+    Database.connect(schema) -> an idle connection to <directory>/<schema.sqlite_file>, or a new
+        one (WAL, busy timeout) -> Connection -> back to the idle ones (or closed, after an error)
 
 One file per store, as before DATABASE_URL existed, so a data directory from then is read in place,
 and a write to one store (the inbox, say) never waits for another's (the ledger's): SQLite lets
@@ -15,7 +16,7 @@ import fcntl
 import os
 import sqlite3
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -34,6 +35,12 @@ from agent.stores.database import (
 # How long a writer waits for another process's write lock before failing.
 BUSY_TIMEOUT_S = 10.0
 
+# Connections kept open per file between calls. A new aiosqlite connection is a thread and a file
+# open: 1.6-3.9 ms a call here, against 0.6-1.0 ms on one already open (docs/benchmarks.md,
+# "SQLite connections"), and every Activity, lookup and inbox write used to pay it. More calls at
+# once than this open extra connections, closed when they end.
+IDLE_CONNECTIONS = 4
+
 
 class SqliteConnection:
     dialect = SQLITE
@@ -41,9 +48,10 @@ class SqliteConnection:
     def __init__(self, db: aiosqlite.Connection) -> None:
         self._db = db
 
+    # Every statement's cursor is closed before the call returns (execute_fetchall drops it): the
+    # connection goes back to the idle ones, and an open statement would keep its read lock.
     async def fetch(self, sql: str, *args: Any) -> list[Row]:
-        cursor = await self._db.execute(sql, args)
-        return list(await cursor.fetchall())
+        return list(await self._db.execute_fetchall(sql, args))
 
     async def fetchrow(self, sql: str, *args: Any) -> Row | None:
         rows = await self.fetch(sql, *args)  # all of them: a RETURNING write completes
@@ -54,15 +62,16 @@ class SqliteConnection:
         return None if row is None else row[0]
 
     async def execute(self, sql: str, *args: Any) -> int:
-        cursor = await self._db.execute(sql, args)
-        return max(cursor.rowcount, 0)
+        async with self._db.execute(sql, args) as cursor:
+            return max(cursor.rowcount, 0)
 
     async def executemany(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
-        await self._db.executemany(sql, rows)
+        async with self._db.executemany(sql, rows):
+            pass
 
     @asynccontextmanager
     async def transaction(self) -> AsyncIterator[None]:
-        await self._db.execute("BEGIN IMMEDIATE")
+        await self.execute("BEGIN IMMEDIATE")
         try:
             yield
         except BaseException:
@@ -80,6 +89,7 @@ class SqliteDatabase:
         # Stores this object has migrated: the check runs once per store, not on every call.
         self._ready: set[str] = set()
         self._migrating: dict[str, asyncio.Lock] = {}
+        self._idle: dict[Path, list[aiosqlite.Connection]] = {}
 
     def path(self, schema: Schema) -> Path:
         return self.directory / schema.sqlite_file
@@ -88,8 +98,20 @@ class SqliteDatabase:
     async def connect(self, schema: Schema) -> AsyncIterator[SqliteConnection]:
         if schema.name not in self._ready:
             await self.migrate(schema)
-        async with self._open(schema) as db:
+        path = self.path(schema)
+        idle = self._idle.setdefault(path, [])
+        db = idle.pop() if idle else await _open(path)
+        reusable = False
+        try:
             yield SqliteConnection(db)
+            reusable = not db.in_transaction
+        finally:
+            # After an error or a cancellation the connection may be mid-statement: closed, not
+            # handed to the next caller.
+            if reusable and len(idle) < IDLE_CONNECTIONS:
+                idle.append(db)
+            else:
+                await db.close()
 
     async def migrate(self, *schemas: Schema) -> None:
         for schema in schemas:
@@ -103,7 +125,8 @@ class SqliteDatabase:
                         f"cannot create the SQLite directory {self.directory} "
                         f"(DATABASE_URL={self.url}): {err.strerror or err}"
                     ) from err
-                async with self._open(schema) as db:
+                db = await _open(self.path(schema))
+                try:
                     await _use_wal(db)
                     # An exclusive transaction: a second process migrating the same file waits
                     # here (busy timeout), then finds every version recorded.
@@ -114,16 +137,9 @@ class SqliteDatabase:
                         await db.rollback()
                         raise
                     await db.commit()
+                finally:
+                    await db.close()
                 self._ready.add(schema.name)
-
-    @asynccontextmanager
-    async def _open(self, schema: Schema) -> AsyncIterator[aiosqlite.Connection]:
-        # isolation_level=None: autocommit, and transactions only where a store opens one.
-        async with aiosqlite.connect(
-            self.path(schema), timeout=BUSY_TIMEOUT_S, isolation_level=None
-        ) as db:
-            db.row_factory = aiosqlite.Row
-            yield db
 
     @asynccontextmanager
     async def exclusive(self, name: str) -> AsyncIterator[bool]:
@@ -140,7 +156,35 @@ class SqliteDatabase:
             os.close(fd)
 
     async def close(self) -> None:
-        """Nothing stays open between calls: each store call opens and closes its file."""
+        """Close the idle connections (one in use is closed when its call ends)."""
+        idle = [db for connections in self._idle.values() for db in connections]
+        self._idle.clear()
+        for db in idle:
+            await db.close()
+
+
+class _IdleSafeConnection(aiosqlite.Connection):
+    """An aiosqlite connection whose thread does not keep the process alive.
+
+    aiosqlite runs each connection in a thread of its own, not a daemon, and a connection left in
+    the idle list of a Database nobody closed (a test's, a process that exits on its return)
+    would hold the interpreter at exit. Committed data is safe without the close: SQLite's WAL is
+    read back by the next connection.
+    """
+
+    def __init__(self, connector: Callable[[], sqlite3.Connection]) -> None:
+        super().__init__(connector, iter_chunk_size=64)
+        self._thread.daemon = True
+
+
+async def _open(path: Path) -> aiosqlite.Connection:
+    def connector() -> sqlite3.Connection:
+        # isolation_level=None: autocommit, and transactions only where a store opens one.
+        return sqlite3.connect(path, timeout=BUSY_TIMEOUT_S, isolation_level=None)
+
+    db = await _IdleSafeConnection(connector)
+    db.row_factory = aiosqlite.Row
+    return db
 
 
 async def _use_wal(db: aiosqlite.Connection) -> None:
