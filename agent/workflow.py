@@ -156,6 +156,19 @@ def _cause(err: ActivityError) -> str:
     return getattr(err.cause, "message", None) or str(err.cause or err)
 
 
+def _step_failed(name: str, err: ApplicationError) -> ActivityError:
+    """The ActivityError a failed regular Activity would have raised (raise it `from err`)."""
+    return ActivityError(
+        f"{name} failed: {err.message}",
+        scheduled_event_id=0,
+        started_event_id=0,
+        identity="",
+        activity_type=name,
+        activity_id="",
+        retry_state=None,
+    )
+
+
 class _Declined(Exception):
     """A support agent pressed Deny."""
 
@@ -542,13 +555,19 @@ class RefundConversation:
         """A store read (or the offline policy): a local activity, or before issue 10 a regular
         one (kept, with its options, so that runs recorded then replay the same commands)."""
         if self._local_steps():
-            return await workflow.execute_local_activity(
-                name,
-                arg,
-                result_type=result_type,
-                start_to_close_timeout=SHORT_STEP_TIMEOUT,
-                retry_policy=LOOKUP_RETRY,
-            )
+            try:
+                return await workflow.execute_local_activity(
+                    name,
+                    arg,
+                    result_type=result_type,
+                    start_to_close_timeout=SHORT_STEP_TIMEOUT,
+                    retry_policy=LOOKUP_RETRY,
+                )
+            except ApplicationError as err:
+                # A local activity that failed for good raises its own ApplicationError (only its
+                # timeout is an ActivityError): the same to this conversation, a step that failed,
+                # and the customer is told so (_say_failed) instead of hearing nothing.
+                raise _step_failed(name, err) from err
         return await workflow.execute_activity(
             name,
             arg,

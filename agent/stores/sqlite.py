@@ -36,8 +36,8 @@ from agent.stores.database import (
 BUSY_TIMEOUT_S = 10.0
 
 # Connections kept open per file between calls. A new aiosqlite connection is a thread and a file
-# open: 1.6-3.9 ms a call here, against 0.6-1.0 ms on one already open (docs/benchmarks.md,
-# "SQLite connections"), and every Activity, lookup and inbox write used to pay it. More calls at
+# open, several times the cost of the call itself (bench.sqlite_calls; docs/benchmarks.md, "SQLite
+# connections"), and every lookup, grant read, post and inbox write used to pay it. More calls at
 # once than this open extra connections, closed when they end.
 IDLE_CONNECTIONS = 4
 
@@ -83,8 +83,9 @@ class SqliteConnection:
 class SqliteDatabase:
     dialect = SQLITE
 
-    def __init__(self, directory: Path) -> None:
+    def __init__(self, directory: Path, *, idle_connections: int = IDLE_CONNECTIONS) -> None:
         self.directory = directory
+        self.idle_connections = idle_connections  # 0: a connection per call (bench.sqlite_calls)
         self.url = sqlite_url(directory)
         # Stores this object has migrated: the check runs once per store, not on every call.
         self._ready: set[str] = set()
@@ -108,7 +109,7 @@ class SqliteDatabase:
         finally:
             # After an error or a cancellation the connection may be mid-statement: closed, not
             # handed to the next caller.
-            if reusable and len(idle) < IDLE_CONNECTIONS:
+            if reusable and len(idle) < self.idle_connections:
                 idle.append(db)
             else:
                 await db.close()
