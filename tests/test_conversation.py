@@ -20,18 +20,11 @@ def threads(agent_settings: AgentSettings) -> LocalThreadStore:
     return LocalThreadStore(database_for(agent_settings))
 
 
-async def _answer_both(conv: LocalConversation) -> None:
-    assert (await conv.next_bot_message()).text == "Was the package opened?"
-    await conv.reply("Yes")
-    assert (await conv.next_bot_message()).text == "What was damaged?"
-    await conv.reply("Split seam")
-
-
 async def test_happy_path_refunds_once(client, agent_settings, threads) -> None:
     async with running_worker(client, agent_settings, threads) as tq:
         conv = LocalConversation(client, threads, tq)
         handle = await conv.open("please refund order 1234")
-        await _answer_both(conv)
+        await conv.answer_the_questions()
         outcome: ConversationOutcome = await handle.result()
     assert outcome.status == "refunded"
     assert outcome.refund and outcome.refund.status == "succeeded"
@@ -50,7 +43,7 @@ async def test_asks_for_the_order_number_when_missing(client, agent_settings, th
         await conv.reply("it's the snake one")  # no number in it: asked again, differently
         assert "couldn't find an order number" in (await conv.next_bot_message()).text
         await conv.reply("#1234")
-        await _answer_both(conv)
+        await conv.answer_the_questions()
         outcome = await handle.result()
     assert outcome.status == "refunded"
 
@@ -63,7 +56,7 @@ async def test_unknown_order_and_another_customers_order_get_the_same_answer(
         for number in ("9999", "7777"):  # 7777 exists, on Marlow's account
             conv = LocalConversation(client, threads, tq)
             handle = await conv.open(f"refund order {number} please")
-            await _answer_both(conv)
+            await conv.answer_the_questions()
             outcome = await handle.result()
             assert outcome.status == "denied"
             answers.append(outcome.message.replace(number, "N"))
@@ -76,7 +69,7 @@ async def test_final_sale_order_is_denied(client, agent_settings, threads) -> No
     async with running_worker(client, agent_settings, threads) as tq:
         conv = LocalConversation(client, threads, tq)
         handle = await conv.open("refund order 3003")
-        await _answer_both(conv)
+        await conv.answer_the_questions()
         outcome = await handle.result()
     assert outcome.status == "denied" and "final-sale" in outcome.message
 
@@ -87,7 +80,7 @@ async def test_escalation_approved_by_a_grant_holder_refunds(
     async with running_worker(client, agent_settings, threads) as tq:
         conv = LocalConversation(client, threads, tq)
         handle = await conv.open("refund order 4500")
-        await _answer_both(conv)
+        await conv.answer_the_questions()
         escalation = await conv.next_bot_message()
         assert escalation.kind == "escalation" and escalation.actions == ["approve", "deny"]
         await conv.click("approve", SUPPORT)
@@ -104,7 +97,7 @@ async def test_grant_revoked_after_approval_means_no_refund(
     async with running_worker(client, agent_settings, threads) as tq:
         conv = LocalConversation(client, threads, tq)
         handle = await conv.open("refund order 4500", hold=True)
-        await _answer_both(conv)
+        await conv.answer_the_questions()
         assert (await conv.next_bot_message()).kind == "escalation"
         await conv.click("approve", SUPPORT)  # a live grant at the click...
         await conv.wait_phase("held_before_refund")
@@ -126,7 +119,7 @@ async def test_approval_without_a_grant_gives_no_refund(client, agent_settings, 
     async with running_worker(client, agent_settings, threads) as tq:
         conv = LocalConversation(client, threads, tq)
         handle = await conv.open("refund order 4500")
-        await _answer_both(conv)
+        await conv.answer_the_questions()
         await conv.next_bot_message()  # the escalation
         await conv.click("approve", stranger)
         refusal = await conv.next_bot_message()
@@ -151,7 +144,7 @@ async def test_agent_without_its_grant_escalates_instead_of_refunding(
         await grants.revoke(AGENT_PRINCIPAL, "refund_agent", by=SUPPORT)
         conv = LocalConversation(client, threads, tq)
         handle = await conv.open("please refund order 1234")
-        await _answer_both(conv)
+        await conv.answer_the_questions()
         told = await conv.next_bot_message()
         assert "I can't refund this on my own" in told.text
         assert (await conv.next_bot_message()).kind == "escalation"

@@ -53,10 +53,7 @@ async def _conversation(
     conv = LocalConversation(client, platform.threads, task_queue)
     async with worker:
         handle = await conv.open("please refund order 1234")
-        assert (await conv.next_bot_message()).text == "Was the package opened?"
-        await conv.reply("Yes")
-        assert (await conv.next_bot_message()).text == "What was damaged?"
-        await conv.reply("Split seam")
+        await conv.answer_the_questions()
         assert (await handle.result()).status == "refunded"
     return conv, handle
 

@@ -87,6 +87,13 @@ class LocalConversation:
         )
         return mid
 
+    async def answer_the_questions(self) -> None:
+        """The plush python's two questions, each checked, answered "Yes" and "Split seam"."""
+        assert (await self.next_bot_message()).text == "Was the package opened?"
+        await self.reply("Yes")
+        assert (await self.next_bot_message()).text == "What was damaged?"
+        await self.reply("Split seam")
+
     async def click(self, decision: str, actor: Actor = SUPPORT, round: int | None = None) -> None:
         """A click on the escalation's buttons; `round` as the buttons carry it (None: buttons
         posted before rounds existed)."""
