@@ -8,7 +8,8 @@ Event History: finished steps return their recorded results and the loop resumes
 Short steps (the offline policy's decision, the store lookups, the live grant read) are local
 activities: they run inside the workflow task that needs them, with no task-queue round trip, and
 only their results are recorded (a marker each). What waits on the outside world (the model, the
-chat platforms, the refund) stays a regular Activity that heartbeats.
+refund) stays a regular Activity that heartbeats. A chat post is tried once inside the workflow
+task that decided it, and a platform that fails or is slow gets the regular Activity (_post).
 """
 
 from __future__ import annotations
