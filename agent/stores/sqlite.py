@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import aiosqlite
+from aiosqlite.core import _STOP_RUNNING_SENTINEL  # ends a connection's thread: see __del__
 
 from agent.stores.database import (
     SQLITE,
@@ -165,7 +166,8 @@ class SqliteDatabase:
 
 
 class _IdleSafeConnection(aiosqlite.Connection):
-    """An aiosqlite connection whose thread does not keep the process alive.
+    """An aiosqlite connection that may be left idle: its thread neither keeps the process alive
+    nor fails when the connection is garbage-collected.
 
     aiosqlite runs each connection in a thread of its own, not a daemon, and a connection left in
     the idle list of a Database nobody closed (a test's, a process that exits on its return)
@@ -176,6 +178,22 @@ class _IdleSafeConnection(aiosqlite.Connection):
     def __init__(self, connector: Callable[[], sqlite3.Connection]) -> None:
         super().__init__(connector, iter_chunk_size=64)
         self._thread.daemon = True
+
+    def __del__(self) -> None:
+        # Collected idle, with its Database. aiosqlite's own __del__ stops the thread with a future
+        # made on the collecting thread's event loop: inside a Temporal workflow activation that
+        # is the workflow's, which the connection's thread cannot call (NotImplementedError, an
+        # unhandled exception in that thread). Nobody awaits that future: stop without one.
+        connection, self._connection = self._connection, None
+        if connection is None:
+            return
+        self._running = False
+
+        def close_and_stop() -> object:
+            connection.close()
+            return _STOP_RUNNING_SENTINEL
+
+        self._tx.put_nowait((None, close_and_stop))
 
 
 async def _open(path: Path) -> aiosqlite.Connection:
