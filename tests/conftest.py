@@ -10,11 +10,26 @@ from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
 
 from agent.settings import AgentSettings
-from agent.stores.database import Database, close_database, open_database, sqlite_url
+from agent.stores.database import (
+    Database,
+    close_database,
+    close_databases,
+    open_database,
+    sqlite_url,
+)
 from tests.support.codec import TEST_CONVERTER
 from tests.support.postgres import PostgresServer
 from worker.exit import exit_now
 from worker.server import temporal_cli_path
+
+
+@pytest.fixture(autouse=True)
+async def _databases_closed_after_each_test() -> AsyncIterator[None]:
+    """Each test's Databases (one per data directory, kept by open_database) are closed when it
+    ends: their idle SQLite connections would otherwise hold files open for the whole session,
+    past select()'s 1,024 descriptors (the terminal tests read their pty with it)."""
+    yield
+    await close_databases()
 
 
 @pytest.fixture(scope="session")

@@ -320,3 +320,10 @@ async def close_database(url: str) -> None:
     database = _databases.pop(url, None)
     if database is not None:
         await database.close()
+
+
+async def close_databases() -> None:
+    """Close and forget every Database of this process: their idle connections and open files go
+    (a test's end; the next open_database makes a new one)."""
+    for url in list(_databases):
+        await close_database(url)
