@@ -17,6 +17,8 @@ it, and a missing key fails there, naming the key id.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 from dataclasses import dataclass, field
 from typing import Any, get_args
@@ -24,7 +26,7 @@ from typing import Any, get_args
 from pydantic import BaseModel
 from temporalio.api.enums.v1 import EventType
 from temporalio.api.history.v1 import HistoryEvent
-from temporalio.client import Client, WorkflowHistory
+from temporalio.client import Client, WorkflowHandle, WorkflowHistory
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.converter import DataConverter
 
@@ -339,10 +341,24 @@ def _next_action(
     return "issue refund"
 
 
+# A workflow task in flight may already have posted in the thread (a post is made inside the task
+# that decided it), but Event History records the task's steps only when it completes. A reader
+# waits that long for it, so the position it reads agrees with the thread; a task held by a dead
+# Worker is not waited out.
+TASK_IN_FLIGHT_WAIT_S = 2.0
+
+
 async def what_survives(client: Client, workflow_id: str) -> Survivors:
     """Read a conversation's position from Temporal now; needs no Worker."""
     handle = client.get_workflow_handle(workflow_id)
-    history = await decoded_history(await handle.fetch_history(), client.data_converter)
+    raw = await handle.fetch_history()
+    if raw.events and raw.events[-1].event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_STARTED:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(
+                _event_after(handle, raw.events[-1].event_id), TASK_IN_FLIGHT_WAIT_S
+            )
+        raw = await handle.fetch_history()
+    history = await decoded_history(raw, client.data_converter)
     description = await handle.describe()
     attempts = max(
         (
@@ -353,3 +369,9 @@ async def what_survives(client: Client, workflow_id: str) -> Survivors:
         default=0,
     )
     return survivors_from_history(history, client.data_converter, attempts)
+
+
+async def _event_after(handle: WorkflowHandle, event_id: int) -> None:
+    async for event in handle.fetch_history_events(wait_new_event=True):
+        if event.event_id > event_id:
+            return
