@@ -157,17 +157,38 @@ def _cause(err: ActivityError) -> str:
     return getattr(err.cause, "message", None) or str(err.cause or err)
 
 
-def _step_failed(name: str, err: ApplicationError) -> ActivityError:
-    """The ActivityError a failed regular Activity would have raised (raise it `from err`)."""
-    return ActivityError(
-        f"{name} failed: {err.message}",
-        scheduled_event_id=0,
-        started_event_id=0,
-        identity="",
-        activity_type=name,
-        activity_id="",
-        retry_state=None,
-    )
+async def _local_activity(
+    name: str,
+    arg: Any,
+    result_type: type[T],
+    *,
+    start_to_close: timedelta,
+    retry_policy: RetryPolicy,
+) -> T:
+    """A local activity that fails as a regular Activity does, with an ActivityError.
+
+    The SDK raises a local activity's own ApplicationError when it fails for good (only its
+    timeout is an ActivityError); to this conversation both are a step that failed, and the
+    customer is told so (_say_failed) instead of the run failing with nothing said.
+    """
+    try:
+        return await workflow.execute_local_activity(
+            name,
+            arg,
+            result_type=result_type,
+            start_to_close_timeout=start_to_close,
+            retry_policy=retry_policy,
+        )
+    except ApplicationError as err:
+        raise ActivityError(
+            f"{name} failed: {err.message}",
+            scheduled_event_id=0,
+            started_event_id=0,
+            identity="",
+            activity_type=name,
+            activity_id="",
+            retry_state=None,
+        ) from err
 
 
 class _Declined(Exception):
@@ -556,19 +577,9 @@ class RefundConversation:
         """A store read (or the offline policy): a local activity, or before issue 10 a regular
         one (kept, with its options, so that runs recorded then replay the same commands)."""
         if self._local_steps():
-            try:
-                return await workflow.execute_local_activity(
-                    name,
-                    arg,
-                    result_type=result_type,
-                    start_to_close_timeout=SHORT_STEP_TIMEOUT,
-                    retry_policy=LOOKUP_RETRY,
-                )
-            except ApplicationError as err:
-                # A local activity that failed for good raises its own ApplicationError (only its
-                # timeout is an ActivityError): the same to this conversation, a step that failed,
-                # and the customer is told so (_say_failed) instead of hearing nothing.
-                raise _step_failed(name, err) from err
+            return await _local_activity(
+                name, arg, result_type, start_to_close=SHORT_STEP_TIMEOUT, retry_policy=LOOKUP_RETRY
+            )
         return await workflow.execute_activity(
             name,
             arg,
@@ -598,17 +609,16 @@ class RefundConversation:
         if try_locally and workflow.patched(PATCH_LOCAL_POSTS):
             try:
                 # EXTERNAL EFFECT: the post, tried once inside this workflow task.
-                return await workflow.execute_local_activity(
+                return await _local_activity(
                     "post_to_thread",
                     message,
-                    result_type=PostedMessage,
-                    start_to_close_timeout=LOCAL_POST_TIMEOUT,
+                    PostedMessage,
+                    start_to_close=LOCAL_POST_TIMEOUT,
                     retry_policy=RetryPolicy(maximum_attempts=1),
                 )
-            except (ActivityError, ApplicationError):
-                # The platform is slow (a timeout: ActivityError) or down (a local activity's
-                # failure arrives as the ApplicationError itself). The Activity below retries for
-                # a day; if the try posted before it failed, the message key returns that post.
+            except ActivityError:
+                # The platform is slow or down. The Activity below retries for a day; if the try
+                # posted before it failed, the message key returns that post.
                 pass
         # EXTERNAL EFFECT: a chat message, posted at most once per stable key.
         return await workflow.execute_activity(

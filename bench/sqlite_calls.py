@@ -5,7 +5,7 @@
       -> SqliteDatabase() (refund-bot's default): an idle connection, handed back after the call
 
 The two run interleaved, a call each in turn, in one process on one data directory, so both see
-the same machine and the same file growing. Then the same with CPU time instead of wall time.
+the same machine and the same file growing; each call is timed in wall time and in CPU time.
 
     .venv/bin/python -m bench.sqlite_calls [--calls 2000]
 """

@@ -12,8 +12,7 @@ that task records once the post has returned), both read from Event History time
 server's clock). Each conversation gives four: it opens with "I want my money back" (no order
 number), then "the green one" and "the big one, sorry" (asked again for the order number), "1234"
 (asked whether the package was opened) and "Yes" (asked what was damaged); then it is terminated. A
-bare
-run gives four turns the same way: the `ping` Signal to its last `echo` Activity completing.
+bare run gives four turns the same way: the `ping` Signal to its last `echo` Activity completing.
 
 One conversation or run of each variant per round, one at a time, the order turning every round,
 on one server and one Worker process: every variant sees the same machine. The codec's own cost

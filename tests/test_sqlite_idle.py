@@ -12,24 +12,48 @@ import threading
 from pathlib import Path
 from typing import Any
 
+import pytest
+
+from agent.stores import sqlite as sqlite_backend
 from agent.stores.grants import GrantStore
 from agent.stores.sqlite import SqliteDatabase
+from tests.support.conditions import wait_for
 
 
 def _connection_threads() -> set[threading.Thread]:
     return {t for t in threading.enumerate() if "_connection_worker_thread" in t.name}
 
 
-async def test_calls_reuse_one_idle_connection(tmp_path: Path) -> None:
+async def test_calls_reuse_one_idle_connection(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    opened: list[Path] = []
+    real_open = sqlite_backend._open
+
+    async def counted_open(path: Path) -> Any:
+        opened.append(path)
+        return await real_open(path)
+
+    monkeypatch.setattr(sqlite_backend, "_open", counted_open)
+    before = _connection_threads()
     database = SqliteDatabase(tmp_path)
     grants = GrantStore(database)
-    before = _connection_threads()
     for _ in range(5):
         await grants.seed()
-    # The migration's connection closed; the calls, one after another, shared one.
-    assert len(_connection_threads() - before) == 1
+    # One connection for the migration (closed), one for every call after it.
+    assert len(opened) == 2
+    pooled = await _the_one_idle_connection(before)
     await database.close()
-    assert not any(t.is_alive() for t in _connection_threads() - before)
+    await wait_for(lambda: not pooled.is_alive(), timeout=5, what="the idle connection closed")
+
+
+async def _the_one_idle_connection(before: set[threading.Thread]) -> threading.Thread:
+    """The connection thread a Database left idle (the migration's may still be ending)."""
+    await wait_for(
+        lambda: len(_connection_threads() - before) == 1, timeout=5, what="one idle connection"
+    )
+    [idle] = _connection_threads() - before
+    return idle
 
 
 class _WorkflowLikeLoop(asyncio.AbstractEventLoop):
@@ -47,8 +71,7 @@ async def test_an_idle_connection_collected_anywhere_closes_quietly(tmp_path: Pa
     before = _connection_threads()
     database = SqliteDatabase(tmp_path)
     await GrantStore(database).seed()
-    idle = _connection_threads() - before
-    assert len(idle) == 1
+    idle = await _the_one_idle_connection(before)
 
     failures: list[threading.ExceptHookArgs] = []
     hook, threading.excepthook = threading.excepthook, failures.append
@@ -64,9 +87,8 @@ async def test_an_idle_connection_collected_anywhere_closes_quietly(tmp_path: Pa
         collector = threading.Thread(target=collect)
         collector.start()
         collector.join()
-        for thread in idle:
-            thread.join(timeout=5)
+        idle.join(timeout=5)
     finally:
         threading.excepthook = hook
-    assert not any(t.is_alive() for t in idle)
+    assert not idle.is_alive()
     assert failures == []
