@@ -7,7 +7,7 @@ with no cap on the kills. It prints the figures docs/benchmarks.md quotes: conve
 refunds, and what the audit of the owners' records found (wrong outcomes, refunds per conversation
 other than expected, posts repeated in a thread, customer messages missing from history: all 0).
 
-    uv run python -m bench.random_kills [--conversations 200] [--seed 10]
+    uv run python -m bench.random_kills [--conversations 200] [--seed 10] [--workers 1]
 """
 
 from __future__ import annotations
@@ -24,13 +24,13 @@ from tests.support.kill_drill import run_drill
 from worker.server import temporal_cli_path
 
 
-async def main(conversations: int, seed: int) -> None:
+async def main(conversations: int, seed: int, workers: int) -> None:
     env = await WorkflowEnvironment.start_local(
         dev_server_existing_path=str(temporal_cli_path()), data_converter=TEST_CONVERTER
     )
     async with env:
         with tempfile.TemporaryDirectory() as tmp:
-            report = await run_drill(env, Path(tmp), conversations, seed=seed)
+            report = await run_drill(env, Path(tmp), conversations, seed=seed, workers=workers)
     print(
         f"{report.conversations} conversations in {report.seconds:.0f} s, {report.kills} kills "
         f"({report.crash_worker_requests} through /crash-worker), {report.refunds} refunds",
@@ -57,5 +57,6 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--conversations", type=int, default=200)
     parser.add_argument("--seed", type=int, default=10)
+    parser.add_argument("--workers", type=int, default=1, help="Worker processes polling at once")
     args = parser.parse_args()
-    run_benchmark(main(args.conversations, args.seed))
+    run_benchmark(main(args.conversations, args.seed, args.workers))

@@ -278,13 +278,13 @@ def _plot(path: Path, seconds: dict[str, list[float]]) -> None:
     fig.savefig(path)
 
 
-async def main(count: int, held: int, plot: Path | None, breakdown: bool) -> None:
+async def main(count: int, held: int, plot: Path | None, breakdown: bool, workers: int) -> None:
     env = await WorkflowEnvironment.start_local(
         dev_server_existing_path=str(temporal_cli_path()), data_converter=TEST_CONVERTER
     )
     async with env:
         with tempfile.TemporaryDirectory() as tmp:
-            async with supervised_stack(env, Path(tmp)) as stack:
+            async with supervised_stack(env, Path(tmp), workers=workers) as stack:
                 if count:
                     print(f"{count} drills, SIGKILL to the next step (warm standby):", flush=True)
                     seconds = await drills(stack, count)
@@ -311,5 +311,11 @@ if __name__ == "__main__":
         action="store_true",
         help="after the held crowd, where its seconds went, step by step (server timestamps)",
     )
+    parser.add_argument(
+        "--workers",
+        type=int,
+        default=1,
+        help="Worker processes polling at once (REFUND_BOT_WORKERS); the kill takes the first",
+    )
     args = parser.parse_args()
-    run_benchmark(main(args.drills, args.held, args.plot, args.breakdown))
+    run_benchmark(main(args.drills, args.held, args.plot, args.breakdown, args.workers))

@@ -142,8 +142,11 @@ async def running_stack(
     worker_env: dict[str, str] | None = None,
     *,
     host: str | None = None,
+    workers: int = 1,
 ) -> AsyncIterator[Stack]:
-    """Temporal (embedded if needed), the supervised Worker, the router's inbox delivery.
+    """Temporal (embedded if needed), the supervised Worker(s), the router's inbox delivery.
+
+    `workers`: Worker processes polling at once (REFUND_BOT_WORKERS), beside the warm standby.
 
     Leaving it (normally, by an error, or cancelled by a stop signal) waits for the router calls
     still in flight, then stops the Worker, then the server it started: each `async with` below
@@ -168,6 +171,7 @@ async def running_stack(
             env=worker_env,
             log_path=data_dir / "worker.log",
             host=host,
+            workers=workers,
         )
         async with supervisor, running_router(client, temporal, settings, worker_env) as stack:
             stack.supervisor, stack.server, stack.web_ui = supervisor, server, server.ui_url
@@ -317,7 +321,9 @@ async def run(
 ) -> None:
     """`refund-bot run`. `metrics`: this process's exporter URL, when metrics are on."""
     process = process or ProcessSettings()
-    async with running_stack(temporal, settings, host=process.host) as stack:
+    async with running_stack(
+        temporal, settings, host=process.host, workers=process.workers
+    ) as stack:
         assert stack.server is not None
         if stack.server.origin.startswith("reused"):
             say(

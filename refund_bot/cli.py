@@ -94,10 +94,12 @@ async def _supervised_worker(cfg: Config) -> None:
         raise NoCodecKey
     client = await connect(cfg.temporal, keys=keys)
     # The child inherits this environment (its settings, WORKER_METRICS_ADDRESS included).
-    async with WorkerSupervisor(cfg.temporal, client=client, host=cfg.process.host) as supervisor:
+    async with WorkerSupervisor(
+        cfg.temporal, client=client, host=cfg.process.host, workers=cfg.process.workers
+    ) as supervisor:
         log.info(
             "Supervising Worker pid %s on %s; /crash-worker %s restarts it",
-            supervisor.pid, supervisor.host, supervisor.host,
+            ", ".join(map(str, supervisor.pids)), supervisor.host, supervisor.host,
         )  # fmt: skip
         await asyncio.Event().wait()
 

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 
 from bot.platform_health import PlatformHealth
 from worker.control import worker_identity
-from worker.supervisor import other_workers, worker_is_polling
+from worker.supervisor import other_workers, workflow_pollers
 
 if TYPE_CHECKING:
     from refund_bot.app import Stack
@@ -62,19 +62,20 @@ async def _worker(stack: Stack) -> str:
     supervisor = stack.supervisor
     if supervisor is None:
         return await _workers_elsewhere(stack)
-    pid = supervisor.pid
-    if pid is None:
+    pids = supervisor.pids
+    if not pids:
         return "no Worker"
+    named = f"Worker pid{'s' if len(pids) > 1 else ''} {', '.join(map(str, pids))}"
     if not supervisor.running:
-        return f"Worker pid {pid} exited (the supervisor restarts it)"
+        return f"{named}: a Worker exited (the supervisor restarts it)"
     s = supervisor.settings
     try:
-        polling = await worker_is_polling(
-            supervisor.client, s.namespace, s.task_queue, worker_identity(pid, supervisor.host)
-        )
+        listed = await workflow_pollers(supervisor.client, s.namespace, s.task_queue)
     except Exception as err:  # Temporal unreachable: say so, the line still goes out
-        return f"Worker pid {pid} (polling unknown: {err})"
-    line = f"Worker pid {pid} {'polling' if polling else 'not polling'} {s.task_queue!r}"
+        return f"{named} (polling unknown: {err})"
+    pollers = {poller.identity for poller in listed}
+    polling = all(worker_identity(pid, supervisor.host) in pollers for pid in pids)
+    line = f"{named} {'polling' if polling else 'not polling'} {s.task_queue!r}"
     standby = supervisor.standby_pid
     return f"{line}, standby pid {standby}" if standby is not None else f"{line}, no standby"
 

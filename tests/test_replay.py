@@ -38,6 +38,7 @@ from agent.models import ConversationStart, DecideInput, LookupCustomerInput
 from agent.temporal_client import data_converter
 from agent.workflow import WORKFLOW_TYPE, RefundConversation
 from tests.support.codec import TEST_CONVERTER, TEST_KEY, codec_payloads
+from worker.sandbox import CompiledOnceSandboxRunner
 
 ROOT = Path(__file__).parent / "histories"
 # Every committed history: the current Workflow's paths, and in before-* folders the histories
@@ -64,6 +65,15 @@ async def _load(path: Path, converter: DataConverter = TEST_CONVERTER) -> Workfl
 
 async def _decoded(path: Path) -> WorkflowHistory:
     return await decoded_history(_read(path), TEST_CONVERTER)
+
+
+def _replayer(workflow_class: type) -> Replayer:
+    """A Replayer that runs conversations as the Worker does: the same converter and runner."""
+    return Replayer(
+        workflows=[workflow_class],
+        data_converter=TEST_CONVERTER,
+        workflow_runner=CompiledOnceSandboxRunner(),
+    )
 
 
 def _name(path: Path) -> str:
@@ -121,7 +131,7 @@ async def test_a_conversation_running_before_issue_9_replays_on_the_new_workflow
     """Recorded with the Workflow as it was before issue 9 (no escalation rounds, no edits, the
     owner's raw text on a failed refund, silence on a model failure): every workflow.patched
     branch must take the old path here, or replay fails with a nondeterminism error."""
-    replayer = Replayer(workflows=[RefundConversation], data_converter=TEST_CONVERTER)
+    replayer = _replayer(RefundConversation)
     history = await _load(path)
     result = await replayer.replay_workflow(history, raise_on_replay_failure=False)
     assert result.replay_failure is None
@@ -137,7 +147,7 @@ async def test_a_conversation_running_before_issue_10_replays_with_regular_activ
     """Recorded just before issue 10 (every short step a regular Activity): the new Workflow
     must take the same commands again, so workflow.patched(PATCH_LOCAL_STEPS) is False there."""
     history = await _load(path)
-    replayer = Replayer(workflows=[RefundConversation], data_converter=TEST_CONVERTER)
+    replayer = _replayer(RefundConversation)
     result = await replayer.replay_workflow(history, raise_on_replay_failure=False)
     assert result.replay_failure is None
     assert workflow_module.PATCH_LOCAL_STEPS not in _patch_ids(await _decoded(path))
@@ -153,7 +163,7 @@ async def test_a_conversation_running_before_local_posts_replays_with_post_activ
     schedule the same post_to_thread Activities again, so workflow.patched(PATCH_LOCAL_POSTS) is
     False there, and what survives is still read from that history."""
     history = await _load(path)
-    replayer = Replayer(workflows=[RefundConversation], data_converter=TEST_CONVERTER)
+    replayer = _replayer(RefundConversation)
     result = await replayer.replay_workflow(history, raise_on_replay_failure=False)
     assert result.replay_failure is None
     assert workflow_module.PATCH_LOCAL_POSTS not in _patch_ids(await _decoded(path))
@@ -232,14 +242,14 @@ async def test_every_patch_has_a_recorded_history_that_takes_it() -> None:
 
 @pytest.mark.parametrize("path", HISTORIES, ids=_name)
 async def test_committed_history_replays_cleanly(path: Path) -> None:
-    replayer = Replayer(workflows=[RefundConversation], data_converter=TEST_CONVERTER)
+    replayer = _replayer(RefundConversation)
     result = await replayer.replay_workflow(await _load(path), raise_on_replay_failure=False)
     assert result.replay_failure is None
 
 
 @pytest.mark.parametrize("path", HISTORIES, ids=_name)
 async def test_reordered_workflow_fails_replay(path: Path) -> None:
-    replayer = Replayer(workflows=[ReorderedConversation], data_converter=TEST_CONVERTER)
+    replayer = _replayer(ReorderedConversation)
     with pytest.raises(NondeterminismError):
         await replayer.replay_workflow(await _load(path))
 

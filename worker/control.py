@@ -26,13 +26,17 @@ import os
 import socket
 import time
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Collection
 from datetime import timedelta
 
 from pydantic import BaseModel, Field
 from temporalio import workflow
 from temporalio.api.common.v1 import WorkflowExecution
-from temporalio.api.workflowservice.v1 import ResetStickyTaskQueueRequest
+from temporalio.api.enums.v1 import EventType
+from temporalio.api.workflowservice.v1 import (
+    GetWorkflowExecutionHistoryReverseRequest,
+    ResetStickyTaskQueueRequest,
+)
 from temporalio.client import Client, WorkflowHandle, WorkflowUpdateFailedError
 from temporalio.common import RetryPolicy
 from temporalio.exceptions import ApplicationError
@@ -49,6 +53,9 @@ RESTART_ACTIVITY = "restart_worker"
 RESTART_ACTIVITY_TIMEOUT = timedelta(seconds=60)
 # Sticky resets in flight at once after a Worker dies.
 RESET_CONCURRENCY = 32
+# Events read back from a conversation's end to find which Worker it is sticky to: a workflow
+# task's completion is followed by at most a few commands' events and Signals.
+_REVERSE_PAGE = 20
 KILL_ACTIVITY = "kill_worker"
 START_ACTIVITY = "start_worker"
 # The longest a paused restart holds a Worker down. The supervisor enforces it on its own clock,
@@ -252,24 +259,38 @@ async def _resume(handle: WorkflowHandle[RestartWorker, RestartReport]) -> None:
         log.debug("Resume of %s not delivered: %s", handle.id, err.message)
 
 
-async def reset_sticky_queues(client: Client, namespace: str, task_queue: str) -> int:
+async def reset_sticky_queues(
+    client: Client,
+    namespace: str,
+    task_queue: str,
+    *,
+    left_by: Collection[str] | None = None,
+) -> int:
     """Clear the sticky queue of every running Workflow on `task_queue`; returns how many.
 
     After a Worker dies, Temporal would route each conversation's next workflow task to the dead
-    Worker's sticky queue until the sticky schedule-to-start timeout (10 s); resetting sends it to
-    the normal queue, where the new Worker picks it up at once.
+    Worker's sticky queue until the sticky schedule-to-start timeout; resetting sends it to the
+    normal queue, where a live Worker picks it up at once.
+
+    `left_by`: only the conversations whose last workflow task was completed by a Worker with one
+    of these identities (the dead ones). A conversation sticky to a Worker that is still alive is
+    left to it: reset, its next task would go to any Worker, which must replay it from the start
+    of its history, instead of the Worker that holds it in its cache.
     """
     query = f"TaskQueue = '{task_queue}' AND ExecutionStatus = 'Running'"
     gate = asyncio.Semaphore(RESET_CONCURRENCY)
 
     async def reset(workflow_id: str, run_id: str) -> bool:
-        request = ResetStickyTaskQueueRequest(
-            namespace=namespace,
-            execution=WorkflowExecution(workflow_id=workflow_id, run_id=run_id),
-        )
+        execution = WorkflowExecution(workflow_id=workflow_id, run_id=run_id)
         async with gate:
             try:
-                await client.workflow_service.reset_sticky_task_queue(request)
+                if left_by is not None:
+                    last = await last_completed_by(client, namespace, execution)
+                    if last is not None and last not in left_by:
+                        return False
+                await client.workflow_service.reset_sticky_task_queue(
+                    ResetStickyTaskQueueRequest(namespace=namespace, execution=execution)
+                )
             except RPCError as err:  # it closed since the listing: nothing to reset
                 log.debug("No sticky reset for %s: %s", workflow_id, err.message)
                 return False
@@ -278,3 +299,20 @@ async def reset_sticky_queues(client: Client, namespace: str, task_queue: str) -
     # Concurrently: with hundreds of open conversations, one at a time is seconds of waiting.
     resets = [reset(wf.id, wf.run_id) async for wf in client.list_workflows(query)]
     return sum(await asyncio.gather(*resets))
+
+
+async def last_completed_by(
+    client: Client, namespace: str, execution: WorkflowExecution
+) -> str | None:
+    """The identity of the Worker that completed the execution's last workflow task (the Worker
+    it is sticky to), read from the end of its history; None if none is found near the end,
+    which its caller treats as "anyone's": reset."""
+    response = await client.workflow_service.get_workflow_execution_history_reverse(
+        GetWorkflowExecutionHistoryReverseRequest(
+            namespace=namespace, execution=execution, maximum_page_size=_REVERSE_PAGE
+        )
+    )
+    for event in response.history.events:
+        if event.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED:
+            return event.workflow_task_completed_event_attributes.identity
+    return None

@@ -32,13 +32,17 @@ from agent.stores.ledger import Ledger
 from agent.workflow import RefundConversation
 from worker.bytecode import keep_bytecode
 from worker.control import worker_identity
+from worker.sandbox import CompiledOnceSandboxRunner
 
 log = logging.getLogger(__name__)
 
-# If this Worker dies without the supervisor noticing (no reset of sticky queues), a conversation's
-# next task waits at most this long on the dead Worker's sticky queue before Temporal hands it to
-# another Worker. The SDK default is 10 s.
-STICKY_TIMEOUT = timedelta(seconds=2)
+# How long a conversation's next workflow task waits on this Worker's sticky queue (where its
+# cached state is) before Temporal hands it to any Worker, which must replay it: the SDK's default.
+# The supervisor resets the sticky queues of a Worker it saw die, so this bounds only a death
+# nobody saw (its host lost with it). Shorter is worse under load: with 2 s, a live Worker busy
+# replaying a dead one's conversations let 76 of its own 100 time out to the other Worker, each
+# replayed there (200 held conversations: 13.5 s against 11.3 s, docs/benchmarks.md).
+STICKY_TIMEOUT = timedelta(seconds=10)
 
 # Workflow tasks this Worker works on at once (the SDK's default is 100). They share one
 # interpreter: a task that replays a conversation (each one, on a Worker that has just taken over)
@@ -96,6 +100,7 @@ async def build_worker(
             notify.post_to_thread,
             notify.edit_thread_message,
         ],
+        workflow_runner=CompiledOnceSandboxRunner(),
         sticky_queue_schedule_to_start_timeout=STICKY_TIMEOUT,
         max_concurrent_workflow_tasks=MAX_CONCURRENT_WORKFLOW_TASKS,
         graceful_shutdown_timeout=timedelta(seconds=5),

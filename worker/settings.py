@@ -1,6 +1,7 @@
 """Settings of a refund-bot process itself: the name of its host, and where it serves its metrics.
 
 REFUND_BOT_HOST -> Worker identities, the supervisor's control queue, /crash-worker <host>
+REFUND_BOT_WORKERS -> how many Worker processes the supervisor keeps polling
 METRICS_ADDRESS -> `refund-bot bot` / `run`: /healthz and /metrics
 WORKER_METRICS_ADDRESS -> `refund-bot worker`: /metrics (the SDK's exporter)
 """
@@ -31,6 +32,10 @@ class ProcessSettings(BaseSettings):
     # /crash-worker <host> and in the Discord gateway lease. Default: the machine's hostname; set it
     # where hostnames say nothing (containers) or are shared.
     host: str = Field(default_factory=socket.gethostname, alias="REFUND_BOT_HOST")
+    # Worker processes the supervisor keeps polling, beside its warm standby. With two, a Worker
+    # that dies takes only its own conversations' caches: the other Worker's carry on without a
+    # replay (docs/benchmarks.md, "Issue 10, third pass"). Each is one interpreter (one core).
+    workers: int = Field(default=1, ge=1, le=16, alias="REFUND_BOT_WORKERS")
     # Where `refund-bot bot` and `refund-bot run` serve /healthz and /metrics; "off": nowhere.
     metrics_address: str = Field(default="127.0.0.1:9464", alias="METRICS_ADDRESS")
     # Where each `refund-bot worker` serves /metrics; "off": nowhere. One address per Worker

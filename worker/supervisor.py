@@ -5,12 +5,18 @@ workflow task queue, so "ready" means "conversations can make progress", not "th
 The supervisor also serves the control task queues, where `/crash-worker` requests arrive: the
 shared one and its host's own (worker.control), so a presenter can name the host.
 
-A warm standby (`refund-bot worker --standby`) waits beside the active child, imported, connected
+`workers` children poll at once (REFUND_BOT_WORKERS; default 1). With two, a Worker that dies
+takes only its own conversations' caches with it: the sticky reset sends only the conversations it
+held to the other Workers, which replay them, while the survivor's carry on from its cache.
+
+A warm standby (`refund-bot worker --standby`) waits beside the active children, imported, connected
 and with its stores open: when the active child dies (/crash-worker, or killed unannounced) the
 standby is told to poll (a line on its stdin) and a new standby is prepared once it does, so a crash
 costs a poller's start, not a Python start-up.
 
-    active dies -> standby told "go" + sticky reset -> standby polls -> new standby spawned
+    active dies -> standby told "go" + sticky reset (of what it held) -> standby polls
+        -> new standby spawned
+    /crash-worker -> every active SIGKILLed -> standby + new children -> sticky reset of all
 
 A paused restart (worker.control.paused_worker_restart) is `restart(kill=True, while_down=...)`
 split across two control Activities: kill_worker runs it with a while_down that waits for
@@ -197,7 +203,8 @@ class WorkerSupervisor:
     environment and the TEMPORAL_ADDRESS / _NAMESPACE / _TASK_QUEUE derived from `settings`.
     `host` is the name this host goes by (REFUND_BOT_HOST; default the machine's hostname): in
     the child's identity, the host control queue and the restart reports. `pause_limit` bounds
-    how long a paused restart holds the Worker down (tests shorten it).
+    how long a paused restart holds the Worker down (tests shorten it). `workers`: how many
+    children poll at once (REFUND_BOT_WORKERS); a restart replaces them all, a death only itself.
     """
 
     def __init__(
@@ -215,7 +222,10 @@ class WorkerSupervisor:
         host: str | None = None,
         standby: bool | None = None,
         pause_limit: float = PAUSE_LIMIT.total_seconds(),
+        workers: int = 1,
     ) -> None:
+        if workers < 1:
+            raise ValueError(f"workers={workers}: a supervisor runs at least one Worker")
         self.settings = settings
         self.command = list(command or DEFAULT_COMMAND)
         self.env = dict(env or {})
@@ -229,9 +239,10 @@ class WorkerSupervisor:
         # A standby needs the real Worker's --standby; a test's stand-in command has none.
         self.standby = (command is None) if standby is None else standby
         self.pause_limit = pause_limit
+        self.workers = workers
         self.last_report: RestartReport | None = None
         self._client = client
-        self._proc: asyncio.subprocess.Process | None = None
+        self._procs: list[asyncio.subprocess.Process] = []  # EXECUTION STATE: the polling ones
         self._standby: asyncio.subprocess.Process | None = None  # EXECUTION STATE: the next Worker
         self._lock = asyncio.Lock()
         self._stopping = True
@@ -243,8 +254,13 @@ class WorkerSupervisor:
 
     @property
     def pid(self) -> int | None:
-        """The current child's pid (it may have just died; see `running`)."""
-        return self._proc.pid if self._proc else None
+        """The first current child's pid (it may have just died; see `running`)."""
+        return self._procs[0].pid if self._procs else None
+
+    @property
+    def pids(self) -> tuple[int, ...]:
+        """Every current child's pid, first `pid`."""
+        return tuple(proc.pid for proc in self._procs)
 
     @property
     def standby_pid(self) -> int | None:
@@ -254,7 +270,9 @@ class WorkerSupervisor:
 
     @property
     def running(self) -> bool:
-        return self._proc is not None and self._proc.returncode is None
+        """Whether all `workers` children are alive."""
+        procs = self._procs
+        return len(procs) == self.workers and all(p.returncode is None for p in procs)
 
     @property
     def client(self) -> Client:
@@ -302,11 +320,14 @@ class WorkerSupervisor:
                 await self._report_other_workers()
                 # A previous run's Worker may have died with conversations still sticky to it.
                 await self._reset_sticky()
-                proc = await self._spawn()
-                await self._wait_ready(proc)
+                for _ in range(self.workers):
+                    self._procs.append(await self._spawn())
+                procs = list(self._procs)
+                await asyncio.gather(*(self._wait_ready(proc) for proc in procs))
                 log.info(
-                    "Worker pid %s is polling %r (%.2f s)",
-                    proc.pid, self.settings.task_queue, time.monotonic() - started,
+                    "Worker pid %s polling %r (%.2f s)",
+                    ", ".join(str(p.pid) for p in procs), self.settings.task_queue,
+                    time.monotonic() - started,
                 )  # fmt: skip
                 # Only now: its start-up would have competed with the first child's for the CPU.
                 await self._prepare_standby()
@@ -335,8 +356,8 @@ class WorkerSupervisor:
                 await task
         async with self._lock:
             standby, self._standby = self._standby, None
-            proc, self._proc = self._proc, None
-            stops = [p for p in (proc, standby) if p is not None]
+            procs, self._procs = self._procs, []
+            stops = [*procs, *([standby] if standby is not None else [])]
             codes = await asyncio.gather(*(terminate(p, self.stop_timeout) for p in stops))
             for stopped, code in zip(stops, codes, strict=True):
                 log.info("Worker pid %s stopped with %s", stopped.pid, code)
@@ -418,13 +439,19 @@ class WorkerSupervisor:
             log.error("A paused restart failed", exc_info=task.exception())
 
     async def _replace_locked(
-        self, kill: bool, while_down: Callable[[], Awaitable[None]] | None = None
+        self,
+        kill: bool,
+        while_down: Callable[[], Awaitable[None]] | None = None,
+        dead: asyncio.subprocess.Process | None = None,
     ) -> RestartReport:
+        """Replace every child (a restart), or only `dead` (a death: the others poll on)."""
         started = time.monotonic()
         paused = 0.0
-        old, self._proc = self._proc, None  # its watcher now knows this death is deliberate
-        old_pid = old.pid if old else None
-        if old is not None:
+        olds = [dead] if dead is not None else self._procs
+        # Out of the list first: their watchers now know these deaths are deliberate.
+        self._procs = [p for p in self._procs if p not in olds]
+        old_pid = olds[0].pid if olds else None
+        for old in olds:
             if kill:
                 with contextlib.suppress(ProcessLookupError):
                     old.kill()
@@ -436,9 +463,18 @@ class WorkerSupervisor:
             paused = time.monotonic() - started
         # The standby starts its pollers while the sticky queues are reset: conversations reach
         # the normal queue (and it) once both are done, so neither waits for the other.
-        proc = await self._promote_standby() or await self._spawn()
-        await self._reset_sticky()
-        await self._wait_ready(proc)
+        survivors = len(self._procs)
+        new: list[asyncio.subprocess.Process] = []
+        while len(self._procs) < self.workers:
+            promoted = None if new else await self._promote_standby()
+            proc = promoted or await self._spawn()
+            self._procs.append(proc)  # at once: a death from here on is its watcher's to handle
+            new.append(proc)
+        # Conversations held by a surviving Worker stay with it; only the dead ones' go to anyone.
+        dead_ones = {worker_identity(old.pid, self.host) for old in olds}
+        await self._reset_sticky(left_by=dead_ones if survivors else None)
+        await asyncio.gather(*(self._wait_ready(proc) for proc in new))
+        proc = new[0]
         report = RestartReport(
             old_pid=old_pid,
             new_pid=proc.pid,
@@ -466,7 +502,6 @@ class WorkerSupervisor:
             await standby.stdin.drain()
         except (BrokenPipeError, ConnectionResetError):  # it died just now: its watcher saw it
             return None
-        self._proc = standby
         log.info("Standby pid %s promoted", standby.pid)
         return standby
 
@@ -503,8 +538,6 @@ class WorkerSupervisor:
         finally:
             if out:
                 out.close()
-        if not standby:
-            self._proc = proc
         task = asyncio.create_task(self._watch(proc))
         self._watchers.add(task)
         task.add_done_callback(self._watchers.discard)
@@ -550,12 +583,14 @@ class WorkerSupervisor:
                 self.settings.task_queue, len(others), "; ".join(map(str, others)),
             )  # fmt: skip
 
-    async def _reset_sticky(self) -> None:
+    async def _reset_sticky(self, left_by: set[str] | None = None) -> None:
+        """Reset the sticky queues of the running conversations (`left_by`: only those whose last
+        workflow task one of these dead Workers completed)."""
         if not self.reset_sticky:
             return
         try:
             count = await reset_sticky_queues(
-                self.client, self.settings.namespace, self.settings.task_queue
+                self.client, self.settings.namespace, self.settings.task_queue, left_by=left_by
             )
         except Exception as err:  # worst case a conversation waits out the sticky timeout
             log.warning("Could not reset sticky queues: %s", err)
@@ -586,7 +621,7 @@ class WorkerSupervisor:
         if proc is self._standby:
             await self._standby_died(proc, code)
             return
-        if self._proc is not proc:
+        if proc not in self._procs:
             return  # a deliberate stop or restart; whoever did it starts the next child
         # A warm standby takes over at once; a crash loop still slows down, since each promotion
         # is followed by a new standby's start-up, and a standby dying early backs off.
@@ -596,10 +631,10 @@ class WorkerSupervisor:
         )
         await asyncio.sleep(delay)
         async with self._lock:
-            if self._stopping or self._proc is not proc:
+            if self._stopping or proc not in self._procs:
                 return  # someone restarted it meanwhile
             try:
-                await self._replace_locked(kill=True)
+                await self._replace_locked(kill=True, dead=proc)
             except Exception:
                 # A child that died before polling has its own watcher, which retries.
                 log.exception("Restarting the Worker failed")

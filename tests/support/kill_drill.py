@@ -206,12 +206,14 @@ async def run_drill(
     *,
     max_kills: int = 10**9,
     seed: int | None = None,
+    workers: int = 1,
 ) -> DrillReport:
     """`conversations` stories (the four kinds in turn) while the Worker is killed at random,
-    at most `max_kills` times; the owners' records audited afterwards."""
+    at most `max_kills` times; the owners' records audited afterwards. `workers`: Worker
+    processes polling at once; each kill takes the supervisor's first."""
     rng = random.Random(seed)
     report = DrillReport(conversations=conversations)
-    async with supervised_stack(env, data_dir) as stack:
+    async with supervised_stack(env, data_dir, workers=workers) as stack:
         settings = stack.settings
         per_kind = {
             kind: sum(1 for i in range(conversations) if KINDS[i % 4] == kind) for kind in KINDS

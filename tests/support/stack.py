@@ -52,12 +52,14 @@ async def supervised_stack(
     worker_env: dict[str, str] | None = None,
     *,
     hold: bool = False,
+    workers: int = 1,
 ) -> AsyncIterator[Stack]:
-    """`worker_env` adds settings for the Worker child (e.g. SLACK_BOT_TOKEN, SLACK_API_URL)."""
+    """`worker_env` adds settings for the Worker child (e.g. SLACK_BOT_TOKEN, SLACK_API_URL);
+    `workers`: Worker children polling at once."""
     temporal, settings = settings_for(temporal_env, data_dir)
     settings = settings.model_copy(update={"hold_before_refund": hold})
     env = child_env(data_dir, worker_env)
-    async with running_stack(temporal, settings, worker_env=env) as stack:
+    async with running_stack(temporal, settings, worker_env=env, workers=workers) as stack:
         yield stack
 
 

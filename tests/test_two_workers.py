@@ -1,0 +1,122 @@
+"""Two Workers polling at once (REFUND_BOT_WORKERS=2): a death replaces only the dead one, and only
+the conversations it held lose their sticky Worker. Real dev server, real child processes
+(tests/support/dummy_worker.py)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import sys
+import uuid
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+from temporalio.api.enums.v1 import EventType
+from temporalio.client import Client, WorkflowHandle
+from temporalio.testing import WorkflowEnvironment
+from temporalio.worker import Worker
+
+from tests.support import queue_settings
+from tests.support.codec import TEST_CODEC_ENV
+from tests.support.conditions import wait_for
+from tests.support.dummy_worker import Echo
+from worker.control import (
+    RestartReport,
+    request_worker_restart,
+    reset_sticky_queues,
+    worker_identity,
+)
+from worker.lifecycle import alive
+from worker.supervisor import WorkerSupervisor, worker_is_polling
+
+CHILD = [sys.executable, "-m", "tests.support.dummy_worker"]
+
+
+@pytest.fixture
+async def two(temporal_env: WorkflowEnvironment) -> AsyncIterator[WorkerSupervisor]:
+    settings = queue_settings(temporal_env.client, f"two-{uuid.uuid4().hex[:6]}")
+    sup = WorkerSupervisor(
+        settings, CHILD, client=temporal_env.client, env=TEST_CODEC_ENV, workers=2
+    )
+    await sup.start()
+    yield sup
+    pids = sup.pids
+    await sup.stop()
+    assert not any(alive(pid) for pid in pids)
+
+
+async def all_polling(sup: WorkerSupervisor) -> bool:
+    s = sup.settings
+    checks = [
+        worker_is_polling(sup.client, s.namespace, s.task_queue, worker_identity(pid, sup.host))
+        for pid in sup.pids
+    ]
+    return all(await asyncio.gather(*checks))
+
+
+async def test_both_workers_poll_from_the_start(two: WorkerSupervisor) -> None:
+    assert len(two.pids) == 2 and two.running
+    assert await all_polling(two)
+
+
+async def test_a_worker_that_dies_is_replaced_and_the_other_keeps_polling(
+    two: WorkerSupervisor,
+) -> None:
+    dead, survivor = two.pids
+    os.kill(dead, signal.SIGKILL)
+
+    async def replaced() -> RestartReport | None:
+        report = two.last_report
+        return report if report is not None and report.old_pid == dead else None
+
+    report = await wait_for(replaced, timeout=30, what="the dead Worker's replacement")
+    assert not alive(dead)
+    assert alive(survivor), "a death must not take the other Worker with it"
+    assert set(two.pids) == {survivor, report.new_pid} and two.running
+    assert await all_polling(two)
+
+
+async def test_crash_worker_replaces_every_worker(two: WorkerSupervisor, client: Client) -> None:
+    before = set(two.pids)
+    report = await request_worker_restart(client, two.settings.control_task_queue)
+    # /crash-worker is the drill of a Worker host lost: no Worker keeps a conversation cached.
+    assert report.old_pid in before
+    assert not any(alive(pid) for pid in before)
+    assert len(two.pids) == 2 and not before & set(two.pids)
+    assert await all_polling(two)
+
+
+async def test_the_sticky_reset_after_a_death_takes_only_what_the_dead_worker_held(
+    client: Client,
+) -> None:
+    task_queue = f"held-{uuid.uuid4().hex[:6]}"
+    namespace = client.namespace
+    held_by = {}
+    for identity in ("worker-a", "worker-b"):
+        # One Worker at a time, so each conversation's first task runs, and stays, on that one.
+        async with Worker(client, task_queue=task_queue, workflows=[Echo], identity=identity):
+            handle = await client.start_workflow(
+                Echo.run, "hello", id=f"echo-{uuid.uuid4().hex[:8]}", task_queue=task_queue
+            )
+            await wait_for(lambda h=handle: _completed_a_task(h), timeout=10, what="the first task")
+            held_by[identity] = handle
+
+    async def listed() -> bool:
+        return await reset_sticky_queues(client, namespace, task_queue) == 2
+
+    await wait_for(listed, timeout=10, what="visibility to list both conversations")
+    assert await reset_sticky_queues(client, namespace, task_queue, left_by={"worker-a"}) == 1
+    assert await reset_sticky_queues(client, namespace, task_queue, left_by={"worker-c"}) == 0
+    both = {"worker-a", "worker-b"}
+    assert await reset_sticky_queues(client, namespace, task_queue, left_by=both) == 2
+    for handle in held_by.values():
+        await handle.terminate()
+
+
+async def _completed_a_task(handle: WorkflowHandle[Any, Any]) -> bool:
+    async for event in handle.fetch_history_events():
+        if event.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED:
+            return True
+    return False
