@@ -1,0 +1,76 @@
+"""What replaying one conversation costs a Worker, by workflow runner: what a Worker taking over a
+crowd pays per conversation it did not hold.
+
+    committed history (tests/histories/auto_approved.json)
+      -> Replayer(runner) x N, the runners interleaved one replay each in turn
+      -> wall and CPU milliseconds per replay
+
+Runners: the SDK's sandbox as it ships (`sdk`), refund-bot's (worker.sandbox: the same sandbox with
+its code strings compiled once, `compiled-once`), and no sandbox (`unsandboxed`, for scale: what
+the sandbox costs at all). One Replayer per runner, reused, in one process: no server is involved,
+so the figure is the Worker's own share of a takeover (its interpreter and the SDK's core).
+
+    .venv/bin/python -m bench.replay_cost [--replays 200] [--history tests/histories/...json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from pathlib import Path
+
+from temporalio.client import WorkflowHistory
+from temporalio.worker import Replayer, UnsandboxedWorkflowRunner, WorkflowRunner
+from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
+
+from agent.workflow import RefundConversation
+from bench import percentile, run_benchmark
+from tests.support.codec import TEST_CONVERTER
+from worker.sandbox import CompiledOnceSandboxRunner
+
+HISTORY = Path(__file__).parent.parent / "tests" / "histories" / "auto_approved.json"
+RUNNERS: dict[str, WorkflowRunner] = {
+    "sdk": SandboxedWorkflowRunner(),
+    "compiled-once": CompiledOnceSandboxRunner(),
+    "unsandboxed": UnsandboxedWorkflowRunner(),
+}
+
+
+async def main(replays: int, history: WorkflowHistory) -> None:
+    replayers = {
+        name: Replayer(
+            workflows=[RefundConversation], data_converter=TEST_CONVERTER, workflow_runner=runner
+        )
+        for name, runner in RUNNERS.items()
+    }
+    wall: dict[str, list[float]] = {name: [] for name in RUNNERS}
+    cpu: dict[str, list[float]] = {name: [] for name in RUNNERS}
+    for replayer in replayers.values():  # warm: imports, the sandbox's first module loads
+        await replayer.replay_workflow(history)
+    for _ in range(replays):
+        for name, replayer in replayers.items():
+            started, started_cpu = time.perf_counter(), time.process_time()
+            result = await replayer.replay_workflow(history, raise_on_replay_failure=False)
+            wall[name].append((time.perf_counter() - started) * 1000)
+            cpu[name].append((time.process_time() - started_cpu) * 1000)
+            assert result.replay_failure is None, result.replay_failure
+    events = len(history.events)
+    print(f"{replays} replays per runner of {history.workflow_id} ({events} events), interleaved:")
+    base = statistics.median(wall["sdk"])
+    for name in RUNNERS:
+        p50 = statistics.median(wall[name])
+        print(
+            f"  {name:<14} wall p50 {p50:6.1f} ms  p90 {percentile(wall[name], 90):6.1f} ms  "
+            f"CPU p50 {statistics.median(cpu[name]):6.1f} ms  ({p50 / base:.2f}x the SDK's)",
+            flush=True,
+        )
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--replays", type=int, default=200)
+    parser.add_argument("--history", type=Path, default=HISTORY)
+    args = parser.parse_args()
+    recorded = WorkflowHistory.from_json(args.history.stem, args.history.read_text())
+    run_benchmark(main(args.replays, recorded))
