@@ -71,7 +71,13 @@ async def _worker(cfg: Config, standby: bool = False) -> None:
     keys = codec_keys(cfg.agent)
     if not keys:
         raise NoCodecKey  # a Worker never writes a conversation to Temporal in clear
-    _metrics(cfg.process.worker_metrics_address, "WORKER_METRICS_ADDRESS")
+    from worker.settings import slot_address
+
+    # Its supervisor's slot for it: a host's Workers and standby each have their own port.
+    _metrics(
+        slot_address(cfg.process.worker_metrics_address, cfg.process.worker_slot),
+        "WORKER_METRICS_ADDRESS",
+    )
     client = await connect(cfg.temporal, keys=keys)
     await run_worker(
         client,

@@ -1,27 +1,31 @@
 """Two Workers polling at once (REFUND_BOT_WORKERS=2): a death replaces only the dead one, and only
-the conversations it held lose their sticky Worker. Real dev server, real child processes
-(tests/support/dummy_worker.py)."""
+the conversations it held lose their sticky Worker; each child has its own metrics port. Real dev
+server, real child processes (tests/support/dummy_worker.py, and `refund-bot worker`)."""
 
 from __future__ import annotations
 
 import asyncio
 import os
 import signal
+import socket
 import sys
 import uuid
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
+import aiohttp
 import pytest
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowHandle
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
-from tests.support import queue_settings
+from tests.support import free_port, queue_settings
 from tests.support.codec import TEST_CODEC_ENV
 from tests.support.conditions import wait_for
 from tests.support.dummy_worker import Echo
+from tests.support.stack import supervised_stack
 from worker.control import (
     RestartReport,
     request_worker_restart,
@@ -85,7 +89,8 @@ async def test_crash_worker_replaces_every_worker(two: WorkerSupervisor, client:
     assert report.old_pid in before
     assert not any(alive(pid) for pid in before)
     assert len(two.pids) == 2 and not before & set(two.pids)
-    assert await all_polling(two)
+    # The report comes once the first polls (conversations go on); the second joins when ready.
+    await wait_for(lambda: all_polling(two), timeout=30, what="both new Workers polling")
 
 
 async def test_the_sticky_reset_after_a_death_takes_only_what_the_dead_worker_held(
@@ -120,3 +125,74 @@ async def _completed_a_task(handle: WorkflowHandle[Any, Any]) -> bool:
         if event.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED:
             return True
     return False
+
+
+def _slot(pid: int) -> int:
+    """The REFUND_BOT_WORKER_SLOT the supervisor gave a child, read from the child's environment."""
+    environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    (value,) = [e.split(b"=", 1)[1] for e in environ if e.startswith(b"REFUND_BOT_WORKER_SLOT=")]
+    return int(value)
+
+
+async def test_each_worker_has_its_own_metrics_slot_and_a_replacement_takes_the_freed_one(
+    two: WorkerSupervisor,
+) -> None:
+    slots = {pid: _slot(pid) for pid in two.pids}
+    assert sorted(slots.values()) == [0, 1]
+    dead = next(pid for pid, slot in slots.items() if slot == 0)
+    os.kill(dead, signal.SIGKILL)
+
+    async def replaced() -> RestartReport | None:
+        report = two.last_report
+        return report if report is not None and report.old_pid == dead else None
+
+    report = await wait_for(replaced, timeout=30, what="the dead Worker's replacement")
+    # Its port (WORKER_METRICS_ADDRESS's plus 0) is the one the dead Worker freed.
+    assert _slot(report.new_pid) == 0
+    assert sorted(_slot(pid) for pid in two.pids) == [0, 1]
+
+
+async def test_a_promoted_standby_serves_metrics_on_its_own_port(
+    temporal_env: WorkflowEnvironment, tmp_path: Path
+) -> None:
+    """The standby starts while the active Worker holds the first port: it must not be left with
+    none (it used to be, and kept none after its promotion)."""
+    base = _two_free_ports()
+    env = {"WORKER_METRICS_ADDRESS": f"127.0.0.1:{base}"}
+    async with (
+        supervised_stack(temporal_env, tmp_path, env) as stack,
+        aiohttp.ClientSession() as http,
+    ):
+        supervisor = stack.supervisor
+        assert supervisor is not None
+        standby = await wait_for(lambda: supervisor.standby_pid, timeout=60, what="a standby")
+        assert _slot(standby) == 1
+        report = await request_worker_restart(stack.client, stack.temporal.control_task_queue)
+        assert report.new_pid == standby
+
+        async def serves(port: int) -> bool:
+            try:
+                async with http.get(f"http://127.0.0.1:{port}/metrics") as response:
+                    return response.status == 200 and "temporal_" in await response.text()
+            except aiohttp.ClientConnectionError:
+                return False
+
+        # The promoted Worker on slot 1's port; the new standby took the freed slot 0's.
+        await wait_for(lambda: serves(base + 1), timeout=30, what="the promoted Worker's metrics")
+        new_standby = await wait_for(
+            lambda: supervisor.standby_pid, timeout=60, what="a new standby"
+        )
+        assert _slot(new_standby) == 0
+
+
+def _two_free_ports() -> int:
+    """A port whose next port is free too (a supervisor with one Worker and a standby)."""
+    for _ in range(20):
+        base = free_port()
+        with socket.socket() as sock:
+            try:
+                sock.bind(("127.0.0.1", base + 1))
+            except OSError:
+                continue
+        return base
+    raise AssertionError("no two adjacent free ports")

@@ -3,7 +3,8 @@
 REFUND_BOT_HOST -> Worker identities, the supervisor's control queue, /crash-worker <host>
 REFUND_BOT_WORKERS -> how many Worker processes the supervisor keeps polling
 METRICS_ADDRESS -> `refund-bot bot` / `run`: /healthz and /metrics
-WORKER_METRICS_ADDRESS -> `refund-bot worker`: /metrics (the SDK's exporter)
+WORKER_METRICS_ADDRESS -> `refund-bot worker`: /metrics (the SDK's exporter), its port plus the
+    slot (REFUND_BOT_WORKER_SLOT) its supervisor gave it
 """
 
 from __future__ import annotations
@@ -25,6 +26,16 @@ def parse_address(value: str) -> tuple[str, int]:
     return host, int(port)
 
 
+def slot_address(address: str, slot: int) -> str:
+    """`address` with its port moved up by `slot`: a supervisor's Workers on one host each serve
+    metrics on their own port (9465, 9466, ...). "off" stays off."""
+    if address == OFF or slot == 0:
+        return address
+    host, port = parse_address(address)
+    host = f"[{host}]" if ":" in host else host
+    return f"{host}:{port + slot}"
+
+
 class ProcessSettings(BaseSettings):
     model_config = SettingsConfigDict(env_file=".env", extra="ignore", env_ignore_empty=True)
 
@@ -38,9 +49,11 @@ class ProcessSettings(BaseSettings):
     workers: int = Field(default=1, ge=1, le=16, alias="REFUND_BOT_WORKERS")
     # Where `refund-bot bot` and `refund-bot run` serve /healthz and /metrics; "off": nowhere.
     metrics_address: str = Field(default="127.0.0.1:9464", alias="METRICS_ADDRESS")
-    # Where each `refund-bot worker` serves /metrics; "off": nowhere. One address per Worker
-    # process on a host.
+    # Where each `refund-bot worker` serves /metrics; "off": nowhere. A supervisor's children
+    # (REFUND_BOT_WORKERS and the standby) take this port and the next ones, one slot each.
     worker_metrics_address: str = Field(default="127.0.0.1:9465", alias="WORKER_METRICS_ADDRESS")
+    # Set by the supervisor for its children: which of its ports this Worker serves metrics on.
+    worker_slot: int = Field(default=0, ge=0, alias="REFUND_BOT_WORKER_SLOT")
 
     @field_validator("host")
     @classmethod

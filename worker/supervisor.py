@@ -244,6 +244,10 @@ class WorkerSupervisor:
         self._client = client
         self._procs: list[asyncio.subprocess.Process] = []  # EXECUTION STATE: the polling ones
         self._standby: asyncio.subprocess.Process | None = None  # EXECUTION STATE: the next Worker
+        # EXECUTION STATE: each live child's slot (REFUND_BOT_WORKER_SLOT: its metrics port is
+        # WORKER_METRICS_ADDRESS's plus the slot). A new child takes the lowest free one, so a
+        # host's Workers and standby always serve metrics on the same workers + 1 ports.
+        self._slots: dict[int, int] = {}
         self._lock = asyncio.Lock()
         self._stopping = True
         self._deaths: collections.deque[float] = collections.deque()
@@ -473,8 +477,14 @@ class WorkerSupervisor:
         # Conversations held by a surviving Worker stay with it; only the dead ones' go to anyone.
         dead_ones = {worker_identity(old.pid, self.host) for old in olds}
         await self._reset_sticky(left_by=dead_ones if survivors else None)
-        await asyncio.gather(*(self._wait_ready(proc) for proc in new))
+        # Conversations go on once the first (the promoted standby) polls; the others start cold
+        # and join when ready, without holding up the report or the lock.
         proc = new[0]
+        await self._wait_ready(proc)
+        for later in new[1:]:
+            task = asyncio.create_task(self._ready_later(later))
+            self._watchers.add(task)
+            task.add_done_callback(self._watchers.discard)
         report = RestartReport(
             old_pid=old_pid,
             new_pid=proc.pid,
@@ -511,13 +521,20 @@ class WorkerSupervisor:
         self._standby = await self._spawn(standby=True)
         log.info("Standby Worker pid %s preparing", self._standby.pid)
 
+    def _free_slot(self) -> int:
+        live = [p for p in (*self._procs, self._standby) if p is not None and p.returncode is None]
+        taken = {self._slots.get(p.pid) for p in live}
+        return next(slot for slot in range(len(live) + 1) if slot not in taken)
+
     async def _spawn(self, standby: bool = False) -> asyncio.subprocess.Process:
+        slot = self._free_slot()
         env = {
             **os.environ,
             "TEMPORAL_ADDRESS": self.settings.address,
             "TEMPORAL_NAMESPACE": self.settings.namespace,
             "TEMPORAL_TASK_QUEUE": self.settings.task_queue,
             "REFUND_BOT_HOST": self.host,  # the child's identity names the same host
+            "REFUND_BOT_WORKER_SLOT": str(slot),
             **self.env,
         }
         out = self.log_path.open("ab") if self.log_path else None
@@ -538,6 +555,7 @@ class WorkerSupervisor:
         finally:
             if out:
                 out.close()
+        self._slots[proc.pid] = slot
         task = asyncio.create_task(self._watch(proc))
         self._watchers.add(task)
         task.add_done_callback(self._watchers.discard)
@@ -566,6 +584,14 @@ class WorkerSupervisor:
                     f"within {self.ready_timeout:.0f} s"
                 )
             await asyncio.sleep(_POLL_INTERVAL)
+
+    async def _ready_later(self, proc: asyncio.subprocess.Process) -> None:
+        try:
+            await self._wait_ready(proc)
+        except WorkerStartError as err:  # its watcher replaces it
+            log.warning("%s", err)
+        else:
+            log.info("Worker pid %s is polling %r too", proc.pid, self.settings.task_queue)
 
     async def _report_other_workers(self) -> None:
         """Say so when this supervisor's Worker is about to join Workers of other processes."""
@@ -616,6 +642,7 @@ class WorkerSupervisor:
 
     async def _watch(self, proc: asyncio.subprocess.Process) -> None:
         code = await proc.wait()
+        self._slots.pop(proc.pid, None)  # its port is free for the next child
         if self._stopping:
             return
         if proc is self._standby:
