@@ -60,6 +60,16 @@ async def all_polling(sup: WorkerSupervisor) -> bool:
     return all(await asyncio.gather(*checks))
 
 
+async def replacement_of(sup: WorkerSupervisor, dead: int) -> RestartReport:
+    """The report of the restart that replaced `dead`, once its successor polls."""
+
+    def replaced() -> RestartReport | None:
+        report = sup.last_report
+        return report if report is not None and report.old_pid == dead else None
+
+    return await wait_for(replaced, timeout=30, what=f"pid {dead}'s replacement")
+
+
 async def test_both_workers_poll_from_the_start(two: WorkerSupervisor) -> None:
     assert len(two.pids) == 2 and two.running
     assert await all_polling(two)
@@ -71,11 +81,7 @@ async def test_a_worker_that_dies_is_replaced_and_the_other_keeps_polling(
     dead, survivor = two.pids
     os.kill(dead, signal.SIGKILL)
 
-    async def replaced() -> RestartReport | None:
-        report = two.last_report
-        return report if report is not None and report.old_pid == dead else None
-
-    report = await wait_for(replaced, timeout=30, what="the dead Worker's replacement")
+    report = await replacement_of(two, dead)
     assert not alive(dead)
     assert alive(survivor), "a death must not take the other Worker with it"
     assert set(two.pids) == {survivor, report.new_pid} and two.running
@@ -142,11 +148,7 @@ async def test_each_worker_has_its_own_metrics_slot_and_a_replacement_takes_the_
     dead = next(pid for pid, slot in slots.items() if slot == 0)
     os.kill(dead, signal.SIGKILL)
 
-    async def replaced() -> RestartReport | None:
-        report = two.last_report
-        return report if report is not None and report.old_pid == dead else None
-
-    report = await wait_for(replaced, timeout=30, what="the dead Worker's replacement")
+    report = await replacement_of(two, dead)
     # Its port (WORKER_METRICS_ADDRESS's plus 0) is the one the dead Worker freed.
     assert _slot(report.new_pid) == 0
     assert sorted(_slot(pid) for pid in two.pids) == [0, 1]
