@@ -60,7 +60,7 @@ async def _promoted() -> None:
         exit_now(0)
 
 
-async def _worker(cfg: Config, standby: bool = False) -> None:
+async def _worker(cfg: Config, standby: bool = False, metrics_slot: int = 0) -> None:
     from agent.codec_keys import codec_keys
     from agent.temporal_client import connect
     from refund_bot.wiring import grant_sources, outbound_posters
@@ -75,7 +75,7 @@ async def _worker(cfg: Config, standby: bool = False) -> None:
 
     # Its supervisor's slot for it: a host's Workers and standby each have their own port.
     _metrics(
-        slot_address(cfg.process.worker_metrics_address, cfg.process.worker_slot),
+        slot_address(cfg.process.worker_metrics_address, metrics_slot),
         "WORKER_METRICS_ADDRESS",
     )
     client = await connect(cfg.temporal, keys=keys)
@@ -281,6 +281,14 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="get ready (imports, connection, stores), then poll only once a line arrives on stdin",
     )
+    worker.add_argument(
+        "--metrics-slot",
+        type=int,
+        default=0,
+        metavar="N",
+        help="serve /metrics on WORKER_METRICS_ADDRESS's port plus N (a supervisor gives each of "
+        "its Workers and its standby their own)",
+    )
     status = command(
         "status",
         "what survives of a conversation, read from Temporal's Event History (no Worker needed)",
@@ -327,7 +335,9 @@ def main(argv: list[str] | None = None) -> None:
         "worker": (
             config.WORKER,
             lambda cfg: until_stopped(
-                _supervised_worker(cfg) if args.supervised else _worker(cfg, args.standby)
+                _supervised_worker(cfg)
+                if args.supervised
+                else _worker(cfg, args.standby, args.metrics_slot)
             ),
         ),
         "discord": (config.DISCORD_SYNC, _discord_sync),

@@ -5,6 +5,7 @@ server, real child processes (tests/support/dummy_worker.py, and `refund-bot wor
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import socket
@@ -134,43 +135,28 @@ async def _completed_a_task(handle: WorkflowHandle[Any, Any]) -> bool:
 
 
 def _slot(pid: int) -> int:
-    """The REFUND_BOT_WORKER_SLOT the supervisor gave a child, read from the child's environment."""
-    environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
-    (value,) = [e.split(b"=", 1)[1] for e in environ if e.startswith(b"REFUND_BOT_WORKER_SLOT=")]
+    """The metrics slot the supervisor gave a `refund-bot worker` child (`--metrics-slot=N`)."""
+    args = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    (value,) = [a.split(b"=", 1)[1] for a in args if a.startswith(b"--metrics-slot=")]
     return int(value)
 
 
-async def test_each_worker_has_its_own_metrics_slot_and_a_replacement_takes_the_freed_one(
-    two: WorkerSupervisor,
-) -> None:
-    slots = {pid: _slot(pid) for pid in two.pids}
-    assert sorted(slots.values()) == [0, 1]
-    dead = next(pid for pid, slot in slots.items() if slot == 0)
-    os.kill(dead, signal.SIGKILL)
-
-    report = await replacement_of(two, dead)
-    # Its port (WORKER_METRICS_ADDRESS's plus 0) is the one the dead Worker freed.
-    assert _slot(report.new_pid) == 0
-    assert sorted(_slot(pid) for pid in two.pids) == [0, 1]
-
-
-async def test_a_promoted_standby_serves_metrics_on_its_own_port(
+async def test_each_worker_serves_metrics_on_its_own_port_and_a_promoted_standby_keeps_its_own(
     temporal_env: WorkflowEnvironment, tmp_path: Path
 ) -> None:
-    """The standby starts while the active Worker holds the first port: it must not be left with
-    none (it used to be, and kept none after its promotion)."""
-    base = _two_free_ports()
+    """Two Workers and the standby: three ports from WORKER_METRICS_ADDRESS's. The standby starts
+    while the Workers hold theirs: it must not be left with none (it used to be, and kept none
+    after its promotion); a new child takes the port a dead one freed."""
+    base = _free_ports(3)
     env = {"WORKER_METRICS_ADDRESS": f"127.0.0.1:{base}"}
     async with (
-        supervised_stack(temporal_env, tmp_path, env) as stack,
+        supervised_stack(temporal_env, tmp_path, env, workers=2) as stack,
         aiohttp.ClientSession() as http,
     ):
         supervisor = stack.supervisor
         assert supervisor is not None
         standby = await wait_for(lambda: supervisor.standby_pid, timeout=60, what="a standby")
-        assert _slot(standby) == 1
-        report = await request_worker_restart(stack.client, stack.temporal.control_task_queue)
-        assert report.new_pid == standby
+        assert sorted(_slot(pid) for pid in (*supervisor.pids, standby)) == [0, 1, 2]
 
         async def serves(port: int) -> bool:
             try:
@@ -179,22 +165,28 @@ async def test_a_promoted_standby_serves_metrics_on_its_own_port(
             except aiohttp.ClientConnectionError:
                 return False
 
-        # The promoted Worker on slot 1's port; the new standby took the freed slot 0's.
-        await wait_for(lambda: serves(base + 1), timeout=30, what="the promoted Worker's metrics")
+        dead = next(pid for pid in supervisor.pids if _slot(pid) == 0)
+        os.kill(dead, signal.SIGKILL)
+        report = await replacement_of(supervisor, dead)
+        assert report.new_pid == standby, "the standby is promoted into the dead Worker's place"
+        await wait_for(
+            lambda: serves(base + _slot(standby)), timeout=30, what="the promoted Worker's metrics"
+        )
         new_standby = await wait_for(
             lambda: supervisor.standby_pid, timeout=60, what="a new standby"
         )
-        assert _slot(new_standby) == 0
+        assert _slot(new_standby) == 0  # the port the dead Worker freed
 
 
-def _two_free_ports() -> int:
-    """A port whose next port is free too (a supervisor with one Worker and a standby)."""
+def _free_ports(count: int) -> int:
+    """A free port whose next `count - 1` ports are free too."""
     for _ in range(20):
         base = free_port()
-        with socket.socket() as sock:
+        with contextlib.ExitStack() as held:
             try:
-                sock.bind(("127.0.0.1", base + 1))
+                for port in range(base + 1, base + count):
+                    held.enter_context(socket.socket()).bind(("127.0.0.1", port))
             except OSError:
                 continue
         return base
-    raise AssertionError("no two adjacent free ports")
+    raise AssertionError(f"no {count} adjacent free ports")

@@ -4,7 +4,7 @@ REFUND_BOT_HOST -> Worker identities, the supervisor's control queue, /crash-wor
 REFUND_BOT_WORKERS -> how many Worker processes the supervisor keeps polling
 METRICS_ADDRESS -> `refund-bot bot` / `run`: /healthz and /metrics
 WORKER_METRICS_ADDRESS -> `refund-bot worker`: /metrics (the SDK's exporter), its port plus the
-    slot (REFUND_BOT_WORKER_SLOT) its supervisor gave it
+    slot its supervisor gave it (`--metrics-slot`)
 """
 
 from __future__ import annotations
@@ -52,8 +52,6 @@ class ProcessSettings(BaseSettings):
     # Where each `refund-bot worker` serves /metrics; "off": nowhere. A supervisor's children
     # (REFUND_BOT_WORKERS and the standby) take this port and the next ones, one slot each.
     worker_metrics_address: str = Field(default="127.0.0.1:9465", alias="WORKER_METRICS_ADDRESS")
-    # Set by the supervisor for its children: which of its ports this Worker serves metrics on.
-    worker_slot: int = Field(default=0, ge=0, alias="REFUND_BOT_WORKER_SLOT")
 
     @field_validator("host")
     @classmethod

@@ -238,13 +238,14 @@ class WorkerSupervisor:
         self.host = host or socket.gethostname()
         # A standby needs the real Worker's --standby; a test's stand-in command has none.
         self.standby = (command is None) if standby is None else standby
+        self._real_worker = command is None
         self.pause_limit = pause_limit
         self.workers = workers
         self.last_report: RestartReport | None = None
         self._client = client
         self._procs: list[asyncio.subprocess.Process] = []  # EXECUTION STATE: the polling ones
         self._standby: asyncio.subprocess.Process | None = None  # EXECUTION STATE: the next Worker
-        # EXECUTION STATE: each live child's slot (REFUND_BOT_WORKER_SLOT: its metrics port is
+        # EXECUTION STATE: each live child's slot (`--metrics-slot`: its metrics port is
         # WORKER_METRICS_ADDRESS's plus the slot). A new child takes the lowest free one, so a
         # host's Workers and standby always serve metrics on the same workers + 1 ports.
         self._slots: dict[int, int] = {}
@@ -521,6 +522,11 @@ class WorkerSupervisor:
         self._standby = await self._spawn(standby=True)
         log.info("Standby Worker pid %s preparing", self._standby.pid)
 
+    def _command(self, slot: int, standby: bool) -> list[str]:
+        # Only `refund-bot worker` serves metrics; a test's stand-in command does not.
+        slotted = [f"--metrics-slot={slot}"] if self._real_worker else []
+        return [*self.command, *slotted, *(["--standby"] if standby else [])]
+
     def _free_slot(self) -> int:
         live = [p for p in (*self._procs, self._standby) if p is not None and p.returncode is None]
         taken = {self._slots.get(p.pid) for p in live}
@@ -534,7 +540,6 @@ class WorkerSupervisor:
             "TEMPORAL_NAMESPACE": self.settings.namespace,
             "TEMPORAL_TASK_QUEUE": self.settings.task_queue,
             "REFUND_BOT_HOST": self.host,  # the child's identity names the same host
-            "REFUND_BOT_WORKER_SLOT": str(slot),
             **self.env,
         }
         out = self.log_path.open("ab") if self.log_path else None
@@ -543,7 +548,7 @@ class WorkerSupervisor:
             # in order, and never reads as an unexpected death to restart. If this process dies
             # first, SIGKILL (and the lifeline): the agent is built to survive a Worker's death.
             proc = await spawn_child(
-                [*self.command, "--standby"] if standby else self.command,
+                self._command(slot, standby),
                 on_parent_death=signal.SIGKILL,
                 lifeline=True,
                 env=env,
