@@ -65,14 +65,13 @@ async def _worker(cfg: Config, standby: bool = False, metrics_slot: int = 0) -> 
     from agent.temporal_client import connect
     from refund_bot.wiring import grant_sources, outbound_posters
     from worker.runner import run_worker
+    from worker.settings import slot_address
 
     # Under a supervisor: exit with it, even if it dies by SIGKILL where prctl cannot tie us to it.
     watch_lifeline()
     keys = codec_keys(cfg.agent)
     if not keys:
         raise NoCodecKey  # a Worker never writes a conversation to Temporal in clear
-    from worker.settings import slot_address
-
     # Its supervisor's slot for it: a host's Workers and standby each have their own port.
     _metrics(
         slot_address(cfg.process.worker_metrics_address, metrics_slot),

@@ -21,8 +21,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from bot.platform_health import PlatformHealth
-from worker.control import worker_identity
-from worker.supervisor import other_workers, workflow_pollers
+from worker.supervisor import other_workers
 
 if TYPE_CHECKING:
     from refund_bot.app import Stack
@@ -68,14 +67,11 @@ async def _worker(stack: Stack) -> str:
     named = f"Worker pid{'s' if len(pids) > 1 else ''} {', '.join(map(str, pids))}"
     if not supervisor.running:
         return f"{named}: a Worker exited (the supervisor restarts it)"
-    s = supervisor.settings
     try:
-        listed = await workflow_pollers(supervisor.client, s.namespace, s.task_queue)
+        polling = await supervisor.polling()
     except Exception as err:  # Temporal unreachable: say so, the line still goes out
         return f"{named} (polling unknown: {err})"
-    pollers = {poller.identity for poller in listed}
-    polling = all(worker_identity(pid, supervisor.host) in pollers for pid in pids)
-    line = f"{named} {'polling' if polling else 'not polling'} {s.task_queue!r}"
+    line = f"{named} {'polling' if polling else 'not polling'} {supervisor.settings.task_queue!r}"
     standby = supervisor.standby_pid
     return f"{line}, standby pid {standby}" if standby is not None else f"{line}, no standby"
 

@@ -4,7 +4,6 @@ server, real child processes (tests/support/dummy_worker.py, and `refund-bot wor
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import os
 import signal
@@ -31,10 +30,9 @@ from worker.control import (
     RestartReport,
     request_worker_restart,
     reset_sticky_queues,
-    worker_identity,
 )
 from worker.lifecycle import alive
-from worker.supervisor import WorkerSupervisor, worker_is_polling
+from worker.supervisor import WorkerSupervisor
 
 CHILD = [sys.executable, "-m", "tests.support.dummy_worker"]
 
@@ -52,15 +50,6 @@ async def two(temporal_env: WorkflowEnvironment) -> AsyncIterator[WorkerSupervis
     assert not any(alive(pid) for pid in pids)
 
 
-async def all_polling(sup: WorkerSupervisor) -> bool:
-    s = sup.settings
-    checks = [
-        worker_is_polling(sup.client, s.namespace, s.task_queue, worker_identity(pid, sup.host))
-        for pid in sup.pids
-    ]
-    return all(await asyncio.gather(*checks))
-
-
 async def replacement_of(sup: WorkerSupervisor, dead: int) -> RestartReport:
     """The report of the restart that replaced `dead`, once its successor polls."""
 
@@ -73,7 +62,7 @@ async def replacement_of(sup: WorkerSupervisor, dead: int) -> RestartReport:
 
 async def test_both_workers_poll_from_the_start(two: WorkerSupervisor) -> None:
     assert len(two.pids) == 2 and two.running
-    assert await all_polling(two)
+    assert await two.polling()
 
 
 async def test_a_worker_that_dies_is_replaced_and_the_other_keeps_polling(
@@ -86,7 +75,7 @@ async def test_a_worker_that_dies_is_replaced_and_the_other_keeps_polling(
     assert not alive(dead)
     assert alive(survivor), "a death must not take the other Worker with it"
     assert set(two.pids) == {survivor, report.new_pid} and two.running
-    assert await all_polling(two)
+    assert await two.polling()
 
 
 async def test_crash_worker_replaces_every_worker(two: WorkerSupervisor, client: Client) -> None:
@@ -97,7 +86,7 @@ async def test_crash_worker_replaces_every_worker(two: WorkerSupervisor, client:
     assert not any(alive(pid) for pid in before)
     assert len(two.pids) == 2 and not before & set(two.pids)
     # The report comes once the first polls (conversations go on); the second joins when ready.
-    await wait_for(lambda: all_polling(two), timeout=30, what="both new Workers polling")
+    await wait_for(two.polling, timeout=30, what="both new Workers polling")
 
 
 async def test_the_sticky_reset_after_a_death_takes_only_what_the_dead_worker_held(

@@ -252,7 +252,8 @@ class WorkerSupervisor:
         self._lock = asyncio.Lock()
         self._stopping = True
         self._deaths: collections.deque[float] = collections.deque()
-        self._watchers: set[asyncio.Task[None]] = set()
+        # Each child's watcher, and a restart's later Workers waiting to poll: cancelled by stop().
+        self._background: set[asyncio.Task[None]] = set()
         self._control: list[Worker] = []
         self._control_tasks: list[asyncio.Task[None]] = []
         self._pauses: dict[str, _Pause] = {}  # EXECUTION STATE: by restart Workflow id
@@ -272,6 +273,14 @@ class WorkerSupervisor:
         """The warm standby's pid, while one waits (see `start`)."""
         standby = self._standby
         return standby.pid if standby and standby.returncode is None else None
+
+    async def polling(self) -> bool:
+        """Whether Temporal lists a workflow-task poller for every current child (one request)."""
+        identities = {worker_identity(pid, self.host) for pid in self.pids}
+        listed = await workflow_pollers(
+            self.client, self.settings.namespace, self.settings.task_queue
+        )
+        return bool(identities) and identities <= {poller.identity for poller in listed}
 
     @property
     def running(self) -> bool:
@@ -347,7 +356,7 @@ class WorkerSupervisor:
 
     async def _stop(self) -> None:
         self._stopping = True
-        for task in list(self._watchers):
+        for task in list(self._background):
             task.cancel()
         for pause in self._pauses.values():
             pause.restart.cancel()  # a held restart gives the lock up at once
@@ -484,8 +493,8 @@ class WorkerSupervisor:
         await self._wait_ready(proc)
         for later in new[1:]:
             task = asyncio.create_task(self._ready_later(later))
-            self._watchers.add(task)
-            task.add_done_callback(self._watchers.discard)
+            self._background.add(task)
+            task.add_done_callback(self._background.discard)
         report = RestartReport(
             old_pid=old_pid,
             new_pid=proc.pid,
@@ -562,8 +571,8 @@ class WorkerSupervisor:
                 out.close()
         self._slots[proc.pid] = slot
         task = asyncio.create_task(self._watch(proc))
-        self._watchers.add(task)
-        task.add_done_callback(self._watchers.discard)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
         return proc
 
     async def _wait_ready(self, proc: asyncio.subprocess.Process) -> None:
