@@ -1,7 +1,9 @@
-"""The payload codec: AES-256-GCM, so what Temporal stores of a conversation is ciphertext.
+"""The payload codec: compressed, then AES-256-GCM, so what Temporal stores is small ciphertext.
 
-    value -> pydantic payload -> AesGcmCodec.encode (first key) -> Event History
-          -> AesGcmCodec.decode (the key its metadata names) -> pydantic payload -> value
+    value -> pydantic payload -> AesGcmCodec.encode: deflate (preset dictionary), seal (first key)
+          -> Event History
+          -> AesGcmCodec.decode: open (the key it names), inflate (the dictionary it names)
+          -> pydantic payload -> value
 
 Every payload the bot, the Worker and the commands send (workflow inputs, Signals, Activity inputs
 and results, and, through the failure converter, failure messages) is encrypted before it leaves
@@ -9,30 +11,52 @@ the process. Each encrypted payload names its key id in its metadata, so keys ro
 new first key: new payloads use it, older ones still decrypt with the key that wrote them. A
 payload that is not encrypted (written before the codec was on) decodes as it is, so
 conversations running at deploy time carry on.
+
+Compression comes first because ciphertext does not compress. A conversation's payloads are small,
+so DEFLATE is primed with a preset dictionary of what they are made of (agent.codec_dictionary):
+a committed story's payloads shrink to about a sixth. A payload the dictionary does not help is
+sealed uncompressed, and a payload sealed before compression existed decodes as before. The
+dictionary's name is authenticated with the key id, so a relabelled payload fails to open.
+Compressing before encrypting lets a payload's length say something about its content; payloads
+hold no secrets (those are settings, never arguments), and their lengths are visible only to
+readers of Event History.
 """
 
 from __future__ import annotations
 
 import base64
 import binascii
+import functools
 import os
 import re
 import secrets
-from collections.abc import Sequence
+import zlib
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from temporalio.api.common.v1 import Payload
 from temporalio.converter import PayloadCodec
 
+from agent.codec_dictionary import LATEST, NAMES, dictionary
+
 ENCODING = b"binary/encrypted"
 KEY_ID_METADATA = "encryption-key-id"
+COMPRESSION_METADATA = "compression"  # the preset dictionary's name; absent: not compressed
 KEY_BYTES = 32  # AES-256
 NONCE_BYTES = 12
+# Raw DEFLATE (no zlib header: the metadata already names the format), a 32 KiB window.
+_WBITS = -15
+# A payload inflating past this is refused: Temporal's own limit on one payload is 2 MB.
+MAX_PAYLOAD_BYTES = 4 * 1024 * 1024
 _KEY_ID = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
 
 
-class CodecKeyError(Exception):
+class CodecError(Exception):
+    """A payload this process cannot read, said in one line (never with a key in it)."""
+
+
+class CodecKeyError(CodecError):
     """A key problem, said in one line that names the key id and never the key."""
 
 
@@ -53,6 +77,19 @@ class WrongCodecKey(CodecKeyError):
             f"codec key {key_id!r} does not decrypt this Event History: the key configured under "
             "that id is not the one that encrypted it"
         )
+
+
+class UnknownDictionary(CodecError):
+    def __init__(self, name: bytes) -> None:
+        super().__init__(
+            f"Event History is compressed with dictionary {name.decode(errors='replace')!r}, "
+            f"which this refund-bot does not have (it has {', '.join(n.decode() for n in NAMES)})"
+            ": run the version that wrote it, or a newer one"
+        )
+
+
+class UndecodablePayload(CodecError):
+    """A payload that opened with its key but does not inflate."""
 
 
 class NoCodecKey(CodecKeyError):
@@ -138,15 +175,17 @@ class AesGcmCodec(PayloadCodec):
         cipher = self._cipher(key_id)
         encoded = []
         for payload in payloads:
+            metadata = {"encoding": ENCODING, KEY_ID_METADATA: key_id.encode()}
+            plain = payload.SerializeToString()
+            packed = _compress(plain, LATEST)
+            if len(packed) < len(plain):
+                plain = packed
+                metadata[COMPRESSION_METADATA] = LATEST
             nonce = os.urandom(NONCE_BYTES)
-            # The key id is authenticated data: a payload relabelled with another id fails.
-            sealed = cipher.encrypt(nonce, payload.SerializeToString(), key_id.encode())
-            encoded.append(
-                Payload(
-                    metadata={"encoding": ENCODING, KEY_ID_METADATA: key_id.encode()},
-                    data=nonce + sealed,
-                )
-            )
+            # The key id and the dictionary's name are authenticated data: a payload relabelled
+            # with another key id, or with its compression added or removed, fails to open.
+            sealed = cipher.encrypt(nonce, plain, _aad(metadata))
+            encoded.append(Payload(metadata=metadata, data=nonce + sealed))
         return encoded
 
     async def decode(self, payloads: Sequence[Payload]) -> list[Payload]:
@@ -163,7 +202,49 @@ class AesGcmCodec(PayloadCodec):
         from cryptography.exceptions import InvalidTag  # imported late: see _cipher
 
         try:
-            plain = cipher.decrypt(nonce, sealed, key_id.encode())
+            plain = cipher.decrypt(nonce, sealed, _aad(payload.metadata))
         except InvalidTag:
             raise WrongCodecKey(key_id) from None
+        if COMPRESSION_METADATA in payload.metadata:
+            plain = _decompress(plain, payload.metadata[COMPRESSION_METADATA])
         return Payload.FromString(plain)
+
+
+def _aad(metadata: Mapping[str, bytes]) -> bytes:
+    # Without compression, exactly what payloads sealed before compression existed used.
+    aad = metadata.get(KEY_ID_METADATA, b"")
+    if COMPRESSION_METADATA in metadata:
+        aad += b"\0" + metadata[COMPRESSION_METADATA]
+    return aad
+
+
+@functools.cache
+def _primed(name: bytes) -> tuple[Any, Any]:
+    # Loading a dictionary costs as much as compressing a payload: load it once per process,
+    # then copy the primed (de)compressor for each payload.
+    try:
+        zdict = dictionary(name)
+    except KeyError:
+        raise UnknownDictionary(name) from None
+    return zlib.compressobj(wbits=_WBITS, zdict=zdict), zlib.decompressobj(
+        wbits=_WBITS, zdict=zdict
+    )
+
+
+def _compress(data: bytes, name: bytes) -> bytes:
+    packer = _primed(name)[0].copy()
+    return packer.compress(data) + packer.flush()
+
+
+def _decompress(data: bytes, name: bytes) -> bytes:
+    unpacker = _primed(name)[1].copy()
+    try:
+        plain = unpacker.decompress(data, MAX_PAYLOAD_BYTES)
+    except zlib.error as err:
+        raise UndecodablePayload(f"a payload compressed with {name!r} does not inflate") from err
+    if not unpacker.eof or unpacker.unconsumed_tail:
+        raise UndecodablePayload(
+            f"a payload compressed with {name!r} is cut short or inflates past "
+            f"{MAX_PAYLOAD_BYTES:,d} bytes"
+        )
+    return plain

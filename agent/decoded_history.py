@@ -5,7 +5,7 @@
 What the server stores is ciphertext (agent/codec.py). Readers of history (agent/history.py, the
 tests, the benchmarks) decode it here first, through the same converter the Worker used, and then
 read payloads with the plain payload converter as before. A key this process lacks fails here,
-with a CodecKeyError that names the key id, never with a half-read history.
+with a CodecError that names the key id (or dictionary), never with a half-read history.
 """
 
 from __future__ import annotations

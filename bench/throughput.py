@@ -77,8 +77,11 @@ class Cell:
     worker_rss: int = 0  # the Workers' peak RSS, summed
     server_rss: int = 0
     pids: list[int] = field(default_factory=list)
-    events: int = 0  # one conversation's Event History: events and payload bytes as stored
+    # One conversation's Event History: events, payload bytes as stored, and the whole history's
+    # size as the server counts it (DescribeWorkflowExecution's history_size_bytes).
+    events: int = 0
     history_bytes: int = 0
+    history_size: int = 0
 
     @property
     def per_second(self) -> float:
@@ -93,7 +96,8 @@ class Cell:
             f"{self.worker_cpu / self.seconds:.2f}, server {self.server_cpu / self.seconds:.2f}"
             f"   peak RSS: Workers "
             f"{self.worker_rss / 2**20:.0f} MB, server {self.server_rss / 2**20:.0f} MB   "
-            f"one history: {self.events} events, {self.history_bytes:,d} payload bytes"
+            f"one history: {self.events} events, {self.history_bytes:,d} payload bytes, "
+            f"{self.history_size:,d} bytes in all"
         )
 
 
@@ -242,8 +246,11 @@ async def cell(bench: Bench, side: str, n: int, w: int) -> Cell:
         )
         if refunds != n:
             raise RuntimeError(f"{side} {queue}: {refunds} refunds for {n} conversations")
-        history = await client.get_workflow_handle(sample).fetch_history()  # type: ignore[arg-type]
+        handle = client.get_workflow_handle(sample)  # type: ignore[arg-type]
+        history = await handle.fetch_history()
         result.events, result.history_bytes = len(history.events), payload_bytes(history)
+        described = (await handle.describe()).raw_description.workflow_execution_info
+        result.history_size = described.history_size_bytes
         result.seconds = (last - first).total_seconds()  # type: ignore[operator]
         result.worker_cpu = sum(sampler.usage.cpu[p] for p in pids)
         result.server_cpu = sampler.usage.cpu[bench.server_pid]

@@ -16,7 +16,7 @@ from pydantic import BaseModel
 from temporalio.client import Client, WorkflowFailureError
 from temporalio.service import RPCError, RPCStatusCode
 
-from agent.codec import CodecKeyError
+from agent.codec import CodecError
 from agent.effect_owner import refunds_at_owner
 from agent.history import what_survives
 from agent.models import Actor, Role
@@ -207,7 +207,7 @@ class Commands:
             if err.status == RPCStatusCode.NOT_FOUND:
                 return CommandReply(ok=False, text=f"No conversation {workflow_id}.")
             raise
-        except CodecKeyError as err:
+        except CodecError as err:
             # Never an empty view: say which key is missing (its id, never the key).
             return CommandReply(ok=False, text=f"Can't read {workflow_id}: {err}.")
         payment_ref = survivors.order.payment_ref if survivors.order else None

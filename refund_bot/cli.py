@@ -26,7 +26,7 @@ import sys
 
 from temporalio.service import RPCError, RPCStatusCode
 
-from agent.codec import CodecKeyError, NoCodecKey
+from agent.codec import CodecError, NoCodecKey
 from agent.stores.database import DatabaseUnavailable
 from refund_bot import config
 from refund_bot.config import Config, ConfigError
@@ -356,11 +356,11 @@ def main(argv: list[str] | None = None) -> None:
     except (
         Refused,
         TemporalServerError,
-        CodecKeyError,
+        CodecError,
         DatabaseUnavailable,
         MetricsRefused,
     ) as err:
-        # A codec key problem names the key id, never the key; a database, never its password.
+        # A codec problem names the key id, never the key; a database, never its password.
         print(f"refund-bot: {err}", file=sys.stderr)
         code = 1
     except KeyboardInterrupt:  # before the signal handlers were installed: nothing had started

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import hashlib
 import stat
 import subprocess
 import sys
@@ -12,17 +13,24 @@ from pydantic import SecretStr, ValidationError
 from temporalio.api.common.v1 import Payload
 from temporalio.contrib.pydantic import pydantic_data_converter
 
+from agent import codec_dictionary
 from agent.codec import (
+    COMPRESSION_METADATA,
     ENCODING,
     KEY_ID_METADATA,
+    MAX_PAYLOAD_BYTES,
+    NONCE_BYTES,
     AesGcmCodec,
     CodecKey,
     CodecKeyError,
     MissingCodecKey,
     NoCodecKey,
+    UndecodablePayload,
+    UnknownDictionary,
     WrongCodecKey,
     parse_keys,
 )
+from agent.codec_dictionary import LATEST, NAMES, dictionary
 from agent.codec_keys import codec_keys, ensure_codec_key, key_file
 from agent.models import Actor, CustomerMessage
 from agent.settings import AgentSettings
@@ -35,6 +43,10 @@ MESSAGE = CustomerMessage(
     author=Actor(platform="local", user_id="customer", display_name="Nyghtowl"),
     text="the seam of my plush python split",
 )
+
+
+# Bytes no dictionary helps with (a hash chain), the same on every run.
+NOISE = b"".join(hashlib.sha256(bytes([i])).digest() for i in range(32))
 
 
 def plain(value: object) -> Payload:
@@ -94,6 +106,96 @@ async def test_a_relabelled_payload_does_not_decrypt() -> None:
     sealed.metadata[KEY_ID_METADATA] = b"k9"
     with pytest.raises(WrongCodecKey):
         await AesGcmCodec([K1, same_secret]).decode([sealed])
+
+
+async def test_a_payload_is_compressed_before_it_is_sealed_and_names_its_dictionary() -> None:
+    original = plain(MESSAGE)
+    (sealed,) = await AesGcmCodec([K1]).encode([original])
+    assert sealed.metadata[COMPRESSION_METADATA] == LATEST
+    overhead = NONCE_BYTES + 16  # the nonce and GCM's tag
+    # The dictionary knows the field names and the payload's metadata: only the words are new.
+    assert len(sealed.data) - overhead < len(original.SerializeToString()) / 2
+    assert await AesGcmCodec([K1]).decode([sealed]) == [original]
+
+
+async def test_a_payload_the_dictionary_does_not_help_is_sealed_as_it_is() -> None:
+    noise = Payload(metadata={"encoding": b"binary/plain"}, data=NOISE)
+    (sealed,) = await AesGcmCodec([K1]).encode([noise])
+    assert COMPRESSION_METADATA not in sealed.metadata
+    assert await AesGcmCodec([K1]).decode([sealed]) == [noise]
+
+
+def _sealed_by_hand(plain_bytes: bytes, metadata: dict[str, bytes]) -> Payload:
+    from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
+    aad = metadata[KEY_ID_METADATA]
+    if COMPRESSION_METADATA in metadata:
+        aad += b"\0" + metadata[COMPRESSION_METADATA]
+    nonce = b"n" * NONCE_BYTES
+    return Payload(
+        metadata=metadata, data=nonce + AESGCM(K1.secret).encrypt(nonce, plain_bytes, aad)
+    )
+
+
+async def test_a_payload_sealed_before_compression_still_decodes() -> None:
+    # Exactly what the codec wrote before compression: no compression entry, the key id as AAD.
+    original = plain(MESSAGE)
+    before = _sealed_by_hand(
+        original.SerializeToString(), {"encoding": ENCODING, KEY_ID_METADATA: b"k1"}
+    )
+    assert await AesGcmCodec([K1]).decode([before]) == [original]
+
+
+async def test_adding_or_removing_the_compression_label_fails_to_open() -> None:
+    (compressed,) = await AesGcmCodec([K1]).encode([plain(MESSAGE)])
+    del compressed.metadata[COMPRESSION_METADATA]
+    with pytest.raises(WrongCodecKey):
+        await AesGcmCodec([K1]).decode([compressed])
+    noise = Payload(metadata={"encoding": b"binary/plain"}, data=NOISE)
+    (uncompressed,) = await AesGcmCodec([K1]).encode([noise])
+    uncompressed.metadata[COMPRESSION_METADATA] = LATEST
+    with pytest.raises(WrongCodecKey):
+        await AesGcmCodec([K1]).decode([uncompressed])
+
+
+async def test_a_dictionary_this_version_lacks_is_one_clear_line() -> None:
+    newer = _sealed_by_hand(
+        b"whatever deflate-9 made",
+        {"encoding": ENCODING, KEY_ID_METADATA: b"k1", COMPRESSION_METADATA: b"deflate-9"},
+    )
+    with pytest.raises(UnknownDictionary) as unknown:
+        await AesGcmCodec([K1]).decode([newer])
+    line = str(unknown.value)
+    assert "'deflate-9'" in line and "deflate-1" in line and "\n" not in line
+
+
+async def test_a_payload_that_inflates_past_the_limit_is_refused() -> None:
+    import zlib
+
+    packer = zlib.compressobj(wbits=-15, zdict=dictionary(LATEST))
+    bomb = packer.compress(b"\0" * (MAX_PAYLOAD_BYTES + 1)) + packer.flush()
+    assert len(bomb) < 10_000  # the check below can fail: this is small and inflates past it
+    sealed = _sealed_by_hand(
+        bomb, {"encoding": ENCODING, KEY_ID_METADATA: b"k1", COMPRESSION_METADATA: LATEST}
+    )
+    with pytest.raises(UndecodablePayload, match="inflates past"):
+        await AesGcmCodec([K1]).decode([sealed])
+
+
+def test_every_released_dictionary_is_exactly_as_released(monkeypatch) -> None:
+    # dictionary() checks each against the SHA-256 pinned at its release: an edited sample would
+    # make every payload written with it unreadable, so it must fail here first.
+    for name in NAMES:
+        assert len(dictionary(name)) > 1000
+    samples, sha256 = codec_dictionary._DICTIONARIES[LATEST]
+    edited = (*samples[:-1], samples[-1].replace("follow up", "follow-up"))
+    monkeypatch.setitem(codec_dictionary._DICTIONARIES, LATEST, (edited, sha256))
+    dictionary.cache_clear()
+    try:
+        with pytest.raises(RuntimeError, match="not the one released"):
+            dictionary(LATEST)
+    finally:
+        dictionary.cache_clear()
 
 
 async def test_without_a_key_nothing_is_written_in_clear() -> None:

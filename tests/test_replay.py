@@ -8,7 +8,9 @@ were recorded before the payload codec existed (plain payloads), except `*_encry
 recorded between the codec and issue 9. tests/histories/before-issue-10/ holds every path as
 recorded just before issue 10 made the short steps local activities (regular Activities there).
 tests/histories/before-local-posts/ holds every path as recorded just before posts were first tried
-inside the workflow task (every post a regular Activity there).
+inside the workflow task (every post a regular Activity there). tests/histories/before-compression/
+holds every path as recorded just before the codec compressed payloads (the Workflow is the same:
+they prove that payloads sealed uncompressed still decode).
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from temporalio.worker import Replayer
 from temporalio.workflow import NondeterminismError
 
 from agent import workflow as workflow_module
-from agent.codec import ENCODING, CodecKey, MissingCodecKey
+from agent.codec import COMPRESSION_METADATA, ENCODING, CodecKey, MissingCodecKey
 from agent.decoded_history import decoded_history
 from agent.history import (
     LOCAL_ACTIVITY_MARKER,
@@ -47,6 +49,7 @@ HISTORIES = sorted(ROOT.rglob("*.json"))
 BEFORE_ISSUE_9 = ROOT / "before-issue-9"
 BEFORE_ISSUE_10 = ROOT / "before-issue-10"
 BEFORE_LOCAL_POSTS = ROOT / "before-local-posts"
+BEFORE_COMPRESSION = ROOT / "before-compression"
 # The steps issue 10 made local activities (the decide step only with the offline policy).
 SHORT_STEPS = {"lookup_order", "lookup_customer_history", "check_refund_policy", "authorize_refund"}
 
@@ -122,6 +125,7 @@ def test_there_are_committed_histories() -> None:
     before_10 = {p.stem for p in BEFORE_ISSUE_10.glob("*.json")}
     assert before_10 == current - {"model_decided", "late_message"}
     assert {p.stem for p in BEFORE_LOCAL_POSTS.glob("*.json")} == current
+    assert {p.stem for p in BEFORE_COMPRESSION.glob("*.json")} == current
 
 
 @pytest.mark.parametrize("path", sorted(BEFORE_ISSUE_9.glob("*.json")), ids=_name)
@@ -268,6 +272,7 @@ async def test_the_loser_of_a_race_reads_already_refunded_from_history() -> None
         BEFORE_ISSUE_9 / "auto_approved_encrypted.json",
         BEFORE_ISSUE_10 / "auto_approved.json",
         BEFORE_LOCAL_POSTS / "auto_approved.json",
+        BEFORE_COMPRESSION / "auto_approved.json",
         ROOT / "auto_approved.json",
     ],
     ids=_name,
@@ -281,12 +286,16 @@ async def test_what_survives_is_rebuilt_from_history_alone(path: Path) -> None:
     assert survivors.order and survivors.order.order_number == "1234"
 
 
-def test_histories_recorded_since_the_codec_are_ciphertext() -> None:
+def test_histories_are_ciphertext_and_compressed_since_each_existed() -> None:
     for path in HISTORIES:
         events = _read(path).events
         encodings = {p.metadata["encoding"] for e in events for p in codec_payloads(e)}
         plain = path.parent == BEFORE_ISSUE_9 and not path.stem.endswith("_encrypted")
         assert (encodings == {ENCODING}) is not plain, (_name(path), encodings)
+        compressed = {COMPRESSION_METADATA in p.metadata for e in events for p in codec_payloads(e)}
+        # Histories recorded since compression: every payload compressed (all are JSON the
+        # dictionary knows). Before it: none.
+        assert compressed == ({True} if path.parent == ROOT else {False}), _name(path)
     # The local activities' results are among them.
     escalated = _read(ROOT / "escalated.json").events
     results = [e for e in escalated if "result" in e.marker_recorded_event_attributes.details]

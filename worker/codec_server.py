@@ -24,7 +24,7 @@ from pydantic import SecretStr
 from temporalio.api.common.v1 import Payloads
 from temporalio.converter import PayloadCodec
 
-from agent.codec import AesGcmCodec, CodecKey, CodecKeyError
+from agent.codec import AesGcmCodec, CodecError, CodecKey
 from agent.settings import CodecServerSettings, TemporalSettings
 
 log = logging.getLogger(__name__)
@@ -103,7 +103,7 @@ def codec_app(
                 return web.Response(status=400, text='the body is not {"payloads": [...]}\n')
             try:
                 await transform(payloads)
-            except CodecKeyError as err:
+            except CodecError as err:
                 log.warning("codec request failed: %s", err)
                 return web.Response(status=400, text=f"{err}\n")
             return web.json_response(json_format.MessageToDict(payloads))

@@ -19,7 +19,7 @@ from slack_bolt.context.ack.async_ack import AsyncAck
 from slack_bolt.context.respond.async_respond import AsyncRespond
 from slack_sdk.web.async_client import AsyncWebClient
 
-from agent.codec import CodecKeyError
+from agent.codec import CodecError
 from agent.models import Actor
 from bot.commands import CommandReply, Commands
 from bot.demo_stage import ChannelRef
@@ -190,7 +190,7 @@ async def resolve_conversation(
         )
     try:
         workflow_id = await find_by_order(team_id, order)
-    except CodecKeyError as err:  # the search reads histories: say which key it lacks
+    except CodecError as err:  # the search reads histories: say which key it lacks
         return CommandReply(ok=False, text=f"Can't search conversations by order: {err}.")
     if workflow_id is None:
         return CommandReply(
