@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import re
 import socket
+import sqlite3
 from datetime import timedelta
 from pathlib import Path
 
@@ -48,6 +50,9 @@ async def test_start_reuse_stop_and_persist(tmp_path: Path) -> None:
     async with first:
         assert first.started
         assert first.db_path.exists()
+        # Write-ahead logging, kept in the file itself: what any connection to it reports.
+        with contextlib.closing(sqlite3.connect(first.db_path)) as db:
+            assert db.execute("PRAGMA journal_mode").fetchone() == ("wal",)
         assert first.ui_url == f"http://127.0.0.1:{settings.ui_port}"
         assert await temporal_answers(settings.address)
         # The history retention setting, as the namespace itself reports it.

@@ -39,6 +39,11 @@ from worker.lifecycle import (
 log = logging.getLogger(__name__)
 
 DB_FILENAME = "temporal.sqlite"
+# Write-ahead logging: each commit is one append to the WAL, fsynced (synchronous stays FULL, so a
+# committed event survives a power cut as before), instead of the rollback journal's several
+# fsyncs. A turn is a few history writes; on this project's 2-core benchmark machine the turn's
+# median fell from 41-49 ms to 34-36 ms (docs/benchmarks.md). SQLite keeps the mode in the file.
+SQLITE_PRAGMAS = ("journal_mode=wal",)
 LOG_FILENAME = "temporal-server.log"
 PID_FILENAME = "temporal-server.pid"
 
@@ -170,6 +175,7 @@ class EmbeddedTemporal:
             "--port", str(self.port),
             "--ui-port", str(self.settings.ui_port),
             "--db-filename", str(self.db_path),
+            *(arg for pragma in SQLITE_PRAGMAS for arg in ("--sqlite-pragma", pragma)),
             "--namespace", self.settings.namespace,
             "--log-level", "warn",
             *codec,
