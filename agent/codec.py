@@ -45,7 +45,7 @@ KEY_ID_METADATA = "encryption-key-id"
 COMPRESSION_METADATA = "compression"  # the preset dictionary's name; absent: not compressed
 KEY_BYTES = 32  # AES-256
 NONCE_BYTES = 12
-# Raw DEFLATE (no zlib header: the metadata already names the format), a 32 KiB window.
+# Raw DEFLATE (no zlib header: the metadata already names the format), read with a 32 KiB window.
 _WBITS = -15
 # A payload inflating past this is refused: Temporal's own limit on one payload is 2 MB.
 MAX_PAYLOAD_BYTES = 4 * 1024 * 1024
@@ -218,26 +218,29 @@ def _aad(metadata: Mapping[str, bytes]) -> bytes:
     return aad
 
 
-@functools.cache
-def _primed(name: bytes) -> tuple[Any, Any]:
-    # Loading a dictionary costs as much as compressing a payload: load it once per process,
-    # then copy the primed (de)compressor for each payload.
+def _dictionary(name: bytes) -> bytes:
     try:
-        zdict = dictionary(name)
+        return dictionary(name)
     except KeyError:
         raise UnknownDictionary(name) from None
-    return zlib.compressobj(wbits=_WBITS, zdict=zdict), zlib.decompressobj(
-        wbits=_WBITS, zdict=zdict
-    )
+
+
+@functools.cache
+def _primed_compressor(name: bytes) -> Any:
+    # Loading a dictionary into a compressor costs more than copying one that has it: load once
+    # per process. An 8 KiB window holds the whole dictionary, and its state is small to copy
+    # (the inflater reads any window up to 32 KiB, so this is not part of the format).
+    return zlib.compressobj(wbits=-13, memLevel=5, zdict=_dictionary(name))
 
 
 def _compress(data: bytes, name: bytes) -> bytes:
-    packer = _primed(name)[0].copy()
+    packer = _primed_compressor(name).copy()
     return packer.compress(data) + packer.flush()
 
 
 def _decompress(data: bytes, name: bytes) -> bytes:
-    unpacker = _primed(name)[1].copy()
+    # The other way round: an inflater loads a dictionary faster than it copies its own window.
+    unpacker = zlib.decompressobj(wbits=_WBITS, zdict=_dictionary(name))
     try:
         plain = unpacker.decompress(data, MAX_PAYLOAD_BYTES)
     except zlib.error as err:
