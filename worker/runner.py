@@ -49,9 +49,12 @@ STICKY_TIMEOUT = timedelta(seconds=10)
 # costs tens of milliseconds of Python, so 100 of them at once each take seconds, pass the 10 s
 # workflow task timeout together, are thrown away and replayed again: 200 held conversations
 # released after a crash took 83-106 s with 100, 25-41 s with 5 to 20 (docs/benchmarks.md,
-# Recovery). Ten keep a replaying task under about a second and still overlap the round trips to
-# the server; a conversation's ordinary task is milliseconds, so a crowd's turns are not held up.
-MAX_CONCURRENT_WORKFLOW_TASKS = 10
+# Recovery). A task also holds its slot while its local activities run (the decide step, the
+# lookups, the post), so too few slots leave the Worker waiting: with 10, 1,000 conversations ran
+# at 4.69 a second with the Worker using half a core; with 30, 6.04 a second, and the held crowd
+# took no longer (one Worker 14.8 and 17.3 s against 20.2 s; two Workers 9.5-11.5 s against
+# 8.3-11.0 s; docs/benchmarks.md, fourth pass).
+MAX_CONCURRENT_WORKFLOW_TASKS = 30
 
 
 async def prepare_stores(settings: AgentSettings) -> tuple[DomainStore, GrantStore, Ledger]:
