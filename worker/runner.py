@@ -51,10 +51,10 @@ STICKY_TIMEOUT = timedelta(seconds=10)
 # released after a crash took 83-106 s with 100, 25-41 s with 5 to 20 (docs/benchmarks.md,
 # Recovery). A task also holds its slot while its local activities run (the decide step, the
 # lookups, the post), so too few slots leave the Worker waiting: with 10, 1,000 conversations ran
-# at 4.69 a second with the Worker using half a core; with 30, 6.04 a second, and the held crowd
-# took no longer (one Worker 14.8 and 17.3 s against 20.2 s; two Workers 9.5-11.5 s against
-# 8.3-11.0 s; docs/benchmarks.md, fourth pass).
-MAX_CONCURRENT_WORKFLOW_TASKS = 30
+# at 4.69 a second with the Worker using half a core; with 20, 6.87 a second. Too many bring the
+# storm back under repeated kills: with 30, 39 of 200 conversations did not finish in
+# bench.random_kills, against none with 10 or 20 (docs/benchmarks.md, fourth pass).
+MAX_CONCURRENT_WORKFLOW_TASKS = 20
 
 
 async def prepare_stores(settings: AgentSettings) -> tuple[DomainStore, GrantStore, Ledger]:
