@@ -14,7 +14,7 @@ conversations running at deploy time carry on.
 
 Compression comes first because ciphertext does not compress. A conversation's payloads are small,
 so DEFLATE is primed with a preset dictionary of what they are made of (agent.codec_dictionary):
-a committed story's payloads shrink to about a sixth. A payload the dictionary does not help is
+a committed story's payloads shrink to under a quarter. A payload the dictionary does not help is
 sealed uncompressed, and a payload sealed before compression existed decodes as before. The
 dictionary's name is authenticated with the key id, so a relabelled payload fails to open.
 Compressing before encrypting lets a payload's length say something about its content; payloads
