@@ -241,13 +241,14 @@ def _compress(data: bytes, name: bytes) -> bytes:
 def _decompress(data: bytes, name: bytes) -> bytes:
     # The other way round: an inflater loads a dictionary faster than it copies its own window.
     unpacker = zlib.decompressobj(wbits=_WBITS, zdict=_dictionary(name))
+    label = name.decode(errors="replace")
     try:
         plain = unpacker.decompress(data, MAX_PAYLOAD_BYTES)
     except zlib.error as err:
-        raise UndecodablePayload(f"a payload compressed with {name!r} does not inflate") from err
+        raise UndecodablePayload(f"a payload compressed with {label!r} does not inflate") from err
     if not unpacker.eof or unpacker.unconsumed_tail:
         raise UndecodablePayload(
-            f"a payload compressed with {name!r} is cut short or inflates past "
+            f"a payload compressed with {label!r} is cut short or inflates past "
             f"{MAX_PAYLOAD_BYTES:,d} bytes"
         )
     return plain

@@ -236,9 +236,10 @@ class WorkerSupervisor:
         # Off only to measure what the reset buys (bench/crash_drill.py).
         self.reset_sticky = reset_sticky
         self.host = host or socket.gethostname()
-        # A standby needs the real Worker's --standby; a test's stand-in command has none.
-        self.standby = (command is None) if standby is None else standby
+        # Only the real Worker (`refund-bot worker`) takes --standby and --metrics-slot; a test's
+        # stand-in command takes neither.
         self._real_worker = command is None
+        self.standby = self._real_worker if standby is None else standby
         self.pause_limit = pause_limit
         self.workers = workers
         self.last_report: RestartReport | None = None
@@ -532,7 +533,6 @@ class WorkerSupervisor:
         log.info("Standby Worker pid %s preparing", self._standby.pid)
 
     def _command(self, slot: int, standby: bool) -> list[str]:
-        # Only `refund-bot worker` serves metrics; a test's stand-in command does not.
         slotted = [f"--metrics-slot={slot}"] if self._real_worker else []
         return [*self.command, *slotted, *(["--standby"] if standby else [])]
 
