@@ -15,7 +15,7 @@ from datetime import date, timedelta
 
 from agent.models import Actor, OrderDetails
 from agent.settings import DEMO_CUSTOMER
-from agent.stores.database import Connection, Database, Migration, Row, Schema
+from agent.stores.database import Connection, Database, Migration, Row, Schema, both
 from agent.stores.ledger import SeedRefund
 
 _TABLES = (
@@ -56,6 +56,14 @@ SCHEMA = Schema(
                 "DROP TABLE IF EXISTS past_refunds",
             ),
             postgresql=tuple(table.format(cents="BIGINT") for table in _TABLES),
+        ),
+        # lookup_customer_history reads a customer's orders on every conversation; without this it
+        # read the whole orders table to find them (docs/benchmarks.md, "Store reads").
+        both(
+            2,
+            "orders by customer",
+            "CREATE INDEX IF NOT EXISTS orders_by_customer "
+            "ON orders (customer_id, purchased_at, order_number)",
         ),
     ),
 )
