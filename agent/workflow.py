@@ -12,10 +12,10 @@ refund) stays a regular Activity that heartbeats. A chat post is tried once insi
 task that decided it, and a platform that fails or is slow gets the regular Activity (_post).
 """
 
-from __future__ import annotations
-
+# The workflow sandbox runs this module afresh for every conversation it starts or replays, so it
+# declares no dataclass (agent.escalation) and keeps its annotations real objects: with
+# `from __future__ import annotations` the SDK eval()s each handler's type hints every time.
 import hashlib
-from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, TypeVar, cast
 
@@ -24,6 +24,7 @@ from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
+    from agent.escalation import EscalationRound
     from agent.intake import answer_text, from_customer, remember
     from agent.models import (
         AGENT_PRINCIPAL,
@@ -199,18 +200,6 @@ class _Idle(Exception):
     """Nobody answered within the idle timeout."""
 
 
-@dataclass
-class _Escalation:
-    """One round's Approve / Deny post, and the click that answered it."""
-
-    number: int
-    key: MessageKey
-    text: str
-    message_id: str  # the platform's id for the post (post_to_thread's result)
-    answer: Approval | None = None  # None while the round is open
-    settled: bool = False  # its message says what became of it
-
-
 @workflow.defn(name=WORKFLOW_TYPE)
 class RefundConversation:
     @workflow.init
@@ -232,7 +221,7 @@ class RefundConversation:
         self._late: list[str] = []  # ids of customer messages that came after the outcome
         # Escalation rounds: each post of Approve / Deny opens one; a click answers one round.
         self._round = 0
-        self._escalation: _Escalation | None = None  # the latest round
+        self._escalation: EscalationRound | None = None  # the latest round
         self._settled: dict[int, MessageEdit] = {}  # round -> the edit that says what happened
 
     # ------------------------------------------------------------------------------------------
@@ -405,7 +394,7 @@ class RefundConversation:
             round=self._round if workflow.patched(PATCH_ROUND_IDS) else None,
         )
         # The buttons are up: a click on them counts from now on.
-        self._escalation = _Escalation(
+        self._escalation = EscalationRound(
             number=self._round, key=self._key(), text=text, message_id=posted.platform_message_id
         )
         self._phase = "waiting_for_approval"
@@ -638,7 +627,7 @@ class RefundConversation:
         info = workflow.info()
         return MessageKey(workflow_id=info.workflow_id, run_id=info.run_id, seq=self._seq)
 
-    async def _settle(self, escalation: _Escalation | None, outcome: str) -> None:
+    async def _settle(self, escalation: EscalationRound | None, outcome: str) -> None:
         """Edit an escalation to say what became of it (the adapters left "Approved by X,
         checking authorization" there, or its buttons if nobody clicked). Once per round."""
         if escalation is None or escalation.settled:
