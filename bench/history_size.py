@@ -85,7 +85,7 @@ async def measure(name: str, history: WorkflowHistory, turns: int | None = None)
 async def _escalated_order(settings: AgentSettings) -> tuple[Actor, OrderDetails]:
     """A fresh customer like the demo's with an espresso machine to refund (over the limit)."""
     domain = DomainStore(database_for(settings))
-    customer = CUSTOMER.model_copy(update={"user_id": f"bench-{secrets.token_hex(3)}"})
+    customer = CUSTOMER.model_copy(update={"user_id": f"bench-{secrets.token_hex(8)}"})
     customer_id = await domain.place_customer(DEMO_CUSTOMER, customer)
     order = await domain.place_order(replace(ESPRESSO, customer_id=customer_id))
     await Ledger(database_for(settings)).seed_payments(

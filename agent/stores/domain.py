@@ -206,7 +206,7 @@ class DomainStore:
         customer's refund history (which grows with every refund: the owner keeps it) does not
         change the next run's story, nor the README's."""
         async with self._database.connect(SCHEMA) as db, db.transaction():
-            customer_id = f"{like}_{secrets.token_hex(4)}"
+            customer_id = f"{like}_{secrets.token_hex(8)}"
             await db.execute(
                 "INSERT INTO customers (customer_id, display_name, customer_since) "
                 "SELECT ?, display_name, customer_since FROM customers WHERE customer_id = ?",
