@@ -34,6 +34,10 @@ CUSTOMERS = 1000
 DEMO_ACCOUNT = Actor(platform="local", user_id="customer")
 
 
+def _demo_customer(platform: str) -> str:
+    return DEMO_CUSTOMER
+
+
 def _add_orders(path: Path, orders: int) -> None:
     """`orders` more orders, on CUSTOMERS customers of their own (not the demo customer's)."""
     today = date.today()
@@ -62,8 +66,7 @@ async def _one_size(orders: int, calls: int) -> tuple[list[float], list[float]]:
     with tempfile.TemporaryDirectory() as tmp:
         indexed_dir, scanned_dir = Path(tmp, "indexed"), Path(tmp, "scanned")
         indexed = SqliteDatabase(indexed_dir)
-        store = DomainStore(indexed, lambda platform: DEMO_CUSTOMER)
-        await store.seed()
+        await DomainStore(indexed, _demo_customer).seed()
         await indexed.close()
         _add_orders(indexed.path(domain_store.SCHEMA), orders)
         shutil.copytree(indexed_dir, scanned_dir)
@@ -71,8 +74,8 @@ async def _one_size(orders: int, calls: int) -> tuple[list[float], list[float]]:
         with sqlite3.connect(scanned.path(domain_store.SCHEMA)) as db:
             db.execute("DROP INDEX orders_by_customer")
         stores = {
-            "index": DomainStore(indexed, lambda platform: DEMO_CUSTOMER),
-            "no index": DomainStore(scanned, lambda platform: DEMO_CUSTOMER),
+            "index": DomainStore(indexed, _demo_customer),
+            "no index": DomainStore(scanned, _demo_customer),
         }
         wall: dict[str, list[float]] = {name: [] for name in stores}
         for s in stores.values():  # connections open and pages cached before the clock
