@@ -21,6 +21,7 @@ import asyncio
 import contextlib
 import json
 from dataclasses import dataclass, field
+from itertools import groupby
 from typing import Any, get_args
 
 from pydantic import BaseModel
@@ -139,10 +140,24 @@ def local_activity(event: HistoryEvent) -> dict[str, Any] | None:
     return data
 
 
+def _in_scheduling_order(events: list[HistoryEvent]) -> list[HistoryEvent]:
+    """The events, with each run of local-activity markers in the order the Workflow scheduled
+    them: markers are recorded as the steps finish, and steps started together (the order and
+    the history lookups) may finish in either order."""
+    ordered: list[HistoryEvent] = []
+    for is_marker, group in groupby(events, key=lambda e: local_activity(e) is not None):
+        run = list(group)
+        if is_marker:
+            run.sort(key=lambda e: (local_activity(e) or {})["seq"])
+        ordered += run
+    return ordered
+
+
 def step_names(events: list[HistoryEvent]) -> list[str]:
-    """The name of every step, Activity or local activity, in order (encrypted history will do)."""
+    """The name of every step, Activity or local activity, in the order the Workflow scheduled
+    them (encrypted history will do)."""
     names = []
-    for event in events:
+    for event in _in_scheduling_order(events):
         if event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
             names.append(event.activity_task_scheduled_event_attributes.activity_type.name)
         elif (meta := local_activity(event)) is not None:
@@ -153,7 +168,7 @@ def step_names(events: list[HistoryEvent]) -> list[str]:
 def steps_of(events: list[HistoryEvent], converter: DataConverter) -> list[Step]:
     """Every Activity and local activity of a decoded history, in the order they were scheduled."""
     by_id: dict[int, Step] = {}
-    for event in events:
+    for event in _in_scheduling_order(events):
         if event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
             attrs = event.activity_task_scheduled_event_attributes
             name = attrs.activity_type.name

@@ -186,9 +186,19 @@ class AgentStep(_Frozen):
     question_id: str | None = None  # validated by the Workflow, not trusted
     question: str | None = None
     tool: str | None = None  # validated by the Workflow, not trusted
+    # Lookups the Workflow runs at the same time as `tool`: reads that do not depend on each other
+    # (the order and the customer's history). Validated like `tool`; a step recorded before has
+    # none.
+    parallel_tools: tuple[str, ...] = ()
     outcome: Literal["approve", "escalate", "deny"] | None = None
     rationale: str = ""
     source: str = "policy"
+
+    @property
+    def summary(self) -> str:
+        """What the step chose, for a log line: its question, its lookups, or its outcome."""
+        lookups = "+".join(t for t in (self.tool, *self.parallel_tools) if t)
+        return self.question_id or lookups or self.outcome or ""
 
 
 class LookupOrderInput(BaseModel):

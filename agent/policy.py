@@ -2,8 +2,8 @@
 
 Pure and deterministic: it reads the opening text and the working memory and returns the next
 step. It asks for the order number unless the opening text has one, then whether the package was
-opened and what was damaged, then looks up the order and the customer's history, and decides.
-Tool arguments are never chosen here: the Workflow takes them from the conversation.
+opened and what was damaged, then looks up the order and the customer's history (together), and
+decides. Tool arguments are never chosen here: the Workflow takes them from the conversation.
 """
 
 from __future__ import annotations
@@ -99,8 +99,11 @@ def next_step(opening_text: str, memory: Sequence[Observation]) -> AgentStep:
             return _ask(question_id)
 
     order_lookup = next((o for o in memory if isinstance(o, OrderLookup)), None)
+    history_lookup = next((o for o in memory if isinstance(o, HistoryLookup)), None)
     if order_lookup is None:
-        return AgentStep(action="lookup", tool="lookup_order")
+        # The customer's history does not depend on the order: both are read at once.
+        also = () if history_lookup else ("lookup_customer_history",)
+        return AgentStep(action="lookup", tool="lookup_order", parallel_tools=also)
     order = order_lookup.order
     if order is None:
         return AgentStep(
@@ -116,8 +119,7 @@ def next_step(opening_text: str, memory: Sequence[Observation]) -> AgentStep:
             rationale=already_refunded(order.order_number, order.refunds[0]),
         )
 
-    history_lookup = next((o for o in memory if isinstance(o, HistoryLookup)), None)
-    if history_lookup is None:
+    if history_lookup is None:  # the live model looked up the order on its own
         return AgentStep(action="lookup", tool="lookup_customer_history")
 
     history = history_lookup.history

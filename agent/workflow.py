@@ -15,6 +15,7 @@ task that decided it, and a platform that fails or is slow gets the regular Acti
 # The workflow sandbox runs this module afresh for every conversation it starts or replays, so it
 # declares no dataclass (agent.escalation) and keeps its annotations real objects: with
 # `from __future__ import annotations` the SDK eval()s each handler's type hints every time.
+import asyncio
 import hashlib
 from datetime import timedelta
 from typing import Any, TypeVar, cast
@@ -128,6 +129,11 @@ PATCH_LATE_MESSAGES = "late-messages-answered"
 # Posts tried in the workflow task first (LOCAL_POST_TIMEOUT); a run recorded before posts with
 # regular Activities only.
 PATCH_LOCAL_POSTS = "posts-tried-locally-first"
+# Fewer steps a conversation: the outcome tried in the workflow task too, with a message the run
+# never read answered at the end (_close); and a step's lookups that do not depend on each other
+# run at the same time (_lookups). One id for both, and it implies every id above (_patched): each
+# id a run takes costs it a marker and a search-attribute upsert (TemporalChangeVersion).
+PATCH_FEWER_STEPS = "fewer-steps"
 
 T = TypeVar("T")
 
@@ -137,6 +143,18 @@ SOMETHING_WENT_WRONG = "Something went wrong on our side. A support agent will p
 # To a customer who writes while the conversation is saying its last word (the same answer the
 # router gives once the conversation has ended).
 FINISHED = "This conversation has finished. Post in the support channel to start a new one."
+
+
+def _patched(patch_id: str) -> bool:
+    """workflow.patched(patch_id) for a change made before PATCH_FEWER_STEPS.
+
+    A run that takes PATCH_FEWER_STEPS was live at its first check, with this code: it takes every
+    earlier change too, and records that one marker instead of one per change. A run recorded
+    before answers each id from its own history, as it always did (the SDK keeps a run's first
+    answer for each id, so PATCH_FEWER_STEPS stays False there once its replay said so). A change
+    made after PATCH_FEWER_STEPS calls workflow.patched itself.
+    """
+    return workflow.patched(PATCH_FEWER_STEPS) or workflow.patched(patch_id)
 
 
 def idempotency_key_for(workflow_id: str, first_run_id: str) -> str:
@@ -269,10 +287,7 @@ class RefundConversation:
                 )
             )
             workflow.logger.info(
-                "EXECUTION STATE | turn=%d step=%s %s",
-                turn,
-                step.action,
-                step.question_id or step.tool or step.outcome,
+                "EXECUTION STATE | turn=%d step=%s %s", turn, step.action, step.summary
             )
             if step.action == "decide":
                 self._decision = step.outcome
@@ -280,7 +295,7 @@ class RefundConversation:
             if step.action == "ask":
                 self._memory.append(await self._ask(step))
             elif step.action == "lookup":
-                self._memory.append(await self._lookup(step.tool or ""))
+                self._memory.extend(await self._lookups(step))
             else:
                 await self._fail(
                     f"the agent chose an unknown action: {step.action}", "UnknownAction"
@@ -330,10 +345,20 @@ class RefundConversation:
             raise _Idle from err
         return self._inbox.pop(0)
 
-    async def _lookup(self, tool: str) -> Observation:
-        if tool not in KNOWN_TOOLS:
-            await self._fail(f"the agent asked for an unknown tool: {tool}", "UnknownTool")
+    async def _lookups(self, step: AgentStep) -> list[Observation]:
+        """The step's lookups, each a local step, all started at once; results in step order."""
+        tools = [step.tool or ""]
+        if step.parallel_tools and workflow.patched(PATCH_FEWER_STEPS):
+            tools += step.parallel_tools
+        for tool in tools:
+            if tool not in KNOWN_TOOLS:
+                await self._fail(f"the agent asked for an unknown tool: {tool}", "UnknownTool")
         self._phase = "looking_up"
+        if len(tools) == 1:
+            return [await self._lookup(tools[0])]
+        return list(await asyncio.gather(*(self._lookup(tool) for tool in tools)))
+
+    async def _lookup(self, tool: str) -> Observation:
         # Tool arguments come from the conversation, never from the model.
         customer = self._start.customer
         order_number = order_number_from(self._start.opening_text, self._memory) or ""
@@ -391,7 +416,7 @@ class RefundConversation:
             "escalation",
             text,
             actions=["approve", "deny"],
-            round=self._round if workflow.patched(PATCH_ROUND_IDS) else None,
+            round=self._round if _patched(PATCH_ROUND_IDS) else None,
         )
         # The buttons are up: a click on them counts from now on.
         self._escalation = EscalationRound(
@@ -414,7 +439,7 @@ class RefundConversation:
             except TimeoutError as err:
                 raise _Idle from err
             approval = self._approvals.pop(0)
-            if approval.round != self._round and workflow.patched(PATCH_STALE_CLICKS):
+            if approval.round != self._round and _patched(PATCH_STALE_CLICKS):
                 # A click on an earlier round's buttons, or a second click on a round already
                 # answered: never taken as a fresh decision on this round.
                 workflow.logger.info(
@@ -509,7 +534,7 @@ class RefundConversation:
         except ActivityError as err:
             cause = _cause(err)
             workflow.logger.error("EXTERNAL EFFECT | refund failed: %s", cause)
-            if not workflow.patched(PATCH_PLAIN_REFUND_FAILURE):
+            if not _patched(PATCH_PLAIN_REFUND_FAILURE):
                 return await self._close(
                     "failed",
                     f"The refund could not be issued ({cause}). A support agent will follow up.",
@@ -525,7 +550,7 @@ class RefundConversation:
         if (
             result.status == ALREADY_REFUNDED
             and result.earlier is not None
-            and workflow.patched(PATCH_ALREADY_REFUNDED)
+            and _patched(PATCH_ALREADY_REFUNDED)
         ):
             # Another conversation refunded this order first; the owner refused a second refund.
             said = already_refunded(order.order_number, result.earlier)
@@ -560,7 +585,7 @@ class RefundConversation:
     def _local_steps(self) -> bool:
         """Whether this run takes its short steps locally: True from the first one on in a run
         started since issue 10; False for the whole of a run recorded before (no marker)."""
-        return workflow.patched(PATCH_LOCAL_STEPS)
+        return _patched(PATCH_LOCAL_STEPS)
 
     async def _short_step(self, name: str, arg: Any, result_type: type[T]) -> T:
         """A store read (or the offline policy): a local activity, or before issue 10 a regular
@@ -595,7 +620,7 @@ class RefundConversation:
             actions=actions or [],
             round=round,
         )
-        if try_locally and workflow.patched(PATCH_LOCAL_POSTS):
+        if try_locally and _patched(PATCH_LOCAL_POSTS):
             try:
                 # EXTERNAL EFFECT: the post, tried once inside this workflow task.
                 return await _local_activity(
@@ -633,7 +658,7 @@ class RefundConversation:
         if escalation is None or escalation.settled:
             return
         escalation.settled = True
-        if not workflow.patched(PATCH_EDIT_ESCALATION):
+        if not _patched(PATCH_EDIT_ESCALATION):
             return
         answer = escalation.answer
         edit = MessageEdit(
@@ -681,14 +706,18 @@ class RefundConversation:
         detail: str | None = None,
     ) -> ConversationOutcome:
         self._phase = "closed"
-        # A regular Activity, not a local try: a message the customer writes while the outcome is
-        # being posted must reach this run before it completes (below), and Signals that arrive
-        # during a workflow task are delivered only after it.
-        await self._post("outcome", text, try_locally=False)
+        # The outcome is tried inside this workflow task too, so the run can complete in it: one
+        # task and one Activity fewer per conversation. A message the customer writes meanwhile
+        # is not lost: the server refuses to complete a run while a Signal waits, and the task is
+        # tried again with that Signal in it (it lands in the inbox, answered below).
+        local = workflow.patched(PATCH_FEWER_STEPS)
+        await self._post("outcome", text, try_locally=local)
         if settled is not None:
             await self._settle(self._escalation, settled)
-        if self._late and workflow.patched(PATCH_LATE_MESSAGES):
-            # Written while the outcome was being posted: the router still saw a running
+        unread = self._late or (local and self._inbox)
+        if unread and _patched(PATCH_LATE_MESSAGES):
+            # Messages this run never read as answers (written while it looked things up, waited
+            # for a support agent, or posted its outcome): the router still saw a running
             # conversation and signalled it, so the answer the router gives is this one's to give.
             await self._post("info", FINISHED)
         return ConversationOutcome(status=status, message=text, refund=refund, detail=detail)  # type: ignore[arg-type]
@@ -698,7 +727,7 @@ class RefundConversation:
         workflow.logger.error(
             "CONVERSATION FAILED | %s failed for good: %s", err.activity_type, _cause(err)
         )
-        if not workflow.patched(PATCH_FAREWELL):
+        if not _patched(PATCH_FAREWELL):
             return
         self._phase = "closed"
         try:

@@ -14,6 +14,7 @@ from agent.settings import AgentSettings
 from agent.stores.database import database_for
 from agent.workflow import FINISHED
 from bot.local.thread_store import LocalThreadStore
+from tests.support.conditions import wait_for
 from tests.support.conversation import LocalConversation
 from tests.support.inproc import running_worker
 from tests.support.outcome_gate import OutcomeGate
@@ -120,6 +121,31 @@ async def test_a_message_written_while_the_outcome_is_posted_is_answered(
         gate.open.set()
         outcome = await asyncio.wait_for(handle.result(), 30)
     assert outcome.status == "denied"
+    said = [(m.kind, m.text) for m in await conv.bot_messages()][-2:]
+    assert said == [("outcome", outcome.message), ("info", FINISHED)]
+
+
+async def test_a_message_the_conversation_never_read_is_answered_when_it_closes(
+    client, agent_settings, threads
+) -> None:
+    # Written while the escalation waits for a support agent: nothing reads it as an answer, so
+    # the conversation answers it once it has said its outcome.
+    async with running_worker(client, agent_settings, threads) as tq:
+        conv = LocalConversation(client, threads, tq)
+        handle = await conv.open("please refund order 4500")  # above the limit: escalated
+        for answer in ("Yes", "Split seam"):
+            await conv.next_bot_message()
+            await conv.reply(answer)
+        assert (await conv.next_bot_message()).kind == "escalation"
+        await conv.reply("any news?")
+
+        async def queued() -> bool:
+            return (await conv.view()).queued_messages == 1
+
+        await wait_for(queued, what="the message queued in the conversation")
+        await conv.click("approve")
+        outcome = await asyncio.wait_for(handle.result(), 30)
+    assert outcome.status == "refunded"
     said = [(m.kind, m.text) for m in await conv.bot_messages()][-2:]
     assert said == [("outcome", outcome.message), ("info", FINISHED)]
 

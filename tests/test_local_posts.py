@@ -81,8 +81,8 @@ async def test_a_platform_down_for_the_local_try_gets_the_post_from_the_activity
     posts = await _posts(client, handle)
     assert posts[0][0] and "the platform is down" in posts[0][1]
     assert posts[1] == (False, "Was the package opened?", False)
-    # The next posts are tried locally again; the outcome is a regular Activity, as always.
-    assert [local for local, _, _ in posts[2:]] == [True] * (len(posts) - 3) + [False], posts
+    # The next posts are tried locally again, the outcome's too.
+    assert len(posts) > 2 and all(local for local, _, _ in posts[2:]), posts
     texts = [m.text for m in await conv.bot_messages()]
     assert texts.count("Was the package opened?") == 1
     assert [r.workflow_id for r in await refunds_made(agent_settings)] == [handle.id]

@@ -75,12 +75,22 @@ def test_asks_for_the_order_number_then_the_two_questions_then_looks_up() -> Non
     memory.append(_answer("item_opened", "Yes"))
     assert next_step("I want a refund", memory).question_id == "damage"
     memory.append(_answer("damage", "Split seam"))
-    assert next_step("I want a refund", memory).tool == "lookup_order"
-    memory.append(_order())
-    assert next_step("I want a refund", memory).tool == "lookup_customer_history"
-    memory.append(HISTORY)
+    step = next_step("I want a refund", memory)
+    assert (step.tool, step.parallel_tools) == ("lookup_order", ("lookup_customer_history",))
+    memory += [_order(), HISTORY]
     step = next_step("I want a refund", memory)
     assert (step.action, step.outcome) == ("decide", "approve")
+
+
+def test_a_history_already_read_is_not_read_again_with_the_order() -> None:
+    # The live model may look the history up first; the policy then reads only the order.
+    step = next_step("refund order 1234", [*ANSWERS, HISTORY])
+    assert (step.tool, step.parallel_tools) == ("lookup_order", ())
+
+
+def test_the_history_is_read_when_only_the_order_was() -> None:
+    step = next_step("refund order 1234", [*ANSWERS, _order()])
+    assert (step.tool, step.parallel_tools) == ("lookup_customer_history", ())
 
 
 def test_stops_asking_for_an_order_number_after_three_tries() -> None:

@@ -8,7 +8,10 @@ were recorded before the payload codec existed (plain payloads), except `*_encry
 recorded between the codec and issue 9. tests/histories/before-issue-10/ holds every path as
 recorded just before issue 10 made the short steps local activities (regular Activities there).
 tests/histories/before-local-posts/ holds every path as recorded just before posts were first tried
-inside the workflow task (every post a regular Activity there). tests/histories/before-compression/
+inside the workflow task (every post a regular Activity there). tests/histories/before-fewer-steps/
+holds every path as recorded just before the outcome was tried there too and the offline policy's
+lookups ran together (the outcome a regular Activity, one lookup a step).
+tests/histories/before-compression/
 holds every path as recorded just before the codec compressed payloads (the Workflow is the same:
 they prove that payloads sealed uncompressed still decode).
 """
@@ -49,6 +52,7 @@ HISTORIES = sorted(ROOT.rglob("*.json"))
 BEFORE_ISSUE_9 = ROOT / "before-issue-9"
 BEFORE_ISSUE_10 = ROOT / "before-issue-10"
 BEFORE_LOCAL_POSTS = ROOT / "before-local-posts"
+BEFORE_FEWER_STEPS = ROOT / "before-fewer-steps"
 BEFORE_COMPRESSION = ROOT / "before-compression"
 # The steps issue 10 made local activities (the decide step only with the offline policy).
 SHORT_STEPS = {"lookup_order", "lookup_customer_history", "check_refund_policy", "authorize_refund"}
@@ -125,6 +129,7 @@ def test_there_are_committed_histories() -> None:
     before_10 = {p.stem for p in BEFORE_ISSUE_10.glob("*.json")}
     assert before_10 == current - {"model_decided", "late_message"}
     assert {p.stem for p in BEFORE_LOCAL_POSTS.glob("*.json")} == current
+    assert {p.stem for p in BEFORE_FEWER_STEPS.glob("*.json")} == current
     assert {p.stem for p in BEFORE_COMPRESSION.glob("*.json")} == current
 
 
@@ -176,20 +181,41 @@ async def test_a_conversation_running_before_local_posts_replays_with_post_activ
     survivors_from_history(await _decoded(path))
 
 
+@pytest.mark.parametrize("path", sorted(BEFORE_FEWER_STEPS.glob("*.json")), ids=_name)
+async def test_a_conversation_running_before_fewer_steps_replays_with_the_old_steps(
+    path: Path,
+) -> None:
+    """Recorded when a decided outcome was still posted by the regular Activity and each lookup
+    was a turn of its own: the new Workflow must take the same commands again, so
+    workflow.patched(PATCH_FEWER_STEPS) is False there."""
+    history = await _load(path)
+    replayer = _replayer(RefundConversation)
+    result = await replayer.replay_workflow(history, raise_on_replay_failure=False)
+    assert result.replay_failure is None
+    decoded = await _decoded(path)
+    assert workflow_module.PATCH_FEWER_STEPS not in _patch_ids(decoded)
+    if path.stem != "model_refused":  # a failure's farewell is no decided outcome
+        assert [local for local, kind in _posts(decoded) if kind == "outcome"] == [False]
+
+
 @pytest.mark.parametrize("path", sorted(ROOT.glob("*.json")), ids=_name)
 async def test_a_new_conversation_posts_inside_its_workflow_tasks(path: Path) -> None:
-    """Every post of a healthy platform is made by the local try (a marker with its result),
-    except a decided outcome's: a regular Activity, so that a message written while it is posted
-    reaches the run before it completes (late_message)."""
-    posts = [
+    """Every post of a healthy platform is made by the local try (a marker with its result), the
+    decided outcome's too: the run completes in the task that posts it. A message written while it
+    is posted still reaches the run (late_message: the server refuses the completion)."""
+    posts = _posts(await _decoded(path))
+    assert (True, "question") in posts or path.stem in {"refunded_twice", "raced"}, posts
+    assert posts and all(local for local, _kind in posts), posts
+    assert "outcome" in {kind for _local, kind in posts}, posts
+
+
+def _posts(history: WorkflowHistory) -> list[tuple[bool, str]]:
+    """(made by the local try, kind) of every post in a decoded history, in order."""
+    return [
         (step.local, message.kind)
-        for step in steps_of((await _decoded(path)).events, TEST_CONVERTER)
+        for step in steps_of(history.events, TEST_CONVERTER)
         if (message := posted_message(step))
     ]
-    assert (True, "question") in posts or path.stem in {"refunded_twice", "raced"}, posts
-    assert all(local for local, kind in posts if kind != "outcome"), posts
-    if path.stem != "model_refused":  # a failure's farewell is no decided outcome
-        assert [local for local, kind in posts if kind == "outcome"] == [False], posts
 
 
 @pytest.mark.parametrize("path", sorted(ROOT.glob("*.json")), ids=_name)
@@ -203,6 +229,18 @@ async def test_the_short_steps_of_a_new_conversation_are_local(path: Path) -> No
     assert ("decide_next_step" in regular) is model
     assert "decide_next_step" in steps
     assert set(_local_steps(history)) <= SHORT_STEPS | {"decide_next_step", "post_to_thread"}
+
+
+@pytest.mark.parametrize(
+    "path", [p for p in sorted(ROOT.glob("*.json")) if not p.stem.startswith("model_")], ids=_name
+)
+async def test_the_offline_policy_reads_the_order_and_the_history_in_one_turn(path: Path) -> None:
+    """Both lookups run together: no decide step between them (the live model still chooses one
+    lookup a turn). Read in the order the Workflow scheduled them, whichever finished first."""
+    steps = step_names(_read(path).events)
+    first = steps.index("lookup_order")
+    assert steps[first : first + 2] == ["lookup_order", "lookup_customer_history"], steps
+    assert workflow_module.PATCH_FEWER_STEPS in _patch_ids(await _decoded(path))
 
 
 def _regular_steps(history: WorkflowHistory) -> list[str]:
@@ -239,9 +277,27 @@ async def test_every_patch_has_a_recorded_history_that_takes_it() -> None:
         for name, value in vars(workflow_module).items()
         if name.startswith("PATCH_") and isinstance(value, str)
     }
-    # Decoded: a patch marker's details are payloads, encrypted like every other.
-    taken = set().union(*[_patch_ids(await _decoded(p)) for p in ROOT.glob("*.json")])
+    # Decoded: a patch marker's details are payloads, encrypted like every other. The ids before
+    # PATCH_FEWER_STEPS are taken by the histories recorded before it (a new run implies them).
+    taken = set().union(*[_patch_ids(await _decoded(p)) for p in HISTORIES])
     assert patches and taken == patches
+
+
+@pytest.mark.parametrize("path", sorted(ROOT.glob("*.json")), ids=_name)
+async def test_a_new_conversation_records_one_patch_marker(path: Path) -> None:
+    """PATCH_FEWER_STEPS implies every earlier change: one marker and one search-attribute upsert
+    a conversation, not one of each per change."""
+    history = await _decoded(path)
+    assert _patch_ids(history) == {workflow_module.PATCH_FEWER_STEPS}
+    markers = [
+        e for e in history.events if "patch-data" in e.marker_recorded_event_attributes.details
+    ]
+    upserts = [
+        e
+        for e in history.events
+        if e.HasField("upsert_workflow_search_attributes_event_attributes")
+    ]
+    assert len(markers) == len(upserts) == 1
 
 
 @pytest.mark.parametrize("path", HISTORIES, ids=_name)
@@ -273,6 +329,7 @@ async def test_the_loser_of_a_race_reads_already_refunded_from_history() -> None
         BEFORE_ISSUE_10 / "auto_approved.json",
         BEFORE_LOCAL_POSTS / "auto_approved.json",
         BEFORE_COMPRESSION / "auto_approved.json",
+        BEFORE_FEWER_STEPS / "auto_approved.json",
         ROOT / "auto_approved.json",
     ],
     ids=_name,
@@ -295,7 +352,8 @@ def test_histories_are_ciphertext_and_compressed_since_each_existed() -> None:
         compressed = {COMPRESSION_METADATA in p.metadata for e in events for p in codec_payloads(e)}
         # Histories recorded since compression: every payload compressed (all are JSON the
         # dictionary knows). Before it: none.
-        assert compressed == ({True} if path.parent == ROOT else {False}), _name(path)
+        since = path.parent in (ROOT, BEFORE_FEWER_STEPS)
+        assert compressed == ({True} if since else {False}), _name(path)
     # The local activities' results are among them.
     escalated = _read(ROOT / "escalated.json").events
     results = [e for e in escalated if "result" in e.marker_recorded_event_attributes.details]

@@ -38,6 +38,6 @@ class DecideActivities:
             request.turn,
             step.source,
             step.action,
-            step.question_id or step.tool or step.outcome,
+            step.summary,
         )
         return step
