@@ -16,7 +16,7 @@ from temporalio.worker import Worker
 
 from agent.activities.decide import DecideActivities
 from agent.activities.notify import NotifyActivities
-from agent.models import LookupOrderInput, OrderLookup
+from agent.models import HistoryLookup, LookupCustomerInput, LookupOrderInput, OrderLookup
 from agent.stores.database import database_for
 from agent.workflow import SOMETHING_WENT_WRONG, RefundConversation
 from bot.local.thread_store import LocalThreadStore
@@ -30,6 +30,12 @@ async def order_store_refuses(_request: LookupOrderInput) -> OrderLookup:
     raise ApplicationError("the order store answered nonsense", non_retryable=True)
 
 
+@activity.defn(name="lookup_customer_history")
+async def no_history(_request: LookupCustomerInput) -> HistoryLookup:
+    # Read alongside the order (the policy asks for both at once); this one answers.
+    return HistoryLookup(history=None)
+
+
 async def test_a_lookup_that_fails_for_good_says_so_in_the_thread(client, agent_settings) -> None:
     threads = LocalThreadStore(database_for(agent_settings))
     notify = NotifyActivities({"local": threads})
@@ -41,6 +47,7 @@ async def test_a_lookup_that_fails_for_good_says_so_in_the_thread(client, agent_
         activities=[
             DecideActivities(agent_settings).decide_next_step,
             order_store_refuses,
+            no_history,
             notify.post_to_thread,
             notify.edit_thread_message,
         ],
