@@ -10,10 +10,9 @@ recorded just before issue 10 made the short steps local activities (regular Act
 tests/histories/before-local-posts/ holds every path as recorded just before posts were first tried
 inside the workflow task (every post a regular Activity there). tests/histories/before-fewer-steps/
 holds every path as recorded just before the outcome was tried there too and the offline policy's
-lookups ran together (the outcome a regular Activity, one lookup a step).
-tests/histories/before-compression/
-holds every path as recorded just before the codec compressed payloads (the Workflow is the same:
-they prove that payloads sealed uncompressed still decode).
+lookups ran together (the outcome a regular Activity, one lookup a turn).
+tests/histories/before-compression/ holds every path as recorded just before the codec compressed
+payloads (the Workflow is the same: they prove that payloads sealed uncompressed still decode).
 """
 
 from __future__ import annotations
@@ -34,6 +33,7 @@ from agent.codec import COMPRESSION_METADATA, ENCODING, CodecKey, MissingCodecKe
 from agent.decoded_history import decoded_history
 from agent.history import (
     LOCAL_ACTIVITY_MARKER,
+    local_activity,
     posted_message,
     step_names,
     steps_of,
@@ -241,6 +241,18 @@ async def test_the_offline_policy_reads_the_order_and_the_history_in_one_turn(pa
     first = steps.index("lookup_order")
     assert steps[first : first + 2] == ["lookup_order", "lookup_customer_history"], steps
     assert workflow_module.PATCH_FEWER_STEPS in _patch_ids(await _decoded(path))
+
+
+def test_steps_read_back_in_the_order_they_were_scheduled_whichever_finished_first() -> None:
+    # The two lookups of one turn record their markers as they finish; swap them, as a run whose
+    # history lookup finished first records them, and the reading must not change.
+    events = list(_read(ROOT / "auto_approved.json").events)
+    lookups = [i for i, e in enumerate(events) if "lookup_" in str(local_activity(e))]
+    assert len(lookups) == 2 and lookups[1] == lookups[0] + 1
+    first, second = lookups
+    swapped = [*events[:first], events[second], events[first], *events[second + 1 :]]
+    assert step_names(swapped) == step_names(events)
+    assert step_names(events)[5:7] == ["lookup_order", "lookup_customer_history"]
 
 
 def _regular_steps(history: WorkflowHistory) -> list[str]:
