@@ -145,11 +145,12 @@ def _in_scheduling_order(events: list[HistoryEvent]) -> list[HistoryEvent]:
     them: markers are recorded as the steps finish, and steps started together (the order and
     the history lookups) may finish in either order."""
     ordered: list[HistoryEvent] = []
-    for is_marker, group in groupby(events, key=lambda e: local_activity(e) is not None):
+    read = [(local_activity(event), event) for event in events]
+    for is_marker, group in groupby(read, key=lambda pair: pair[0] is not None):
         run = list(group)
         if is_marker:
-            run.sort(key=lambda e: (local_activity(e) or {})["seq"])
-        ordered += run
+            run.sort(key=lambda pair: (pair[0] or {})["seq"])
+        ordered += [event for _meta, event in run]
     return ordered
 
 

@@ -354,8 +354,6 @@ class RefundConversation:
             if tool not in KNOWN_TOOLS:
                 await self._fail(f"the agent asked for an unknown tool: {tool}", "UnknownTool")
         self._phase = "looking_up"
-        if len(tools) == 1:
-            return [await self._lookup(tools[0])]
         return list(await asyncio.gather(*(self._lookup(tool) for tool in tools)))
 
     async def _lookup(self, tool: str) -> Observation:

@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import itertools
-import secrets
 import tempfile
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -39,10 +38,10 @@ from agent.workflow import MAX_TURNS
 from bench import run_benchmark
 from bench.plot import axes, default_path, save
 from bench.server import embedded_server
-from refund_bot.demo_parts import ANSWERS, place_demo_customer
+from refund_bot.demo_parts import ANSWERS, fresh_demo_account, place_demo_customer
 from refund_bot.wiring import local_thread_store
 from tests.support.codec import TEST_CONVERTER, all_payloads, with_test_keys
-from tests.support.conversation import CUSTOMER, SUPPORT, LocalConversation
+from tests.support.conversation import SUPPORT, LocalConversation
 from tests.support.inproc import running_worker
 
 HISTORIES = Path(__file__).parent.parent / "tests" / "histories"
@@ -85,7 +84,7 @@ async def measure(name: str, history: WorkflowHistory, turns: int | None = None)
 async def _escalated_order(settings: AgentSettings) -> tuple[Actor, OrderDetails]:
     """A fresh customer like the demo's with an espresso machine to refund (over the limit)."""
     domain = DomainStore(database_for(settings))
-    customer = CUSTOMER.model_copy(update={"user_id": f"bench-{secrets.token_hex(8)}"})
+    customer = fresh_demo_account()
     customer_id = await domain.place_customer(DEMO_CUSTOMER, customer)
     order = await domain.place_order(replace(ESPRESSO, customer_id=customer_id))
     await Ledger(database_for(settings)).seed_payments(
@@ -121,10 +120,10 @@ async def conversation(
 def _turns(escalated: bool, vague: int | None) -> int:
     """The policy's decide turns for a story, counted from the story rather than from its
     history, where a decide step may be a local Activity's marker: one per question (the order
-    number's asks, then opened and damage), one per lookup (the policy check when escalated),
-    and the decision."""
+    number's asks, then opened and damage), one for the order and history lookups (read together),
+    one for the policy check when escalated, and the decision."""
     asks = 2 + (0 if vague is None else 1 + vague)
-    return asks + (3 if escalated else 2) + 1
+    return asks + (2 if escalated else 1) + 1
 
 
 async def growth() -> list[Size]:

@@ -55,6 +55,17 @@ async def held_view(client: Client, workflow_id: str, within: float = TIMEOUT) -
     raise DemoFailed(f"the conversation did not reach its hold within {within:.0f}s")
 
 
+def fresh_demo_account(platform: Platform = "local") -> Actor:
+    """The demo customer on an account of their own that no person holds.
+
+    64 random bits: with 24, a benchmark placing 3,000 customers in one data directory drew one
+    user id twice (the accounts table refused it), about a one-in-four chance at that size.
+    """
+    return PEOPLE["customer"].model_copy(
+        update={"platform": platform, "user_id": f"demo-{secrets.token_hex(8)}"}
+    )
+
+
 async def place_demo_customer(
     settings: AgentSettings, platform: Platform = "local"
 ) -> tuple[Actor, OrderDetails]:
@@ -63,11 +74,7 @@ async def place_demo_customer(
     ledger, or test-mode PaymentIntents in Stripe test mode (as `refund-bot stripe-setup` pays
     the seed's)."""
     domain = DomainStore(database_for(settings))
-    # 64 random bits: with 24, a benchmark placing 3,000 customers in one data directory drew one
-    # user id twice (the accounts table refused it), about a one-in-four chance at that size.
-    customer = PEOPLE["customer"].model_copy(
-        update={"platform": platform, "user_id": f"demo-{secrets.token_hex(8)}"}
-    )
+    customer = fresh_demo_account(platform)
     customer_id = await domain.place_customer(DEMO_CUSTOMER, customer)
     order = await domain.place_order(replace(PLUSH_PYTHON, customer_id=customer_id))
     earlier = await domain.place_order(replace(EARLIER_REFUND, customer_id=customer_id))
