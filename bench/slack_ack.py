@@ -2,6 +2,7 @@
 
     this process: fake Slack Web API + load generator (bench.http_load, requests signed as Slack
       signs them) -> one app process per variant on loopback (`python -m bench.slack_ack serve`)
+    the commands' replies (response_url) -> a sink process (`python -m bench.slack_ack sink`)
 
 Variants, interleaved burst by burst (their order turns every round), each app process idle (no
 CPU used for 0.1 s) when its burst begins:
@@ -11,9 +12,13 @@ CPU used for 0.1 s) when its burst begins:
                  path before issue 10, kept here to compare against
   aiohttp-floor  an aiohttp handler that reads the body and answers 200: what this web stack costs
                  with no work at all, on this machine, now
+  baseline       with --baseline DIR only: refund-bot as served by the checkout in DIR (the code
+                 before a change, alternated with it on the same machine at the same time)
 Every app process imports what `refund-bot run` imports, so its heap (which full garbage
 collections walk) is the real process's size. Its router and commands take --router-delay seconds
-per call, as with an unresponsive Temporal: none of that may show in an ack.
+per call, as with an unresponsive Temporal: none of that may show in an ack. A command's reply
+then goes to its response_url --router-delay seconds later, during a later burst: as to Slack's
+servers, it goes to a process of its own, not to the load generator timing that burst.
 
 Scenarios (milliseconds from writing a request to reading the last byte of its answer):
   one by one   message events, one request at a time (each opens its own thread)
@@ -22,6 +27,7 @@ Scenarios (milliseconds from writing a request to reading the last byte of its a
 plus `cold`, each app's first request. A PNG of the bursts' distributions goes to --plot.
 
     .venv/bin/python -m bench.slack_ack [--in-flight 100] [--bursts 20] [--router-delay 5]
+        [--baseline ../refund-bot-before]
         [--profile slack-ack.html]   (pyinstrument, the refund-bot app process, whole run;
                                       .html for a browser, any other name for text)
 """
@@ -36,6 +42,7 @@ import os
 import signal
 import statistics
 import sys
+import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -64,6 +71,7 @@ from worker.lifecycle import spawn_child, until_stopped, watch_lifeline
 SECRET = "bench-signing-secret"
 CHANNEL = "C0SUPPORT"
 VARIANTS = ("refund-bot", "bolt-answers", "aiohttp-floor")
+BASELINE = "baseline"
 HOST = "127.0.0.1"
 
 
@@ -153,6 +161,37 @@ async def serve_variant(variant: str, port: int, api_url: str, token: str, delay
         print(json.dumps({"router_started": router.started, "router_finished": router.finished}))
 
 
+async def sink(port: int) -> None:
+    """Answers every POST as Slack answers a response_url: 200, `ok`. Counts them."""
+    watch_lifeline()
+    received = 0
+
+    async def hook(request: web.Request) -> web.Response:
+        nonlocal received
+        await request.read()
+        received += 1
+        return web.Response(text="ok")
+
+    web_app = web.Application()
+    web_app.router.add_post("/{tail:.*}", hook)
+    runner = web.AppRunner(web_app, access_log=None)
+    await runner.setup()
+    await web.TCPSite(runner, HOST, port).start()
+    try:
+        await asyncio.Event().wait()
+    finally:
+        await runner.cleanup()
+        print(json.dumps({"replies": received}))
+
+
+def sink_main(argv: list[str]) -> None:
+    parser = argparse.ArgumentParser(prog="bench.slack_ack sink")
+    parser.add_argument("--port", type=int, required=True)
+    asyncio.run(until_stopped(sink(parser.parse_args(argv).port)))
+    sys.stdout.flush()
+    exit_now(0)
+
+
 def serve_main(argv: list[str]) -> None:
     # What `refund-bot run` has imported by the time it serves Slack: the heap a full garbage
     # collection walks is the real process's size, not a small benchmark's.
@@ -200,13 +239,25 @@ class App:
 
     @classmethod
     async def start(
-        cls, variant: str, slack: FakeSlackApi, delay: float, profile: Path | None
+        cls,
+        variant: str,
+        slack: FakeSlackApi,
+        delay: float,
+        profile: Path | None,
+        baseline: Path | None = None,
     ) -> App:
         port = free_port()
-        argv = [sys.executable, "-m", "bench.slack_ack", "serve", variant, "--port", str(port)]
+        served = "refund-bot" if variant == BASELINE else variant
+        argv = [sys.executable, "-m", "bench.slack_ack", "serve", served, "--port", str(port)]
         argv += ["--api-url", slack.url, "--router-delay", str(delay)]
         if profile is not None and variant == "refund-bot":
             argv += ["--profile", str(profile)]
+        if variant == BASELINE:
+            # `-m` would import this checkout's modules: the baseline's own come first instead.
+            assert baseline is not None
+            run = "import os, runpy; os.chdir({!r}); runpy.run_module('bench.slack_ack', "
+            run += "run_name='__main__')"
+            argv[1:3] = ["-c", run.format(str(baseline))]
         env = {**os.environ, "BENCH_SLACK_BOT_TOKEN": slack.token}
         for name in ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy"):
             env.pop(name, None)  # everything here is on loopback
@@ -275,12 +326,35 @@ def _turned(items: tuple[str, ...], i: int) -> list[str]:
     return list(items[i % len(items) :] + items[: i % len(items)])
 
 
+async def start_sink() -> tuple[asyncio.subprocess.Process, str]:
+    port = free_port()
+    proc = await spawn_child(
+        [sys.executable, "-m", "bench.slack_ack", "sink", "--port", str(port)],
+        on_parent_death=signal.SIGTERM,
+        lifeline=True,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.DEVNULL,
+    )
+
+    async def listening() -> bool:
+        try:
+            await (await Connection.open(HOST, port)).close()
+        except OSError:
+            return False
+        return True
+
+    await wait_for(listening, timeout=60, interval=0.1, what="the reply sink listening")
+    return proc, f"http://{HOST}:{port}"
+
+
 async def run(in_flight: int, bursts: int, delay: float, one_by_one: int, plot: Path,
-              profile: Path | None) -> None:  # fmt: skip
+              profile: Path | None, baseline: Path | None) -> None:  # fmt: skip
+    variants = VARIANTS + ((BASELINE,) if baseline is not None else ())
+    sink_proc, sink_url = await start_sink()
     async with FakeSlackApi() as slack:
         sender = SlackSender(slack)
-        apps = {v: await App.start(v, slack, delay, profile) for v in VARIANTS}
-        results: dict[str, dict[str, list[float]]] = {v: {} for v in VARIANTS}
+        apps = {v: await App.start(v, slack, delay, profile, baseline) for v in variants}
+        results: dict[str, dict[str, list[float]]] = {v: {} for v in variants}
         try:
             for app in apps.values():
                 await app.connect(in_flight)
@@ -292,10 +366,10 @@ async def run(in_flight: int, bursts: int, delay: float, one_by_one: int, plot: 
                 name: str, count: int, rounds: int, make: Callable[[int], Delivery]
             ) -> None:
                 for i in range(rounds):
-                    for variant in _turned(VARIANTS, i):
+                    for variant in _turned(variants, i):
                         app = apps[variant]
-                        await wait_idle(app.proc.pid)
                         batch = [make(n) for n in range(count)]
+                        await wait_idle(app.proc.pid)
                         results[variant].setdefault(name, []).extend(await app.send(batch))
 
             await scenario("one by one", 1, one_by_one, lambda n: sender.post(CHANNEL, "one"))
@@ -305,11 +379,20 @@ async def run(in_flight: int, bursts: int, delay: float, one_by_one: int, plot: 
                 "commands",
                 in_flight,
                 max(1, bursts // 2),
-                lambda n: sender.command("/refund-status", status, user="U0ADMIN", name="ada"),
+                lambda n: sender.command(
+                    "/refund-status",
+                    status,
+                    user="U0ADMIN",
+                    name="ada",
+                    response_url=f"{sink_url}/hooks/commands/{slack.team_id}/{uuid.uuid4().hex}",
+                ),
             )
         finally:
             await asyncio.sleep(delay + 1.0)  # the slow router calls end before their apps stop
             counts = {v: await app.stop() for v, app in apps.items()}
+            sink_proc.send_signal(signal.SIGTERM)
+            sink_out, _ = await asyncio.wait_for(sink_proc.communicate(), timeout=30)
+    replies = json.loads(sink_out.decode().strip().splitlines()[-1])["replies"]
 
     print(
         f"Slack acks over HTTP on loopback, {in_flight} in flight; router and commands take "
@@ -317,7 +400,7 @@ async def run(in_flight: int, bursts: int, delay: float, one_by_one: int, plot: 
     )
     for name in ("cold", "one by one", "burst", "commands"):
         print(f"{name}:")
-        for variant in VARIANTS:
+        for variant in variants:
             print(_row(variant, results[variant][name]))
     ours = results["refund-bot"]
     slowest = max(max(s) for s in ours.values())
@@ -328,6 +411,7 @@ async def run(in_flight: int, bursts: int, delay: float, one_by_one: int, plot: 
                 f"{variant}: router and command calls finished "
                 f"{count.get('router_finished')}/{count.get('router_started')}"
             )
+    print(f"command replies received by the sink: {replies}")
     floor = statistics.median(results["aiohttp-floor"]["burst"])
     print(
         f"burst medians over the aiohttp floor: refund-bot "
@@ -341,7 +425,7 @@ async def run(in_flight: int, bursts: int, delay: float, one_by_one: int, plot: 
         "share of requests",
         columns=2,
     )
-    for variant in VARIANTS:
+    for variant in variants:
         cdf(events_ax, variant, [s * 1000 for s in results[variant]["burst"]])
         cdf(commands_ax, variant, [s * 1000 for s in results[variant]["commands"]])
     events_ax.set_title("message events")
@@ -355,6 +439,8 @@ async def run(in_flight: int, bursts: int, delay: float, one_by_one: int, plot: 
 def main() -> None:
     if sys.argv[1:2] == ["serve"]:
         serve_main(sys.argv[2:])
+    if sys.argv[1:2] == ["sink"]:
+        sink_main(sys.argv[2:])
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--in-flight", type=int, default=100)
     parser.add_argument("--bursts", type=int, default=20)
@@ -362,10 +448,13 @@ def main() -> None:
     parser.add_argument("--router-delay", type=float, default=5.0)
     parser.add_argument("--plot", type=Path, default=default_path("slack_ack"))
     parser.add_argument("--profile", type=Path, help="pyinstrument HTML of the refund-bot app")
+    parser.add_argument(
+        "--baseline", type=Path, help="a checkout whose refund-bot runs as one more variant"
+    )
     args = parser.parse_args()
     asyncio.run(
         run(args.in_flight, args.bursts, args.router_delay, args.one_by_one, args.plot,
-            args.profile)
+            args.profile, args.baseline and args.baseline.resolve())
     )  # fmt: skip
     exit_now(0)
 

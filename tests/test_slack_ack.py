@@ -11,6 +11,7 @@ import asyncio
 import gc
 import json
 import logging
+import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
@@ -293,8 +294,76 @@ async def test_drain_starts_what_waits_and_waits_for_it() -> None:
 
     handovers.arrived()
     handovers.hand_over(slow)
+    assert not gc.isenabled()  # held for the burst that arrived() began
     await handovers.drain(within=5)
     assert finished == ["slow"]
+    assert gc.isenabled()
+
+
+class _Node:
+    partner: _Node
+
+
+def _unreachable_cycle() -> weakref.ref[_Node]:
+    node = _Node()
+    node.partner = node
+    return weakref.ref(node)
+
+
+class Garbage:
+    """A reference cycle only the cyclic collector can free, and a way to see that it has."""
+
+    def __init__(self) -> None:
+        # Enough tracked objects that a collection is due (the youngest generation's threshold).
+        self._ballast = [[] for _ in range(gc.get_threshold()[0] * 2)]
+        self._cycle = _unreachable_cycle()
+
+    @property
+    def collected(self) -> bool:
+        return self._cycle() is None
+
+
+async def test_the_garbage_collector_waits_for_the_burst_to_end() -> None:
+    assert gc.isenabled()
+    handovers = Handovers(quiet=0.5, max_wait=60)
+    arrivals = Arrivals(handovers)
+    try:
+        await wait_for(lambda: not gc.isenabled(), timeout=5, what="the collector held")
+        garbage = Garbage()  # made while held: a collection is due, and it has to wait
+        # Ten times the arrival interval, a collection long due: none runs while requests come.
+        await asyncio.sleep(0.2)
+        assert not gc.isenabled()
+        assert not garbage.collected
+    finally:
+        await arrivals.stop()
+    await wait_for(lambda: garbage.collected, timeout=5, what="the cycle collected after the burst")
+    assert gc.isenabled()
+
+
+async def test_the_garbage_collector_is_held_no_longer_than_max_wait() -> None:
+    handovers = Handovers(quiet=0.5, max_wait=0.1)
+    arrivals = Arrivals(handovers)
+    try:
+        await wait_for(lambda: not gc.isenabled(), timeout=5, what="the collector held")
+        garbage = Garbage()
+        await wait_for(lambda: garbage.collected, timeout=5, what="a collection, requests coming")
+        assert not arrivals.task.done()
+    finally:
+        await arrivals.stop()
+
+
+async def test_a_garbage_collector_disabled_elsewhere_is_left_disabled() -> None:
+    handovers = Handovers(quiet=0.01, max_wait=0.1)
+    started: list[int] = []
+    gc.disable()
+    try:
+        handovers.arrived()
+        handovers.hand_over(_recording(started, 1))
+        # The collector is released (when this instance holds it) before work starts.
+        await wait_for(lambda: started == [1], timeout=5, what="the work, once quiet")
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
 
 
 async def test_work_that_fails_is_logged(caplog: pytest.LogCaptureFixture) -> None:

@@ -130,6 +130,8 @@ MALFORMED: list[tuple[str, bytes, str]] = [
     ("a JSON array", b"[1, 2, 3]", JSON),
     ("a JSON string", b'"hello"', JSON),
     ("bytes that are not UTF-8", b'{"type": "\xff\xfe"}', JSON),
+    ("JSON nested 100,000 deep", b'{"a": ' * 100_000 + b"1" + b"}" * 100_000, JSON),
+    ("a payload field nested 100,000 deep", b"payload=" + b"%5B" * 100_000, FORM),
     ("an empty body", b"", FORM),
     ("a payload field that is not JSON", b"payload=%7Bnot+json", FORM),
     ("a payload field that is a JSON list", b"payload=%5B1%5D", FORM),

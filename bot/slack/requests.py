@@ -13,16 +13,15 @@ what Slack sends, and only then does bolt see it (its own signature check still 
 
 from __future__ import annotations
 
-import hashlib
 import hmac
-import json
 import logging
 import time
 from collections.abc import Mapping
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 from urllib.parse import parse_qsl
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+import pydantic_core
+from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, ValidationError
 from slack_bolt.adapter.socket_mode.async_handler import AsyncSocketModeHandler
 from slack_bolt.context.async_context import AsyncBoltContext
 from slack_bolt.request.async_internals import build_async_context
@@ -56,10 +55,8 @@ def signature_valid(
         return False
     if abs((time.time() if now is None else now) - int(timestamp)) > MAX_REQUEST_AGE_SECONDS:
         return False
-    digest = hmac.new(
-        signing_secret.encode(), b"v0:" + timestamp.encode() + b":" + raw, hashlib.sha256
-    ).hexdigest()
-    return hmac.compare_digest(f"v0={digest}".encode(), signature.encode(errors="replace"))
+    digest = hmac.digest(signing_secret.encode(), b"v0:%s:%s" % (timestamp.encode(), raw), "sha256")
+    return hmac.compare_digest(b"v0=" + digest.hex().encode(), signature.encode(errors="replace"))
 
 
 def parse_body(raw: bytes, content_type: str | None) -> dict[str, Any]:
@@ -71,19 +68,22 @@ def parse_body(raw: bytes, content_type: str | None) -> dict[str, Any]:
     is `payload` (`/refund-status payload`) parses to {} and bolt answers 404 "unhandled
     request". Here only a form whose one field is named `payload` is one.
     """
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as err:
-        raise MalformedRequest("the body is not UTF-8") from err
-    if not text:
+    if not raw:
         raise MalformedRequest("the body is empty")
     try:
-        if content_type == "application/json" or text.startswith("{"):
-            body = json.loads(text)
+        # pydantic's JSON parser (jiter) takes a third less time than json.loads on the ack
+        # path, and checks the bytes are UTF-8 as it reads them. Unlike json.loads it refuses a
+        # lone surrogate escape (`\ud800`) and nesting deeper than 200, neither of which a Slack
+        # payload has (its text is UTF-8, which cannot hold a lone surrogate).
+        if content_type == "application/json" or raw.startswith(b"{"):
+            body = pydantic_core.from_json(raw)
         else:
-            fields = dict(parse_qsl(text, keep_blank_values=True))
-            body = json.loads(fields["payload"]) if "payload" in fields else fields
-    except (ValueError, RecursionError) as err:  # JSONDecodeError is a ValueError
+            fields = dict(parse_qsl(raw.decode("utf-8"), keep_blank_values=True))
+            body = pydantic_core.from_json(fields["payload"]) if "payload" in fields else fields
+    except UnicodeDecodeError as err:
+        raise MalformedRequest("the body is not UTF-8") from err
+    except ValueError as err:
+        raise MalformedRequest("the body is not valid JSON or form data") from err
         raise MalformedRequest("the body is not valid JSON or form data") from err
     if not isinstance(body, dict):
         raise MalformedRequest("the body is not a JSON object")
@@ -98,7 +98,9 @@ def parse_body(raw: bytes, content_type: str | None) -> dict[str, Any]:
 
 
 class _Shape(BaseModel):
-    model_config = ConfigDict(extra="allow", strict=True)
+    # Fields not named here are Slack's to add: neither checked nor copied (the checked body,
+    # not these models, is what bolt gets).
+    model_config = ConfigDict(extra="ignore", strict=True)
 
 
 class _Event(_Shape):
@@ -119,9 +121,17 @@ class _MessageEvent(_Event):
     previous_message: dict[str, Any] | None = None
 
 
+def _event_kind(event: Any) -> str:
+    return "message" if isinstance(event, dict) and event.get("type") == "message" else "other"
+
+
 class _EventCallback(_Shape):
     type: Literal["event_callback"]
-    event: _Event
+    # A message event is checked field by field, any other event for its type only.
+    event: Annotated[
+        Annotated[_MessageEvent, Tag("message")] | Annotated[_Event, Tag("other")],
+        Discriminator(_event_kind),
+    ]
     event_id: str | None = None
     team_id: str | None = None
     authorizations: list[dict[str, Any]] | None = None
@@ -186,9 +196,6 @@ def check_shape(body: dict[str, Any]) -> None:
     try:
         if model is not None:
             model.model_validate(body)
-        event = body.get("event")
-        if kind == "event_callback" and isinstance(event, dict) and event.get("type") == "message":
-            _MessageEvent.model_validate(event)
     except ValidationError as err:
         first = err.errors()[0]
         where = ".".join(str(part) for part in first["loc"]) or "body"

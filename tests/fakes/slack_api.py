@@ -919,9 +919,17 @@ class SlackSender:
     # -- slash commands ------------------------------------------------------------------------
 
     def command(
-        self, command: str, text: str = "", *, user: str, name: str, channel: str = "C0GENERAL"
+        self,
+        command: str,
+        text: str = "",
+        *,
+        user: str,
+        name: str,
+        channel: str = "C0GENERAL",
+        response_url: str | None = None,
     ) -> Delivery:
-        """A slash command run in `channel`: a form body, no thread in it."""
+        """A slash command run in `channel`: a form body, no thread in it. Its replies go to a
+        hook on this fake unless `response_url` names somewhere else."""
         fields = {
             "token": "legacy-verification-token",
             "team_id": self.slack.team_id,
@@ -934,7 +942,7 @@ class SlackSender:
             "text": text,
             "api_app_id": self.slack.app_id,
             "is_enterprise_install": "false",
-            "response_url": self.slack.response_url("commands"),
+            "response_url": response_url or self.slack.response_url("commands"),
             "trigger_id": self._trigger_id(),
         }
         body = "&".join(f"{k}={_quote(v)}" for k, v in fields.items())
