@@ -84,7 +84,6 @@ def parse_body(raw: bytes, content_type: str | None) -> dict[str, Any]:
         raise MalformedRequest("the body is not UTF-8") from err
     except ValueError as err:
         raise MalformedRequest("the body is not valid JSON or form data") from err
-        raise MalformedRequest("the body is not valid JSON or form data") from err
     if not isinstance(body, dict):
         raise MalformedRequest("the body is not a JSON object")
     return body
