@@ -14,7 +14,7 @@ import json
 import time
 from collections.abc import AsyncIterator
 from typing import Any
-from urllib.parse import quote_plus
+from urllib.parse import parse_qsl, quote_plus
 
 import aiohttp
 import pytest
@@ -22,6 +22,7 @@ from aiohttp import web
 
 from bot.slack.app import EVENTS_PATH, build_app, http_web_app, serve
 from bot.slack.render import APPROVE_ACTION_ID, unescape
+from bot.slack.requests import parse_body
 from tests.fakes.slack_api import FakeSlackApi, JsonDict, SlackSender
 from tests.support.conditions import wait_for
 from tests.test_slack_app import (
@@ -244,6 +245,21 @@ async def test_command_text_is_unescaped_before_it_is_parsed(endpoint: Endpoint)
         await endpoint.command("/refund-status", link)
     wid = f"slack-{TEAM}-{CHANNEL}-{root_ts}"
     assert [args[1] for _, args in endpoint.commands.calls] == [wid, wid]
+
+
+@pytest.mark.parametrize(
+    "form",
+    [
+        "command=%2Frefund-status&text=order+1234+%2B+a%25+caf%C3%A9+%F0%9F%98%80",
+        "text=&user_id=U0SAM&flag&=x&&text=again",  # blank, bare, nameless, empty, repeated
+        "text=%zz%E9%FF+%2",  # escapes that do not decode are kept or replaced, as urllib does
+        "a=b;c=d",  # `;` is not a separator (Python 3.10 and later)
+    ],
+)
+def test_a_form_body_parses_as_urllib_parses_it(form: str) -> None:
+    # Slash commands are form bodies; yarl's query_to_pairs parses them in place of parse_qsl.
+    expected = dict(parse_qsl(form, keep_blank_values=True))
+    assert parse_body(form.encode(), "application/x-www-form-urlencoded") == expected
 
 
 def test_unescape_undoes_exactly_slacks_three_escapes() -> None:
