@@ -136,6 +136,16 @@ def aiohttp_floor() -> web.Application:
     return web_app
 
 
+async def _serve_until_cancelled(web_app: web.Application, port: int) -> None:
+    runner = web.AppRunner(web_app, access_log=None)
+    await runner.setup()
+    await web.TCPSite(runner, HOST, port).start()
+    try:
+        await asyncio.Event().wait()
+    finally:
+        await runner.cleanup()
+
+
 async def serve_variant(variant: str, port: int, api_url: str, token: str, delay: float) -> None:
     watch_lifeline()  # the load generator's process gone: this one goes too
     settings = SlackSettings(
@@ -153,13 +163,7 @@ async def serve_variant(variant: str, port: int, api_url: str, token: str, delay
             await serve(app, settings)  # what `refund-bot run` runs for Slack in HTTP mode
         else:
             web_app = aiohttp_floor() if variant == "aiohttp-floor" else bolt_answers(app, SECRET)
-            runner = web.AppRunner(web_app, access_log=None)
-            await runner.setup()
-            await web.TCPSite(runner, HOST, port).start()
-            try:
-                await asyncio.Event().wait()
-            finally:
-                await runner.cleanup()
+            await _serve_until_cancelled(web_app, port)
     finally:
         print(json.dumps({"router_started": router.started, "router_finished": router.finished}))
 
@@ -177,13 +181,9 @@ async def sink(port: int) -> None:
 
     web_app = web.Application()
     web_app.router.add_post("/{tail:.*}", hook)
-    runner = web.AppRunner(web_app, access_log=None)
-    await runner.setup()
-    await web.TCPSite(runner, HOST, port).start()
     try:
-        await asyncio.Event().wait()
+        await _serve_until_cancelled(web_app, port)
     finally:
-        await runner.cleanup()
         print(json.dumps({"replies": received}))
 
 
