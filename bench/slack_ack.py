@@ -117,8 +117,7 @@ def bolt_answers(app: AsyncApp, signing_secret: str) -> web.Application:
         checked = await checked_request(request, signing_secret)
         if isinstance(checked, web.Response):
             return checked
-        raw, body = checked
-        bolt = bolt_request(raw, body, request.query_string, request.headers)
+        bolt = bolt_request(checked, request.query_string, request.headers)
         return await to_aiohttp_response(await app.async_dispatch(bolt))
 
     web_app = web.Application()
@@ -231,6 +230,19 @@ def serve_main(argv: list[str]) -> None:
 # ---------------------------------------------------------------------------------------------
 
 
+async def _listening(port: int, what: str) -> None:
+    """Until a process started here accepts a connection on `port`."""
+
+    async def accepts() -> Connection | None:
+        try:
+            return await Connection.open(HOST, port)
+        except OSError:
+            return None
+
+    first = await wait_for(accepts, timeout=60, interval=0.1, what=f"{what} listening")
+    await first.close()
+
+
 class App:
     """One variant's app process and its keep-alive connections."""
 
@@ -272,17 +284,8 @@ class App:
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.DEVNULL,  # its stop announcement; its answers say enough
         )
-        app = cls(variant, proc, port)
-
-        async def listening() -> Connection | None:
-            try:
-                return await Connection.open(HOST, port)
-            except OSError:
-                return None
-
-        first = await wait_for(listening, timeout=60, interval=0.1, what=f"{variant} listening")
-        await first.close()
-        return app
+        await _listening(port, variant)
+        return cls(variant, proc, port)
 
     async def connect(self, count: int) -> None:
         self.connections = [await Connection.open(HOST, self.port) for _ in range(count)]
@@ -338,15 +341,7 @@ async def start_sink() -> tuple[asyncio.subprocess.Process, str]:
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.DEVNULL,
     )
-
-    async def listening() -> bool:
-        try:
-            await (await Connection.open(HOST, port)).close()
-        except OSError:
-            return False
-        return True
-
-    await wait_for(listening, timeout=60, interval=0.1, what="the reply sink listening")
+    await _listening(port, "the reply sink")
     return proc, f"http://{HOST}:{port}"
 
 

@@ -232,12 +232,19 @@ class Arrivals:
     def __init__(self, handovers: Handovers, every: float = 0.02) -> None:
         self.handovers = handovers
         self.every = every
+        self.count = 0
         self.task = asyncio.create_task(self._arrive())
 
     async def _arrive(self) -> None:
         while True:
             self.handovers.arrived()
+            self.count += 1
             await asyncio.sleep(self.every)
+
+    async def more(self, count: int) -> None:
+        """Until `count` more requests have arrived."""
+        until = self.count + count
+        await wait_for(lambda: self.count >= until, timeout=5, what=f"{count} more arrivals")
 
     async def stop(self) -> None:
         self.task.cancel()
@@ -256,8 +263,8 @@ async def test_work_waits_while_requests_keep_coming() -> None:
     started: list[int] = []
     arrivals = Arrivals(handovers)
     handovers.hand_over(_recording(started, 1))
-    # Ten times the arrival interval: the work stays queued while requests keep coming.
-    await asyncio.sleep(0.2)
+    # Ten more requests: the work stays queued while they keep coming.
+    await arrivals.more(10)
     assert started == []
     await arrivals.stop()
     await wait_for(lambda: started == [1], timeout=5, what="the work, once requests stopped")
@@ -330,8 +337,8 @@ async def test_the_garbage_collector_waits_for_the_burst_to_end() -> None:
     try:
         await wait_for(lambda: not gc.isenabled(), timeout=5, what="the collector held")
         garbage = Garbage()  # made while held: a collection is due, and it has to wait
-        # Ten times the arrival interval, a collection long due: none runs while requests come.
-        await asyncio.sleep(0.2)
+        # Ten more requests, a collection long due: none runs while requests come.
+        await arrivals.more(10)
         assert not gc.isenabled()
         assert not garbage.collected
     finally:

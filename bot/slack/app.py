@@ -58,6 +58,7 @@ from bot.slack.events import register_message_events
 from bot.slack.handover import Handovers
 from bot.slack.links import FindByOrder
 from bot.slack.requests import (
+    Checked,
     CheckedSocketModeHandler,
     MalformedRequest,
     bolt_request,
@@ -141,21 +142,19 @@ def build_app(
     return app
 
 
-async def checked_request(
-    request: web.Request, signing_secret: str
-) -> tuple[bytes, dict[str, Any]] | web.Response:
-    """The raw body and its parsed form of a request Slack signed and shaped as Slack sends;
-    otherwise the answer to give: 401 for a bad signature (checked before parsing), 400."""
+async def checked_request(request: web.Request, signing_secret: str) -> Checked | web.Response:
+    """The request, if Slack signed it and shaped it as Slack sends; otherwise the answer to
+    give: 401 for a bad signature (checked before parsing), 400."""
     raw = await request.read()
     if not signature_valid(signing_secret, raw, request.headers):
         return web.json_response({"error": "invalid request"}, status=401)
     try:
         body = parse_body(raw, request.content_type)
-        check_shape(body)
+        context = check_shape(body)
     except MalformedRequest as err:
         log.warning("slack: refused a signed but malformed request: %s", err)
         return web.json_response({"error": "malformed request"}, status=400)
-    return raw, body
+    return Checked(raw, body, context)
 
 
 def http_web_app(app: AsyncApp, signing_secret: str) -> web.Application:
@@ -174,9 +173,8 @@ def http_web_app(app: AsyncApp, signing_secret: str) -> web.Application:
         checked = await checked_request(request, signing_secret)
         if isinstance(checked, web.Response):
             return checked
-        raw, body = checked
-        bolt = functools.partial(bolt_request, raw, body, request.query_string, request.headers)
-        if not acked_at_once(body):
+        bolt = functools.partial(bolt_request, checked, request.query_string, request.headers)
+        if not acked_at_once(checked.body):
             return await to_aiohttp_response(await app.async_dispatch(bolt()))
         handovers.hand_over(functools.partial(_hand_over, app, bolt))
         return web.Response()  # what bolt's ack() sends for these: 200, no body

@@ -17,6 +17,7 @@ import hmac
 import logging
 import time
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
 import pydantic_core
@@ -179,8 +180,11 @@ class _SlashCommand(_Shape):
     team_id: str | None = None
 
 
-def check_shape(body: dict[str, Any]) -> None:
-    """Raise MalformedRequest when a field that bolt or a listener reads has the wrong type."""
+def check_shape(body: dict[str, Any]) -> AsyncBoltContext:
+    """Raise MalformedRequest when a field that bolt or a listener reads has the wrong type.
+
+    Returns the context bolt derives from the body: building it is the last check, and the request
+    handed to bolt afterwards (bolt_request) carries it rather than building it again."""
     kind = body.get("type")
     model: type[_Shape] | None = None
     if kind == "event_callback":
@@ -202,23 +206,31 @@ def check_shape(body: dict[str, Any]) -> None:
         raise MalformedRequest(f"`{where}`: {first['msg']}") from err
     try:
         # Bolt reads ids out of any payload to build its context: a wrong type there raises.
-        build_async_context(AsyncBoltContext({}), body)
+        return build_async_context(AsyncBoltContext({}), body)
     except (TypeError, KeyError, AttributeError, IndexError, ValueError) as err:
         raise MalformedRequest(f"bolt cannot read the payload's ids ({err!r})") from err
 
 
-def bolt_request(
-    raw: bytes, body: dict[str, Any], query: str, headers: Mapping[str, str]
-) -> AsyncBoltRequest:
+@dataclass(slots=True)
+class Checked:
+    """A request Slack signed and shaped as Slack sends: its bytes, their parsed form, and the
+    context bolt derives from that (check_shape's)."""
+
+    raw: bytes
+    body: dict[str, Any]
+    context: AsyncBoltContext
+
+
+def bolt_request(checked: Checked, query: str, headers: Mapping[str, str]) -> AsyncBoltRequest:
     """An HTTP-mode AsyncBoltRequest carrying the body parsed (and checked) here.
 
     AsyncBoltRequest parses its `body` argument itself (with the "payload" mistake above), so it
     is built empty and given the raw text, the parsed body and the context bolt derives from it.
     """
     request = AsyncBoltRequest(body="", query=query, headers=dict(headers))
-    request.raw_body = raw.decode("utf-8")  # bolt's own signature check reads this
-    request.body = body
-    request.context = build_async_context(AsyncBoltContext({}), body)
+    request.raw_body = checked.raw.decode("utf-8")  # bolt's own signature check reads this
+    request.body = checked.body
+    request.context = checked.context
     return request
 
 
