@@ -221,12 +221,15 @@ async def _local_channel(channel: LocalChannel, health: PlatformHealth) -> None:
         health.stopped()
 
 
-def start_platforms(stack: Stack, *, local: bool) -> list[Platform]:
+def start_platforms(
+    stack: Stack, closing: contextlib.AsyncExitStack, *, local: bool
+) -> list[Platform]:
     """Every platform whose credentials are set; the terminal channel when asked for or when none
-    are, if stdin is a terminal (a service manager's /dev/null is not)."""
+    are, if stdin is a terminal (a service manager's /dev/null is not). `closing` closes the
+    connections the platforms' grant sources keep, once the platforms have stopped."""
     settings = stack.settings
     slack, discord = SlackSettings(), DiscordSettings()
-    sources = grant_sources(settings, slack, discord)
+    sources = grant_sources(settings, slack, discord, closing=closing)
     store = GrantStore(database_for(settings))
     platforms: list[Platform] = []
 
@@ -321,9 +324,10 @@ async def run(
 ) -> None:
     """`refund-bot run`. `metrics`: this process's exporter URL, when metrics are on."""
     process = process or ProcessSettings()
-    async with running_stack(
-        temporal, settings, host=process.host, workers=process.workers
-    ) as stack:
+    async with (
+        running_stack(temporal, settings, host=process.host, workers=process.workers) as stack,
+        contextlib.AsyncExitStack() as connections,
+    ):
         assert stack.server is not None
         if stack.server.origin.startswith("reused"):
             say(
@@ -332,7 +336,7 @@ async def run(
             )
         if stack.web_ui:
             say(f"Temporal Web UI: {stack.web_ui}")
-        await serve(stack, start_platforms(stack, local=local), process, metrics)
+        await serve(stack, start_platforms(stack, connections, local=local), process, metrics)
 
 
 async def bot(
@@ -344,8 +348,11 @@ async def bot(
 ) -> None:
     """`refund-bot bot`: the chat platforms and the router, for Workers that run elsewhere."""
     process = process or ProcessSettings()
-    async with running_bot(temporal, settings, host=process.host) as stack:
-        await serve(stack, start_platforms(stack, local=False), process, metrics)
+    async with (
+        running_bot(temporal, settings, host=process.host) as stack,
+        contextlib.AsyncExitStack() as connections,
+    ):
+        await serve(stack, start_platforms(stack, connections, local=False), process, metrics)
 
 
 async def serve(

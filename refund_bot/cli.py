@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import logging
 import sys
 
@@ -78,15 +79,17 @@ async def _worker(cfg: Config, standby: bool = False, metrics_slot: int = 0) -> 
         "WORKER_METRICS_ADDRESS",
     )
     client = await connect(cfg.temporal, keys=keys)
-    await run_worker(
-        client,
-        cfg.temporal,
-        cfg.agent,
-        outbound_posters(cfg.agent, cfg.slack, cfg.discord),
-        grant_sources(cfg.agent, cfg.slack, cfg.discord),
-        host=cfg.process.host,
-        go=_promoted() if standby else None,
-    )
+    # The platforms' kept-alive connections, closed as the Worker stops (SIGTERM cancels this).
+    async with contextlib.AsyncExitStack() as connections:
+        await run_worker(
+            client,
+            cfg.temporal,
+            cfg.agent,
+            outbound_posters(cfg.agent, cfg.slack, cfg.discord, closing=connections),
+            grant_sources(cfg.agent, cfg.slack, cfg.discord, closing=connections),
+            host=cfg.process.host,
+            go=_promoted() if standby else None,
+        )
 
 
 async def _supervised_worker(cfg: Config) -> None:

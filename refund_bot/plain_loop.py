@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import logging
 import os
 import signal
@@ -308,17 +309,18 @@ async def main(args: argparse.Namespace) -> None:
     from refund_bot.wiring import outbound_posters
 
     settings = AgentSettings()
-    loop = PlainLoop(
-        loop_parts(settings, outbound_posters(settings)),
-        ThreadRef.model_validate_json(args.thread),
-        Actor.model_validate_json(args.customer),
-        args.conversation,
-        await _stdin_lines(),
-        calls=args.calls,
-        hold=args.hold,
-        report=_print,
-    )
-    await loop.serve(args.order)
+    async with contextlib.AsyncExitStack() as connections:
+        loop = PlainLoop(
+            loop_parts(settings, outbound_posters(settings, closing=connections)),
+            ThreadRef.model_validate_json(args.thread),
+            Actor.model_validate_json(args.customer),
+            args.conversation,
+            await _stdin_lines(),
+            calls=args.calls,
+            hold=args.hold,
+            report=_print,
+        )
+        await loop.serve(args.order)
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:

@@ -7,6 +7,7 @@ free of bot/ imports), and the commands their way to the Worker supervisors (bot
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from contextlib import AsyncExitStack
 from dataclasses import dataclass
 
 from temporalio.client import Client
@@ -34,19 +35,28 @@ def outbound_posters(
     settings: AgentSettings,
     slack: SlackSettings | None = None,
     discord: DiscordSettings | None = None,
+    *,
+    closing: AsyncExitStack,
 ) -> dict[str, ThreadPoster]:
-    """One poster per platform: the local channel always, Slack and Discord when configured."""
+    """One poster per platform: the local channel always, Slack and Discord when configured.
+
+    Slack's and Discord's keep their connections open between posts; `closing` closes them.
+    """
     slack = slack or SlackSettings()
     discord = discord or DiscordSettings()
     posters: dict[str, ThreadPoster] = {"local": local_thread_store(settings)}
     if slack.enabled:
         from bot.slack.outbound import SlackThreadPoster
 
-        posters["slack"] = SlackThreadPoster.from_settings(slack)
+        slack_poster = SlackThreadPoster.from_settings(slack)
+        closing.push_async_callback(slack_poster.close)
+        posters["slack"] = slack_poster
     if discord.enabled:
         from bot.discord.outbound import DiscordThreadPoster
 
-        posters["discord"] = DiscordThreadPoster.from_settings(discord)
+        discord_poster = DiscordThreadPoster.from_settings(discord)
+        closing.push_async_callback(discord_poster.close)
+        posters["discord"] = discord_poster
     return posters
 
 
@@ -54,8 +64,13 @@ def grant_sources(
     settings: AgentSettings,
     slack: SlackSettings | None = None,
     discord: DiscordSettings | None = None,
+    *,
+    closing: AsyncExitStack,
 ) -> dict[str, GrantSource]:
-    """Platform-owned live grant sources, when configured; the grants store answers otherwise."""
+    """Platform-owned live grant sources, when configured; the grants store answers otherwise.
+
+    Each keeps its connection to the platform open between reads; `closing` closes them.
+    """
     slack = slack or SlackSettings()
     discord = discord or DiscordSettings()
     store = GrantStore(database_for(settings))
@@ -63,11 +78,15 @@ def grant_sources(
     if discord.enabled and discord.approver_role:
         from bot.discord.grants import DiscordRoleGrants
 
-        sources["discord"] = DiscordRoleGrants(discord, store)
+        discord_roles = DiscordRoleGrants(discord, store)
+        closing.push_async_callback(discord_roles.close)
+        sources["discord"] = discord_roles
     if slack.enabled and slack.approver_group:
         from bot.slack.grants import SlackUserGroupGrants
 
-        sources["slack"] = SlackUserGroupGrants(slack, store)
+        slack_group = SlackUserGroupGrants(slack, store)
+        closing.push_async_callback(slack_group.close)
+        sources["slack"] = slack_group
     return sources
 
 

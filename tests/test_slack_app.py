@@ -169,7 +169,7 @@ def settings_for(slack: FakeSlackApi, **overrides: Any) -> SlackSettings:
 
 
 @pytest.fixture
-def harness(slack: FakeSlackApi) -> Harness:
+async def harness(slack: FakeSlackApi) -> AsyncIterator[Harness]:
     router, commands = RecordingRouter(), RecordingCommands()
     finder_calls: list[tuple[str, str]] = []
 
@@ -178,7 +178,8 @@ def harness(slack: FakeSlackApi) -> Harness:
         return f"slack-{team_id}-{CHANNEL}-1732860000.000100" if order == "4500" else None
 
     app = build_app(settings_for(slack), router, commands, find_by_order=find_by_order)  # type: ignore[arg-type]
-    return Harness(slack, SlackSender(slack), app, router, commands, finder_calls)
+    yield Harness(slack, SlackSender(slack), app, router, commands, finder_calls)
+    await app.client.close()  # type: ignore[attr-defined]  # build_app's KeptAliveWebClient
 
 
 async def routed_messages(h: Harness, count: int) -> list[InboundMessage]:
@@ -512,6 +513,35 @@ async def test_serve_in_http_mode_until_cancelled(harness: Harness) -> None:
         assert await answered() is None  # the port is closed again
 
 
+async def test_the_app_keeps_one_connection_to_slack_until_serve_ends(harness: Harness) -> None:
+    harness.router.result = Routed.QUEUED  # each reply gets a notice: a Web API call
+    serving = asyncio.create_task(serve(harness.app, settings_for(harness.slack, port=free_port())))
+
+    async def checked_token() -> list:
+        return harness.slack.calls_to("auth.test")
+
+    await wait_for(checked_token, timeout=10, what="serve's auth.test")
+    root_ts = harness.sender.post(CHANNEL, "refund 1234").payload["event"]["ts"]
+    for count, reply in enumerate(("Yes", "It arrived broken"), start=1):
+        await harness.deliver(harness.sender.post(CHANNEL, reply, thread_ts=root_ts))
+
+        async def noticed() -> bool:
+            return len(harness.slack.calls_to("chat.postMessage")) == count  # noqa: B023
+
+        await wait_for(noticed, timeout=5, what=f"notice {count}")
+    # auth.test, then each request's own client (bolt builds one per request): one connection,
+    # as the calls came one at a time (calls at once take more of the pool's).
+    assert len({call.connection for call in harness.slack.calls}) == 1
+    serving.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await serving
+
+    async def closed() -> bool:
+        return harness.slack.open_connections() == 0
+
+    await wait_for(closed, timeout=5, what="the app's connection to close with serve")
+
+
 async def test_serve_in_socket_mode_acks_envelopes_before_the_work(harness: Harness) -> None:
     slack = harness.slack
     settings = settings_for(slack, app_token=slack.app_token, signing_secret=None)
@@ -686,16 +716,17 @@ async def _escalation(slack: FakeSlackApi, round: int | None = None) -> tuple[st
     root_ts = slack.add_message(CHANNEL, "refund order 4500")
     thread = ThreadRef(platform="slack", workspace=TEAM, channel=CHANNEL, thread=root_ts)
     wid = workflow_id_for(thread)
-    posted = await SlackThreadPoster(slack.token, slack.url).post(
-        OutboundMessage(
-            thread=thread,
-            key=MessageKey(workflow_id=wid, run_id="run-1", seq=4),
-            kind="escalation",
-            text="This refund needs a support agent: order 4500 ($450.00).",
-            actions=["approve", "deny"],
-            round=round,
+    async with SlackThreadPoster(slack.token, slack.url) as poster:
+        posted = await poster.post(
+            OutboundMessage(
+                thread=thread,
+                key=MessageKey(workflow_id=wid, run_id="run-1", seq=4),
+                kind="escalation",
+                text="This refund needs a support agent: order 4500 ($450.00).",
+                actions=["approve", "deny"],
+                round=round,
+            )
         )
-    )
     return root_ts, posted.platform_message_id, wid
 
 
@@ -1185,6 +1216,14 @@ async def test_user_group_membership_is_read_live(slack: FakeSlackApi) -> None:
     assert await source.live_grant(local, "refund_approver") == stored  # the stub keys by id
     assert store.asked == [("U0SAM", "admin"), ("U0PAT", "refund_approver")]
     assert len(slack.calls_to("usergroups.users.list")) == 3
+    # Every read before a refund comes over one kept-alive connection, closed with the source.
+    assert len({call.connection for call in slack.calls}) == 1
+    await source.close()
+
+    async def closed() -> bool:
+        return slack.open_connections() == 0
+
+    await wait_for(closed, timeout=5, what="the group reader's connection to close")
 
     # Without a group the store decides everything and Slack is never asked.
     plain = SlackUserGroupGrants(settings_for(slack, bot_token=None), store)
@@ -1204,6 +1243,7 @@ async def test_user_group_errors(slack: FakeSlackApi) -> None:
     with pytest.raises(SlackApiError):
         await source.live_grant(sam, "refund_approver")
     assert await source.live_grant(sam, "refund_approver") is not None
+    await source.close()
     with pytest.raises(ValueError, match="SLACK_BOT_TOKEN"):
         SlackUserGroupGrants(settings_for(slack, approver_group="S0X", bot_token=None), StoreStub())
 

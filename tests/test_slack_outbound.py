@@ -25,6 +25,7 @@ from bot.slack.render import (
 )
 from bot.slack.settings import SlackSettings
 from tests.fakes.slack_api import FakeSlackApi
+from tests.support.conditions import wait_for
 
 CHANNEL = "C0SUPPORT"
 CUSTOMER_TEXT = "<!channel> hi @here & <@U0BOSS>"
@@ -40,8 +41,9 @@ async def slack(monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[FakeSlackApi]:
 
 
 @pytest.fixture
-def poster(slack: FakeSlackApi) -> SlackThreadPoster:
-    return SlackThreadPoster(slack.token, slack.url)
+async def poster(slack: FakeSlackApi) -> AsyncIterator[SlackThreadPoster]:
+    async with SlackThreadPoster(slack.token, slack.url) as poster:
+        yield poster
 
 
 def outbound(
@@ -270,10 +272,9 @@ async def test_permanent_errors_are_non_retryable(
     token = "xoxb-wrong-token-shh"
     async with FakeSlackApi(**{"token": token, **fake_kwargs}) as slack:
         root = slack.add_message(channel, "hi")
-        poster = SlackThreadPoster(token, slack.url)
-
-        with pytest.raises(ApplicationError) as caught:
-            await poster.post(outbound(root, channel=channel))
+        async with SlackThreadPoster(token, slack.url) as poster:
+            with pytest.raises(ApplicationError) as caught:
+                await poster.post(outbound(root, channel=channel))
 
     assert caught.value.type == "SlackPermanentError" and caught.value.non_retryable
     assert error in str(caught.value)
@@ -315,10 +316,41 @@ async def test_transient_errors_stay_retryable(
 async def test_network_errors_propagate_for_temporal_to_retry(slack: FakeSlackApi) -> None:
     url = slack.url
     await slack.stop()
-    poster = SlackThreadPoster(slack.token, url)
+    async with SlackThreadPoster(slack.token, url) as poster:
+        with pytest.raises(aiohttp.ClientError):
+            await poster.post(outbound("1732860000.000100"))
 
-    with pytest.raises(aiohttp.ClientError):
-        await poster.post(outbound("1732860000.000100"))
+
+async def test_posts_share_one_kept_alive_connection_until_closed(slack: FakeSlackApi) -> None:
+    roots = [slack.add_message(CHANNEL, f"refund order {n}") for n in (1, 2, 3)]
+    poster = SlackThreadPoster(slack.token, slack.url)
+    posted = [await poster.post(outbound(root)) for root in roots]
+    first = outbound(roots[0])
+    await poster.edit(
+        MessageEdit(
+            thread=first.thread,
+            key=first.key,
+            platform_message_id=posted[0].platform_message_id,
+            text=first.text,
+            outcome="answered",
+        )
+    )
+
+    # Three reads for an earlier attempt, three posts, one edit: one connection, still open.
+    assert len(slack.calls) == 7
+    assert len({call.connection for call in slack.calls}) == 1
+    assert slack.open_connections() == 1
+
+    await poster.close()
+
+    async def closed() -> bool:
+        return slack.open_connections() == 0
+
+    await wait_for(closed, timeout=5, what="the poster's connection to close")
+    # A post after close() (a late Activity as the Worker stops) still lands, on its own session.
+    late = slack.add_message(CHANNEL, "refund order 4")
+    assert (await poster.post(outbound(late))).duplicate is False
+    assert len(bot_replies(slack, late)) == 1
 
 
 async def test_never_posts_outside_a_thread(slack: FakeSlackApi, poster: SlackThreadPoster) -> None:
@@ -333,7 +365,8 @@ async def test_from_settings(slack: FakeSlackApi) -> None:
     assert settings.enabled and settings.api_url == slack.url
     root = slack.add_message(CHANNEL, "hi")
 
-    posted = await SlackThreadPoster.from_settings(settings).post(outbound(root))
+    async with SlackThreadPoster.from_settings(settings) as poster:
+        posted = await poster.post(outbound(root))
 
     assert posted.platform_message_id == bot_replies(slack, root)[0]["ts"]
     with pytest.raises(ValueError, match="SLACK_BOT_TOKEN"):

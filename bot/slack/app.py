@@ -67,6 +67,7 @@ from bot.slack.requests import (
     signature_valid,
 )
 from bot.slack.settings import SlackSettings
+from bot.slack.web_client import KeptAliveWebClient
 
 log = logging.getLogger(__name__)
 
@@ -125,7 +126,8 @@ def build_app(
 
     if client is None:
         assert settings.bot_token is not None
-        client = AsyncWebClient(
+        # Kept alive, and shared by bolt's per-request clients: closed when `serve` ends.
+        client = KeptAliveWebClient(
             token=settings.bot_token.get_secret_value(), base_url=settings.api_url
         )
     secret = settings.signing_secret.get_secret_value() if settings.signing_secret else ""
@@ -238,6 +240,8 @@ async def serve(
         await keep_connected(health, connect, backoff=backoff)
     finally:
         health.stopped()
+        if isinstance(app.client, KeptAliveWebClient):
+            await app.client.close()  # build_app's: bolt's per-request clients share it
 
 
 def _freeze_startup_heap() -> None:

@@ -17,6 +17,7 @@ from agent.activities.authorize import GrantSource
 from bot.membership_grants import MembershipGrants
 from bot.slack.outbound import is_transient, slack_error_code
 from bot.slack.settings import SlackSettings
+from bot.slack.web_client import KeptAliveWebClient
 
 log = logging.getLogger(__name__)
 
@@ -35,10 +36,12 @@ class SlackUserGroupGrants(MembershipGrants):
         client: AsyncWebClient | None = None,
     ) -> None:
         group = settings.approver_group.strip() if settings.approver_group else None
+        self._own_client: KeptAliveWebClient | None = None
         if client is None and group is not None:
             if settings.bot_token is None:
                 raise ValueError("SLACK_APPROVER_GROUP needs SLACK_BOT_TOKEN to read the group")
-            client = AsyncWebClient(
+            # Kept alive: the group is read before every refund a Slack user approves.
+            client = self._own_client = KeptAliveWebClient(
                 token=settings.bot_token.get_secret_value(), base_url=settings.api_url
             )
         super().__init__(
@@ -54,6 +57,11 @@ class SlackUserGroupGrants(MembershipGrants):
     def group(self) -> str | None:
         """The configured user group, or None when the grants store decides."""
         return self._group
+
+    async def close(self) -> None:
+        """Close the connections of the client this source built itself (a given one is left)."""
+        if self._own_client is not None:
+            await self._own_client.close()
 
     async def _membership(self, user_id: str) -> int | None:
         assert self._group is not None and self._client is not None

@@ -20,7 +20,6 @@ from slack_sdk.http_retry.builtin_async_handlers import AsyncRateLimitErrorRetry
 from slack_sdk.http_retry.request import HttpRequest
 from slack_sdk.http_retry.response import HttpResponse
 from slack_sdk.http_retry.state import RetryState
-from slack_sdk.web.async_client import AsyncWebClient
 from slack_sdk.web.async_slack_response import AsyncSlackResponse
 from temporalio.exceptions import ApplicationError
 
@@ -34,6 +33,7 @@ from bot.slack.render import (
     metadata_key,
 )
 from bot.slack.settings import SLACK_API_URL, SlackSettings
+from bot.slack.web_client import KeptAliveWebClient
 
 log = logging.getLogger(__name__)
 
@@ -136,7 +136,8 @@ class SlackThreadPoster:
         ]
         # Deliberately without the SDK's connection-error handler: a reset after Slack accepted a
         # chat.postMessage would be re-sent without the metadata check. Temporal retries instead.
-        self._client = AsyncWebClient(
+        # Kept alive: every post is two calls, and each would otherwise open a connection.
+        self._client = KeptAliveWebClient(
             token=secret.get_secret_value(),
             base_url=api_url,
             timeout=timeout_seconds,
@@ -148,6 +149,16 @@ class SlackThreadPoster:
         if settings.bot_token is None:
             raise ValueError("SLACK_BOT_TOKEN is not set; Slack outbound cannot be built")
         return cls(settings.bot_token, settings.api_url, **kwargs)
+
+    async def close(self) -> None:
+        """Close the kept-alive connections (the Worker does, as it stops)."""
+        await self._client.close()
+
+    async def __aenter__(self) -> SlackThreadPoster:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
 
     async def post(self, message: OutboundMessage) -> PostedMessage:
         thread = message.thread

@@ -26,11 +26,12 @@ RATE_LIMIT_MAX_WAIT = 30
 class SlackStage:
     def __init__(self, client: AsyncWebClient) -> None:
         # A client of its own, with the request's credentials: bolt's client is shared, and its
-        # retry handlers are not ours to change.
+        # retry handlers are not ours to change. Its connections are the app's (kept alive).
         self._client = AsyncWebClient(
             token=client.token,
             base_url=client.base_url,
             timeout=client.timeout,
+            session=client.session,
             retry_handlers=[
                 *client.retry_handlers,
                 BoundedRateLimitRetryHandler(

@@ -24,6 +24,7 @@ import uuid
 from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from ssl import SSLContext
 from typing import Any
 
 from aiohttp import WSMsgType, web
@@ -48,6 +49,7 @@ class RecordedCall:
     status: int  # the HTTP status the fake answered with
     error: str | None  # Slack's `error` code when ok was false
     at: float  # time.monotonic() when the request arrived
+    connection: int  # the client's port: calls with the same one came over one connection
 
 
 @dataclass
@@ -94,6 +96,7 @@ class FakeSlackApi:
         app_id: str = "A0REFUNDBOT",
         unknown_channels: Iterable[str] = (),
         channels_without_bot: Iterable[str] = (),
+        ssl: SSLContext | None = None,
     ) -> None:
         self.token = token
         self.app_token = app_token
@@ -121,6 +124,7 @@ class FakeSlackApi:
         self._clock_us = int(time.time() * 1_000_000)
         self._runner: web.AppRunner | None = None
         self._port: int | None = None
+        self._ssl = ssl  # served over TLS with it (the client must trust its certificate)
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -129,7 +133,8 @@ class FakeSlackApi:
         """Base URL for `AsyncWebClient(base_url=...)` / `SLACK_API_URL`."""
         if self._port is None:
             raise RuntimeError("FakeSlackApi is not started")
-        return f"http://127.0.0.1:{self._port}/api/"
+        scheme = "https" if self._ssl else "http"
+        return f"{scheme}://127.0.0.1:{self._port}/api/"
 
     async def start(self) -> None:
         app = web.Application()
@@ -138,7 +143,7 @@ class FakeSlackApi:
         app.router.add_get("/link/", self._handle_socket)
         self._runner = web.AppRunner(app, access_log=None)
         await self._runner.setup()
-        site = web.TCPSite(self._runner, "127.0.0.1", 0)
+        site = web.TCPSite(self._runner, "127.0.0.1", 0, ssl_context=self._ssl)
         await site.start()
         self._port = self._runner.addresses[0][1]
 
@@ -212,6 +217,11 @@ class FakeSlackApi:
         queue = self._faults.setdefault(method, deque())
         queue.extend(_Fault(status, error) for _ in range(times))
 
+    def open_connections(self) -> int:
+        """How many HTTP connections clients hold open to this fake now (kept alive or busy)."""
+        assert self._runner is not None and self._runner.server is not None
+        return len(self._runner.server.connections)
+
     def calls_to(self, method: str) -> list[RecordedCall]:
         return [call for call in self.calls if call.method == method]
 
@@ -239,6 +249,7 @@ class FakeSlackApi:
                 status=status,
                 error=None if payload.get("ok") else payload.get("error"),
                 at=arrived,
+                connection=request.transport.get_extra_info("peername")[1],
             )
         )
         return web.json_response(payload, status=status, headers=headers)

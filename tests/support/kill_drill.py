@@ -100,7 +100,8 @@ async def _post(conv: LocalConversation, kind: str | None = None) -> LocalMessag
     raise TimeoutError(f"{conv.thread_id}: no {kind or 'post'} within {STEP_TIMEOUT:.0f} s")
 
 
-async def _tell(story: _Story, writes: asyncio.Semaphore) -> None:
+async def _tell(story: _Story, writes: asyncio.Semaphore, arrives_after: float) -> None:
+    await asyncio.sleep(arrives_after)  # the crowd's arrival schedule, not a wait for state
     conv = story.conv
     # The customers' side writes the terminal's thread store (one SQLite file, no busy wait): a
     # few writers at a time, or hundreds at once fail with "database is locked" in the driver.
@@ -207,10 +208,13 @@ async def run_drill(
     max_kills: int = 10**9,
     seed: int | None = None,
     workers: int = 1,
+    arrivals: float = 0.0,
 ) -> DrillReport:
     """`conversations` stories (the four kinds in turn) while the Worker is killed at random,
     at most `max_kills` times; the owners' records audited afterwards. `workers`: Worker
-    processes polling at once; each kill takes the supervisor's first."""
+    processes polling at once; each kill takes the supervisor's first. `arrivals`: the stories
+    begin evenly over this many seconds (0: all at once), so that a small crowd is still talking
+    when the later kills come, on a machine fast enough to finish it in a second."""
     rng = random.Random(seed)
     report = DrillReport(conversations=conversations)
     async with supervised_stack(env, data_dir, workers=workers) as stack:
@@ -256,8 +260,10 @@ async def run_drill(
         killer = asyncio.create_task(_kill_at_random(stack, rng, report, max_kills))
         try:
             writes = asyncio.Semaphore(10)
+            spacing = arrivals / len(stories)
             results = await asyncio.gather(
-                *(_tell(s, writes) for s in stories), return_exceptions=True
+                *(_tell(s, writes, i * spacing) for i, s in enumerate(stories)),
+                return_exceptions=True,
             )
         finally:
             killer.cancel()
