@@ -25,12 +25,12 @@ from temporalio.testing import WorkflowEnvironment
 
 from bench import release_and_refund, run_benchmark
 from refund_bot.wiring import local_thread_store
-from tests.support.codec import TEST_CODEC_ENV, TEST_CONVERTER
+from tests.support.codec import TEST_CODEC_ENV
 from tests.support.conversation import LocalConversation
+from tests.support.dev_server import start_dev_server
 from tests.support.stack import settings_for
 from worker.control import request_worker_restart
 from worker.runner import prepare_stores
-from worker.server import temporal_cli_path
 from worker.supervisor import WorkerSupervisor
 
 
@@ -87,9 +87,7 @@ def _row(name: str, values: list[float]) -> str:
 
 
 async def main(count: int) -> None:
-    env = await WorkflowEnvironment.start_local(
-        dev_server_existing_path=str(temporal_cli_path()), data_converter=TEST_CONVERTER
-    )
+    env = await start_dev_server()
     async with env:
         for reset in (True, False):
             runs = [await drill(env, reset) for _ in range(count)]

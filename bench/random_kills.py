@@ -16,18 +16,13 @@ import argparse
 import tempfile
 from pathlib import Path
 
-from temporalio.testing import WorkflowEnvironment
-
 from bench import run_benchmark
-from tests.support.codec import TEST_CONVERTER
+from tests.support.dev_server import start_dev_server
 from tests.support.kill_drill import run_drill
-from worker.server import temporal_cli_path
 
 
 async def main(conversations: int, seed: int, workers: int) -> None:
-    env = await WorkflowEnvironment.start_local(
-        dev_server_existing_path=str(temporal_cli_path()), data_converter=TEST_CONVERTER
-    )
+    env = await start_dev_server()
     async with env:
         with tempfile.TemporaryDirectory() as tmp:
             report = await run_drill(env, Path(tmp), conversations, seed=seed, workers=workers)

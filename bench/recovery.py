@@ -31,18 +31,16 @@ from typing import Any
 
 from temporalio.api.enums.v1 import EventType, TimeoutType
 from temporalio.client import WorkflowHandle
-from temporalio.testing import WorkflowEnvironment
 
 from bench import release_and_refund, run_benchmark
 from refund_bot.app import Stack
 from refund_bot.wiring import local_thread_store
-from tests.support.codec import TEST_CONVERTER
 from tests.support.conditions import wait_for
 from tests.support.conversation import LocalConversation
 from tests.support.crowd import place_crowd
+from tests.support.dev_server import start_dev_server
 from tests.support.stack import supervised_stack
 from worker.control import request_worker_restart, worker_identity
-from worker.server import temporal_cli_path
 
 OPENING: dict[str, str] = {}  # each shopper's opening message, by user id
 
@@ -279,9 +277,7 @@ def _plot(path: Path, seconds: dict[str, list[float]]) -> None:
 
 
 async def main(count: int, held: int, plot: Path | None, breakdown: bool, workers: int) -> None:
-    env = await WorkflowEnvironment.start_local(
-        dev_server_existing_path=str(temporal_cli_path()), data_converter=TEST_CONVERTER
-    )
+    env = await start_dev_server()
     async with env:
         with tempfile.TemporaryDirectory() as tmp:
             async with supervised_stack(env, Path(tmp), workers=workers) as stack:

@@ -17,10 +17,9 @@ from agent.stores.database import (
     open_database,
     sqlite_url,
 )
-from tests.support.codec import TEST_CONVERTER
+from tests.support.dev_server import start_dev_server
 from tests.support.postgres import PostgresServer
 from worker.exit import exit_now
-from worker.server import temporal_cli_path
 
 
 @pytest.fixture(autouse=True)
@@ -34,11 +33,7 @@ async def _databases_closed_after_each_test() -> AsyncIterator[None]:
 
 @pytest.fixture(scope="session")
 async def temporal_env() -> AsyncIterator[WorkflowEnvironment]:
-    env = await WorkflowEnvironment.start_local(
-        dev_server_existing_path=str(temporal_cli_path()),
-        data_converter=TEST_CONVERTER,
-        dev_server_log_level="error",
-    )
+    env = await start_dev_server(dev_server_log_level="error")
     try:
         yield env
     finally:

@@ -45,8 +45,21 @@ DB_FILENAME = "temporal.sqlite"
 # reached the Worker 4-6 ms after the customer's Signal instead of 10-12, and bench.turn_latency's
 # p50 went from 41.6-42.0 ms to 39.7-39.9 (docs/benchmarks.md). SQLite keeps the mode in the file.
 SQLITE_PRAGMAS = ("journal_mode=wal",)
+# The history service hands each new workflow task (a customer's Signal, an Activity's result) to
+# matching through its transfer queue, which it reads at most 20 times a second per shard by
+# default. The dev server has one shard for every conversation, so a task created within 50 ms of
+# the last read waited for the next: a reply that came right after the agent's question reached
+# the Worker 40 ms late (bench.turn_latency: p50 45.5 ms a turn, 1.5 ms of it dispatch once this is
+# raised; docs/benchmarks.md). A read is one indexed query on a table of pending tasks; at 1,000 a
+# second the wait is at most a millisecond.
+DYNAMIC_CONFIG = ("history.transferProcessorMaxPollRPS=1000",)
 LOG_FILENAME = "temporal-server.log"
 PID_FILENAME = "temporal-server.pid"
+
+
+def dynamic_config_args() -> list[str]:
+    """DYNAMIC_CONFIG as `temporal server start-dev` flags (the tests' servers take them too)."""
+    return [arg for value in DYNAMIC_CONFIG for arg in ("--dynamic-config-value", value)]
 
 
 class TemporalServerError(RuntimeError):
@@ -177,6 +190,7 @@ class EmbeddedTemporal:
             "--ui-port", str(self.settings.ui_port),
             "--db-filename", str(self.db_path),
             *(arg for pragma in SQLITE_PRAGMAS for arg in ("--sqlite-pragma", pragma)),
+            *dynamic_config_args(),
             "--namespace", self.settings.namespace,
             "--log-level", "warn",
             *codec,

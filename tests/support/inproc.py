@@ -9,14 +9,12 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 
 from temporalio.client import Client
-from temporalio.testing import WorkflowEnvironment
 
 from agent.settings import AgentSettings
 from agent.stores.database import database_for
 from bot.local.thread_store import LocalThreadStore
-from tests.support.codec import TEST_CONVERTER
+from tests.support.dev_server import start_dev_server
 from worker.runner import build_worker
-from worker.server import temporal_cli_path
 
 
 @asynccontextmanager
@@ -40,9 +38,7 @@ async def standalone_agent(
     """For scripts outside pytest: a dev server of its own, a fresh data directory and an
     in-process Worker encrypting with the tests' codec key (its AgentSettings changed by
     `settings_overrides`). Yields the client, the local thread store and the task queue."""
-    env = await WorkflowEnvironment.start_local(
-        dev_server_existing_path=str(temporal_cli_path()), data_converter=TEST_CONVERTER
-    )
+    env = await start_dev_server()
     with tempfile.TemporaryDirectory() as tmp:
         settings = AgentSettings(
             _env_file=None,  # type: ignore[call-arg]
