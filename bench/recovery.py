@@ -268,7 +268,7 @@ def _plot(path: Path, seconds: dict[str, list[float]]) -> None:
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(6, 3.5))
-    ax.boxplot(list(seconds.values()), labels=list(seconds), vert=False)
+    ax.boxplot(list(seconds.values()), tick_labels=list(seconds), orientation="horizontal")
     ax.axvline(0.5, linestyle="--", color="grey", label="target p50 0.5 s")
     ax.set_xlabel("seconds from SIGKILL to issue_refund scheduled")
     ax.legend()
