@@ -10,6 +10,12 @@ authorization read before a refund is another. bench.slack_post measures the dif
 The session is opened by the first call, not by the constructor, so a client can be built before
 its event loop runs; `close()` ends it with the process. A call after `close()` still works, on a
 session of its own (the SDK's behaviour when it has none).
+
+A connection Slack closed while it was idle is not reused: aiohttp drops it from the pool (and
+closes its own idle ones after 15 s, sooner than a load balancer's idle timeout). One that closes
+just as a call goes out fails that call with a connection error, as a new connection can: the
+caller's retry covers it (Temporal's, for the Worker's posts, whose read for an earlier attempt
+makes a repeat safe).
 """
 
 from __future__ import annotations
