@@ -260,7 +260,7 @@ async def run_drill(
         killer = asyncio.create_task(_kill_at_random(stack, rng, report, max_kills))
         try:
             writes = asyncio.Semaphore(10)
-            spacing = arrivals / len(stories)
+            spacing = arrivals / max(1, len(stories))
             results = await asyncio.gather(
                 *(_tell(s, writes, i * spacing) for i, s in enumerate(stories)),
                 return_exceptions=True,
