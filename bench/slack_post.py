@@ -93,13 +93,26 @@ def self_signed(directory: Path) -> tuple[Path, Path]:
 
 
 async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, delay: float) -> None:
-    """Copy one direction, each chunk written `delay` seconds after it was read (in order)."""
+    """Copy one direction, each chunk written `delay` seconds after it was read, in order."""
     loop = asyncio.get_running_loop()
+    chunks: asyncio.Queue[tuple[float, bytes]] = asyncio.Queue()  # (when to write, bytes)
+
+    async def deliver() -> None:
+        while True:
+            when, chunk = await chunks.get()
+            await asyncio.sleep(when - loop.time())  # the emulated distance, not a wait for state
+            if not chunk:
+                return  # the end, after every chunk read before it
+            writer.write(chunk)
+
+    delivering = asyncio.create_task(deliver())
     try:
         while chunk := await reader.read(65536):
-            loop.call_later(delay, writer.write, chunk)
-        await asyncio.sleep(delay)  # the last chunks first, then the end
+            chunks.put_nowait((loop.time() + delay, chunk))
+        chunks.put_nowait((loop.time() + delay, b""))
+        await delivering
     finally:
+        delivering.cancel()
         writer.close()
 
 
