@@ -62,7 +62,7 @@ from tests.fakes.slack_api import (
     SlackSender,
     signed_headers,
 )
-from tests.support import free_port
+from tests.support import free_port, port_accepts
 from tests.support.conditions import wait_for
 
 SECRET = "8f742231b10e8888abcd99yyyzzz85a5"
@@ -517,17 +517,8 @@ async def test_the_app_keeps_one_connection_to_slack_until_serve_ends(harness: H
     harness.router.result = Routed.QUEUED  # the reply gets a notice: a Web API call
     port = free_port()
     serving = asyncio.create_task(serve(harness.app, settings_for(harness.slack, port=port)))
-
-    async def listening() -> bool:
-        try:
-            _, writer = await asyncio.open_connection("127.0.0.1", port)
-        except OSError:
-            return False
-        writer.close()
-        return True
-
     # serve listens once its auth.test has returned: that call is over, its connection idle.
-    await wait_for(listening, timeout=10, what="serve listening")
+    await wait_for(lambda: port_accepts(port), timeout=10, what="serve listening")
     root_ts = harness.sender.post(CHANNEL, "refund 1234").payload["event"]["ts"]
     await harness.deliver(harness.sender.post(CHANNEL, "Yes", thread_ts=root_ts))
 

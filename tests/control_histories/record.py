@@ -18,12 +18,11 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 from temporalio.client import Client, WorkflowHandle
-from temporalio.testing import WorkflowEnvironment
 
 from tests.support import queue_settings
-from tests.support.codec import TEST_CODEC_ENV, TEST_CONVERTER
+from tests.support.codec import TEST_CODEC_ENV
+from tests.support.dev_server import start_dev_server
 from worker.control import paused_worker_restart, request_worker_restart
-from worker.server import temporal_cli_path
 from worker.supervisor import WorkerSupervisor
 
 HERE = Path(__file__).parent
@@ -57,9 +56,7 @@ SCENARIOS: dict[str, Callable[[Client, str], Awaitable[WorkflowHandle]]] = {
 async def record(names: list[str]) -> None:
     for name in names:
         # A server each: the listing above finds the one restart this scenario made.
-        env = await WorkflowEnvironment.start_local(
-            dev_server_existing_path=str(temporal_cli_path()), data_converter=TEST_CONVERTER
-        )
+        env = await start_dev_server()
         async with env:
             settings = queue_settings(env.client, "record")
             async with WorkerSupervisor(settings, CHILD, client=env.client, env=TEST_CODEC_ENV):

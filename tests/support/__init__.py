@@ -3,12 +3,27 @@
 
 from __future__ import annotations
 
+import asyncio
 import socket
 import uuid
 
 from temporalio.client import Client
 
 from agent.settings import TemporalSettings
+
+# For a child process's environment: slack_sdk then goes straight to a local fake (it takes an
+# empty value as no proxy; aiohttp reads none unless told to).
+NO_PROXY = {name: "" for name in ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy")}
+
+
+async def port_accepts(port: int) -> bool:
+    """Whether something accepts TCP connections on 127.0.0.1:`port` now."""
+    try:
+        _, writer = await asyncio.open_connection("127.0.0.1", port)
+    except OSError:
+        return False
+    writer.close()
+    return True
 
 
 def free_port() -> int:

@@ -31,6 +31,7 @@ from bot.slack.app import build_app, http_web_app
 from bot.slack.links import order_finder
 from refund_bot.app import Stack
 from tests.fakes.slack_api import Delivery, FakeSlackApi, SlackSender, signed_headers
+from tests.support import NO_PROXY
 from tests.support.conditions import wait_for
 from tests.support.stack import supervised_stack
 
@@ -41,7 +42,6 @@ OTHER_CHANNEL = "C0RANDOM"
 ADMIN = ("U0ADMIN", "ada")
 SUPPORT = ("U0SAM", "sam")
 STRANGER = ("U0EVE", "eve")
-NO_PROXY = {name: "" for name in ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy")}
 
 
 @dataclass
