@@ -40,6 +40,7 @@ from agent.models import (
     ConversationOutcome,
     ConversationStart,
     CustomerMessage,
+    Disposition,
     OrderDetails,
     OrderLookup,
     OutboundMessage,
@@ -54,6 +55,11 @@ LOOKUP_TOOLS = ("lookup_order", "lookup_customer_history", "check_refund_policy"
 # activity's result, a payload like any other: encrypted).
 LOCAL_ACTIVITY_MARKER = "core_local_activity"
 _QUESTIONS = frozenset(get_args(QuestionId))
+# What the SDK's core names a workflow.patched marker; its "patch-data" is plain JSON ({"id": ...}).
+PATCH_MARKER = "core_patch"
+# The Workflow change after which every decision goes through apply_refund_rules
+# (agent.workflow.PATCH_RULES; not imported: that module is the workflow sandbox's).
+RULES_PATCH = "rules-dispose"
 
 
 class RefundProgress(BaseModel):
@@ -74,6 +80,11 @@ class Survivors(BaseModel):
     customer_signals: int
     order: OrderDetails | None = None
     outcome: ConversationOutcome | None = None
+    # The refund rules' answer to the decider's proposal (None until they have given it).
+    decision: Disposition | None = None
+    # The live model's own summary of its proposal: for support agents and operators only, never
+    # for a customer (None with the offline policy).
+    model_note: str | None = None
 
 
 @dataclass
@@ -112,6 +123,7 @@ _RESULT_TYPES: dict[str, type] = {
     "post_to_thread": PostedMessage,
     "decide_next_step": AgentStep,
     "lookup_order": OrderLookup,
+    "apply_refund_rules": Disposition,
     "issue_refund": RefundResult,
 }
 
@@ -278,18 +290,44 @@ def survivors_from_history(
     found = next((s.result for s in steps if s.name == "lookup_order" and s.completed), None)
     closed, outcome = _outcome(events, converter)
     refund = _refund([s for s in steps if s.name == "issue_refund"], refund_attempts_in_flight)
+    decision = _latest_result(steps, "apply_refund_rules")
+    proposal: AgentStep | None = _latest_result(steps, "decide_next_step")
+    model_note = None
+    if proposal is not None and proposal.action == "decide" and proposal.source != "policy":
+        model_note = proposal.rationale
     return Survivors(
         workflow_id=history.workflow_id,
         closed=closed,
         answers=answers,
         lookups=[s.name for s in steps if s.name in LOOKUP_TOOLS and s.completed],
-        next_action=_next_action(closed, outcome, steps, signals, len(asks), refund),
+        next_action=_next_action(
+            closed, outcome, steps, signals, len(asks), refund, _took_patch(events, RULES_PATCH)
+        ),
         refund=refund,
         decide_calls=len(decides),
         customer_signals=signals.customer_messages,
         order=found.order if found else None,
         outcome=outcome,
+        decision=decision,
+        model_note=model_note,
     )
+
+
+def _took_patch(events: list[HistoryEvent], patch_id: str) -> bool:
+    """Whether the run took a Workflow change (its workflow.patched marker is recorded)."""
+    for event in events:
+        if event.event_type != EventType.EVENT_TYPE_MARKER_RECORDED:
+            continue
+        marker = event.marker_recorded_event_attributes
+        if marker.marker_name == PATCH_MARKER:
+            (payload,) = marker.details["patch-data"].payloads
+            if json.loads(payload.data).get("id") == patch_id:
+                return True
+    return False
+
+
+def _latest_result(steps: list[Step], name: str) -> Any:
+    return next((s.result for s in reversed(steps) if s.name == name and s.completed), None)
 
 
 def posted_message(step: Step) -> OutboundMessage | None:
@@ -326,6 +364,7 @@ def _next_action(
     signals: _Signals,
     questions: int,
     refund: RefundProgress,
+    rules_apply: bool,
 ) -> str:
     if closed:
         return f"none: closed ({outcome.status if outcome else 'not completed'})"
@@ -341,6 +380,13 @@ def _next_action(
     if step.action == "lookup":
         done = any(a.name == step.tool and a.completed for a in after)
         return "decide next step" if done else f"run {step.tool}"
+    if rules_apply:
+        # The decider's step is a proposal: what happens is what the rules made of it.
+        rules = next((s for s in after if s.name == "apply_refund_rules"), None)
+        if rules is None or not rules.completed:
+            return "check the decision against the refund rules"
+        after = [s for s in after if s.at > rules.at]
+        step = step.model_copy(update={"outcome": rules.result.outcome})
     if step.outcome == "deny":
         return "tell the customer the refund is denied"
     if refund.state == "in flight":

@@ -7,6 +7,7 @@ free of secrets (keys live in settings, read inside Activities).
 
 from __future__ import annotations
 
+from datetime import date
 from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -177,6 +178,9 @@ class DecideInput(BaseModel):
     memory: list[Observation]
     turn: int
     decider: Literal["policy", "openai"] = "policy"
+    # The day the conversation opened (the refund window counts to it). None in inputs recorded
+    # before it existed: the decider reads today's date.
+    asked_on: date | None = None
 
 
 class AgentStep(_Frozen):
@@ -201,6 +205,58 @@ class AgentStep(_Frozen):
         return self.question_id or lookups or self.outcome or ""
 
 
+# ---------------------------------------------------------------------------------------------
+# The refund rules' answer to a decider's proposal (agent/rules.py): what the Workflow acts on.
+# ---------------------------------------------------------------------------------------------
+
+Outcome = Literal["approve", "escalate", "deny"]
+RuleId = Literal[
+    "no_order_number",
+    "unknown_order",  # not found, or another customer's: both read the same
+    "already_refunded",
+    "final_sale",
+    "not_delivered",
+    "outside_refund_window",
+    "history_unknown",
+    "over_agent_limit",
+    "prior_refunds",
+    "eligible",
+]
+
+
+class Disposition(_Frozen):
+    """What the Workflow does: the decider's proposal, disposed of by the rules."""
+
+    outcome: Outcome
+    rule: RuleId  # the rule that decided (for the log and /refund-status)
+    reason: str  # the agent's own sentence
+    proposal: Outcome | None  # what the decider proposed; None: nothing usable
+    decider: str  # "policy", "openai:<model>", ...
+
+    @property
+    def overruled(self) -> bool:
+        return self.proposal != self.outcome
+
+    @property
+    def summary(self) -> str:
+        """One line for a log or /refund-status: who proposed what and what the rules made of it."""
+        proposed = self.proposal or "nothing usable"
+        if not self.overruled:
+            return f"{self.decider} proposed {proposed}; the rules agree ({self.rule})"
+        return f"{self.decider} proposed {proposed}; rule {self.rule} made it {self.outcome}"
+
+
+class RulesInput(BaseModel):
+    """apply_refund_rules' input: the proposal and the owner's records this conversation read."""
+
+    proposal: Outcome | None
+    decider: str
+    order_number: str | None
+    order: OrderLookup | None
+    history: HistoryLookup | None
+    asked_on: date  # the day the conversation opened: the refund window counts to it
+
+
 class LookupOrderInput(BaseModel):
     order_number: str
     customer: Actor
@@ -213,6 +269,7 @@ class LookupCustomerInput(BaseModel):
 class PolicyInput(BaseModel):
     order_number: str
     customer: Actor
+    asked_on: date | None = None  # the day the conversation opened; None: today
 
 
 # ---------------------------------------------------------------------------------------------

@@ -41,6 +41,7 @@ with workflow.unsafe.imports_passed_through():
         ConversationView,
         CustomerMessage,
         DecideInput,
+        Disposition,
         HistoryLookup,
         LookupCustomerInput,
         LookupOrderInput,
@@ -59,8 +60,10 @@ with workflow.unsafe.imports_passed_through():
         RefundRequest,
         RefundResult,
         Role,
+        RulesInput,
     )
-    from agent.policy import already_refunded, order_number_from
+    from agent.policy import order_number_from
+    from agent.rules import already_refunded
 
 WORKFLOW_TYPE = "RefundConversation"
 
@@ -134,6 +137,11 @@ PATCH_LOCAL_POSTS = "posts-tried-locally-first"
 # run at the same time (_lookups). One id for both, and it implies every id above (_patched): each
 # id a run takes costs it a marker and a search-attribute upsert (TemporalChangeVersion).
 PATCH_FEWER_STEPS = "fewer-steps"
+# The model proposes, the rules dispose: every decision is checked by the refund rules over the
+# owner's records (apply_refund_rules, after any lookup the decider skipped), and what a customer
+# reads is the rules' sentence, never a decider's words. A step the decider could not make usable
+# (an unknown tool, no decision within MAX_TURNS) is a proposal of nothing: a person decides.
+PATCH_RULES = "rules-dispose"
 
 T = TypeVar("T")
 
@@ -210,6 +218,11 @@ async def _local_activity(
         ) from err
 
 
+def _nothing_usable(step: AgentStep, why: str) -> AgentStep:
+    """A decision of nothing: the decider gave no usable step, so the rules and a person decide."""
+    return AgentStep(action="decide", outcome=None, rationale=why, source=step.source)
+
+
 class _Declined(Exception):
     """A support agent pressed Deny."""
 
@@ -250,13 +263,16 @@ class RefundConversation:
     async def run(self, start: ConversationStart) -> ConversationOutcome:
         try:
             step = await self._agent_loop(start)
+            if not workflow.patched(PATCH_RULES):
+                return await self._act_on_step(step)
+            decision = await self._dispose(step)
             order = self._order()
-            if step.outcome == "deny" or order is None:
-                return await self._close("denied", f"I can't refund this order. {step.rationale}")
-            if step.outcome == "approve":
+            if decision.outcome == "deny" or order is None:
+                return await self._close("denied", f"I can't refund this order. {decision.reason}")
+            if decision.outcome == "approve":
                 approver, role = AGENT_PRINCIPAL, "refund_agent"
             else:
-                approver, role = await self._escalate(order, step.rationale)
+                approver, role = await self._escalate(order, decision.reason)
             await self._hold_before_refund(order)
             await self._authorized(order, approver, role)
             return await self._refund_order(order)
@@ -275,7 +291,21 @@ class RefundConversation:
             await self._say_failed(err)
             raise  # the run fails loudly for an operator, with the detail in Event History
 
+    async def _act_on_step(self, step: AgentStep) -> ConversationOutcome:
+        """A run recorded before PATCH_RULES: the decider's step taken as it was."""
+        order = self._order()
+        if step.outcome == "deny" or order is None:
+            return await self._close("denied", f"I can't refund this order. {step.rationale}")
+        if step.outcome == "approve":
+            approver, role = AGENT_PRINCIPAL, "refund_agent"
+        else:
+            approver, role = await self._escalate(order, step.rationale)
+        await self._hold_before_refund(order)
+        await self._authorized(order, approver, role)
+        return await self._refund_order(order)
+
     async def _agent_loop(self, start: ConversationStart) -> AgentStep:
+        asked_on = workflow.info().workflow_start_time.date()
         for turn in range(1, MAX_TURNS + 1):
             self._phase = "deciding"
             step = await self._decide(
@@ -284,6 +314,7 @@ class RefundConversation:
                     memory=self._memory,
                     turn=turn,
                     decider=start.decider,
+                    asked_on=asked_on,
                 )
             )
             workflow.logger.info(
@@ -295,13 +326,49 @@ class RefundConversation:
             if step.action == "ask":
                 self._memory.append(await self._ask(step))
             elif step.action == "lookup":
+                unknown = next((t for t in self._tools(step) if t not in KNOWN_TOOLS), None)
+                if unknown is not None and workflow.patched(PATCH_RULES):
+                    return _nothing_usable(step, f"asked for an unknown tool: {unknown[:80]}")
+                if unknown is not None:
+                    await self._fail(
+                        f"the agent asked for an unknown tool: {unknown}", "UnknownTool"
+                    )
                 self._memory.extend(await self._lookups(step))
             else:
                 await self._fail(
                     f"the agent chose an unknown action: {step.action}", "UnknownAction"
                 )
+        if workflow.patched(PATCH_RULES):
+            return _nothing_usable(step, "did not decide within the turn budget")
         await self._fail("the agent did not decide within the turn budget", "AgentLoopExhausted")
         raise AssertionError("unreachable")
+
+    async def _dispose(self, step: AgentStep) -> Disposition:
+        """The rules' answer to the decider's proposal, over the owner's records: the lookups the
+        decider skipped are run first, so no decision is taken without the facts."""
+        order_number = order_number_from(self._start.opening_text, self._memory)
+        if order_number is not None:
+            done = {o.kind for o in self._memory}
+            missing = [t for t in ("lookup_order", "lookup_customer_history") if t not in done]
+            if missing:
+                self._phase = "looking_up"
+                self._memory.extend(await asyncio.gather(*(self._lookup(t) for t in missing)))
+        self._phase = "deciding"
+        decision = await self._short_step(
+            "apply_refund_rules",
+            RulesInput(
+                proposal=step.outcome,
+                decider=step.source,
+                order_number=order_number,
+                order=next((o for o in self._memory if isinstance(o, OrderLookup)), None),
+                history=next((o for o in self._memory if isinstance(o, HistoryLookup)), None),
+                asked_on=workflow.info().workflow_start_time.date(),
+            ),
+            Disposition,
+        )
+        workflow.logger.info("RULES | %s", decision.summary)
+        self._decision = decision.outcome
+        return decision
 
     async def _decide(self, request: DecideInput) -> AgentStep:
         if request.decider == "policy" and self._local_steps():
@@ -345,11 +412,16 @@ class RefundConversation:
             raise _Idle from err
         return self._inbox.pop(0)
 
-    async def _lookups(self, step: AgentStep) -> list[Observation]:
-        """The step's lookups, each a local step, all started at once; results in step order."""
+    def _tools(self, step: AgentStep) -> list[str]:
+        """The step's lookups: its tool, and those to run beside it."""
         tools = [step.tool or ""]
         if step.parallel_tools and workflow.patched(PATCH_FEWER_STEPS):
             tools += step.parallel_tools
+        return tools
+
+    async def _lookups(self, step: AgentStep) -> list[Observation]:
+        """The step's lookups, each a local step, all started at once; results in step order."""
+        tools = self._tools(step)
         for tool in tools:
             if tool not in KNOWN_TOOLS:
                 await self._fail(f"the agent asked for an unknown tool: {tool}", "UnknownTool")
@@ -371,7 +443,11 @@ class RefundConversation:
             arg, result_type = LookupCustomerInput(customer=customer), HistoryLookup
         else:
             arg, result_type = (
-                PolicyInput(order_number=order_number, customer=customer),
+                PolicyInput(
+                    order_number=order_number,
+                    customer=customer,
+                    asked_on=workflow.info().workflow_start_time.date(),
+                ),
                 PolicyLookup,
             )
         return await self._short_step(tool, arg, result_type)

@@ -24,6 +24,7 @@ from agent.settings import AgentSettings
 from agent.stores.grants import GrantStore
 from bot.demo_stage import ChannelRef, DemoStage
 from bot.hold import HoldSwitch
+from bot.untrusted import quoted
 
 GRANTABLE_ROLES: tuple[Role, ...] = ("refund_approver", "presenter", "admin")
 _MONEY = re.compile(r"^\$?(\d{1,9})(?:\.(\d{1,2}))?$")
@@ -76,6 +77,16 @@ MAX_AUTO_SECONDS = 60.0
 class CommandReply(BaseModel):
     text: str
     ok: bool = True  # False: refused or failed; the adapter still shows `text` privately
+    # A live model's summary of its proposal (/refund-status): the model's words, not ours. The
+    # adapter shows it only through `shown`, quoted so that it cannot ping, link or format.
+    model_note: str | None = None
+
+    def shown(self) -> str:
+        """The reply as its caller reads it: the text, and the model's note, quoted."""
+        note = quoted(self.model_note or "")
+        if not note:
+            return self.text
+        return f"{self.text}\nthe model's own summary (not checked by the rules): {note}"
 
 
 def parse_limit(text: str) -> int | None:
@@ -219,11 +230,12 @@ class Commands:
             f"completed lookups: {len(survivors.lookups)} "
             f"({', '.join(survivors.lookups) or 'none'})",
             f"next action: {survivors.next_action}",
+            f"decision: {survivors.decision.summary if survivors.decision else 'not yet'}",
             f"refund step: {survivors.refund.state}"
             + (f", attempt {survivors.refund.attempts}" if survivors.refund.attempts else ""),
             f"refund at the {owner.owner}: " + ("; ".join(owner.refunds) or "none"),
         ]
-        return CommandReply(text="\n".join(lines))
+        return CommandReply(text="\n".join(lines), model_note=survivors.model_note)
 
     async def refund_release(self, actor: Actor, workflow_id: str) -> CommandReply:
         if refusal := await self._refusal(actor, "presenter"):

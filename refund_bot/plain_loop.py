@@ -29,6 +29,7 @@ import sys
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from datetime import date
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
@@ -40,6 +41,7 @@ from agent.activities.decide import DecideActivities
 from agent.activities.lookups import LookupActivities
 from agent.activities.notify import NotifyActivities, ThreadPoster
 from agent.activities.refund import RefundActivities
+from agent.activities.rules import apply_refund_rules
 from agent.effect_owner import effect_owner
 from agent.models import (
     AGENT_PRINCIPAL,
@@ -47,6 +49,7 @@ from agent.models import (
     Answer,
     AuthorizeInput,
     DecideInput,
+    HistoryLookup,
     LookupCustomerInput,
     LookupOrderInput,
     MessageKey,
@@ -56,6 +59,7 @@ from agent.models import (
     OutboundMessage,
     PolicyInput,
     RefundRequest,
+    RulesInput,
     ThreadRef,
 )
 from agent.policy import order_number_from
@@ -247,8 +251,21 @@ class PlainLoop:
                 self.memory.append(await self.step(step.tool or "", call, input_type(**fields)))
         lookup = next((o for o in self.memory if isinstance(o, OrderLookup)), None)
         order = lookup.order if lookup else None
-        if step is None or step.outcome != "approve" or order is None:
-            await self.finish(f"No refund: {step.rationale if step else 'no decision'}.")
+        # The same refund rules the Workflow applies: the decider's step is only a proposal.
+        decision = await self.step(
+            "apply_refund_rules",
+            apply_refund_rules,
+            RulesInput(
+                proposal=step.outcome if step and step.action == "decide" else None,
+                decider=step.source if step else "policy",
+                order_number=order_number_from(opening, self.memory),
+                order=lookup,
+                history=next((o for o in self.memory if isinstance(o, HistoryLookup)), None),
+                asked_on=date.today(),
+            ),
+        )
+        if decision.outcome != "approve" or order is None:
+            await self.finish(f"No refund: {decision.reason}")
             return
         if self.hold:
             await self.post("info", NEXT_REFUND)

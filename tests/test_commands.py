@@ -5,6 +5,7 @@ from __future__ import annotations
 from bot.ids import workflow_id_for
 from bot.local.terminal import PEOPLE, inbound, thread_ref
 from refund_bot.wiring import local_thread_store
+from tests.fakes.openai_api import CANARY, FakeOpenAI
 from tests.support.conditions import wait_for
 from tests.support.conversation import LocalConversation
 from tests.support.owner import refunds_made
@@ -115,3 +116,41 @@ async def test_hold_switch_decides_whether_new_conversations_hold(temporal_env, 
             await conv.next_bot_message()
             await conv.reply(answer)
         assert (await conv.wait_phase("held_before_refund")).held
+
+
+async def test_status_names_the_rule_that_overruled_the_model_and_quotes_its_words(
+    temporal_env, tmp_path
+) -> None:
+    """A hostile model escalates the final-sale order with a rationale full of mentions and links:
+    the rules deny it, /refund-status (read with no Worker alive) says which rule did, and shows
+    staff the model's words only quoted, never in the thread."""
+    async with FakeOpenAI(behaviour="escalate_injected") as model:
+        worker_env = {
+            "OPENAI_API_KEY": model.api_key,
+            "OPENAI_BASE_URL": model.api_url,
+            "OPENAI_MODEL": "hostile-model",
+        }
+        async with supervised_stack(temporal_env, tmp_path, worker_env) as stack:
+            conv = LocalConversation(
+                stack.client, local_thread_store(stack.settings), stack.temporal.task_queue
+            )
+            await conv.open("please refund order 3003", decider="openai")
+            await conv.answer_the_questions()
+            outcome = await conv.handle.result()
+            await stack.supervisor.stop()
+            status = await stack.commands.refund_status(SUPPORT, conv.handle.id)
+    assert outcome.status == "denied"
+    assert outcome.message == (
+        "I can't refund this order. Order 3003 was a final-sale item, and final-sale items cannot "
+        "be refunded."
+    )
+    assert status.ok, status.text
+    assert (
+        "decision: openai:hostile-model proposed escalate; rule final_sale made it deny"
+        in status.text
+    )
+    shown = status.shown()
+    assert "the model's own summary (not checked by the rules): `" in shown
+    assert CANARY in shown and "\x1b" not in shown
+    said = [m.text for m in await conv.bot_messages()]
+    assert not any(CANARY in text for text in said)

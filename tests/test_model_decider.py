@@ -55,7 +55,7 @@ async def test_model_chooses_lookups_and_decision_once_each(client, tmp_path) ->
 
 
 async def test_a_model_5xx_is_one_call_and_a_temporal_retry(client, tmp_path) -> None:
-    async with FakeOpenAI(decision="deny") as model:
+    async with FakeOpenAI() as model:
         settings = _settings(tmp_path, model)
         threads = LocalThreadStore(SqliteDatabase(tmp_path))
         async with running_worker(client, settings, threads) as queue:
@@ -64,7 +64,7 @@ async def test_a_model_5xx_is_one_call_and_a_temporal_retry(client, tmp_path) ->
             model.fail_next(1)
             await _answer(conv)
             outcome = await handle.result()
-    assert outcome.status == "denied"
+    assert outcome.status == "refunded"
     # 1 failed call (no hidden SDK retry) + the retry + two more steps.
     assert len(model.requests) == 4
 

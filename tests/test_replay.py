@@ -13,6 +13,8 @@ holds every path as recorded just before the outcome was tried there too and the
 lookups ran together (the outcome a regular Activity, one lookup a turn).
 tests/histories/before-compression/ holds every path as recorded just before the codec compressed
 payloads (the Workflow is the same: they prove that payloads sealed uncompressed still decode).
+tests/histories/before-rules/ holds every path as recorded just before every decision went through
+the refund rules (a decider's decision taken as it was).
 """
 
 from __future__ import annotations
@@ -54,8 +56,15 @@ BEFORE_ISSUE_10 = ROOT / "before-issue-10"
 BEFORE_LOCAL_POSTS = ROOT / "before-local-posts"
 BEFORE_FEWER_STEPS = ROOT / "before-fewer-steps"
 BEFORE_COMPRESSION = ROOT / "before-compression"
+BEFORE_RULES = ROOT / "before-rules"
 # The steps issue 10 made local activities (the decide step only with the offline policy).
-SHORT_STEPS = {"lookup_order", "lookup_customer_history", "check_refund_policy", "authorize_refund"}
+SHORT_STEPS = {
+    "lookup_order",
+    "lookup_customer_history",
+    "check_refund_policy",
+    "authorize_refund",
+    "apply_refund_rules",
+}
 
 
 def _read(path: Path) -> WorkflowHistory:
@@ -126,11 +135,13 @@ def test_there_are_committed_histories() -> None:
     assert current >= recorded_before | {"raced", "stale_click", "refund_failed"}
     # Every path as it was just before issue 10, and more since: the model with local lookups,
     # a message written while the outcome was being posted.
+    before_rules = {p.stem for p in BEFORE_RULES.glob("*.json")}
+    assert before_rules == current - {"model_overruled"}
     before_10 = {p.stem for p in BEFORE_ISSUE_10.glob("*.json")}
-    assert before_10 == current - {"model_decided", "late_message"}
-    assert {p.stem for p in BEFORE_LOCAL_POSTS.glob("*.json")} == current
-    assert {p.stem for p in BEFORE_FEWER_STEPS.glob("*.json")} == current
-    assert {p.stem for p in BEFORE_COMPRESSION.glob("*.json")} == current
+    assert before_10 == before_rules - {"model_decided", "late_message"}
+    assert {p.stem for p in BEFORE_LOCAL_POSTS.glob("*.json")} == before_rules
+    assert {p.stem for p in BEFORE_FEWER_STEPS.glob("*.json")} == before_rules
+    assert {p.stem for p in BEFORE_COMPRESSION.glob("*.json")} == before_rules
 
 
 @pytest.mark.parametrize("path", sorted(BEFORE_ISSUE_9.glob("*.json")), ids=_name)
@@ -296,11 +307,16 @@ async def test_every_patch_has_a_recorded_history_that_takes_it() -> None:
 
 
 @pytest.mark.parametrize("path", sorted(ROOT.glob("*.json")), ids=_name)
-async def test_a_new_conversation_records_one_patch_marker(path: Path) -> None:
-    """PATCH_FEWER_STEPS implies every earlier change: one marker and one search-attribute upsert
-    a conversation, not one of each per change."""
+async def test_a_new_conversation_records_two_patch_markers(path: Path) -> None:
+    """PATCH_FEWER_STEPS implies every change before it, PATCH_RULES is its own: two markers and
+    two search-attribute upserts a conversation, not one of each per change."""
     history = await _decoded(path)
-    assert _patch_ids(history) == {workflow_module.PATCH_FEWER_STEPS}
+    # A run whose model refused the call ends before any decision reaches the rules.
+    ruled = path.stem != "model_refused"
+    taken = {workflow_module.PATCH_FEWER_STEPS} | (
+        {workflow_module.PATCH_RULES} if ruled else set()
+    )
+    assert _patch_ids(history) == taken
     markers = [
         e for e in history.events if "patch-data" in e.marker_recorded_event_attributes.details
     ]
@@ -309,7 +325,7 @@ async def test_a_new_conversation_records_one_patch_marker(path: Path) -> None:
         for e in history.events
         if e.HasField("upsert_workflow_search_attributes_event_attributes")
     ]
-    assert len(markers) == len(upserts) == 1
+    assert len(markers) == len(upserts) == len(taken)
 
 
 @pytest.mark.parametrize("path", HISTORIES, ids=_name)
@@ -364,12 +380,12 @@ def test_histories_are_ciphertext_and_compressed_since_each_existed() -> None:
         compressed = {COMPRESSION_METADATA in p.metadata for e in events for p in codec_payloads(e)}
         # Histories recorded since compression: every payload compressed (all are JSON the
         # dictionary knows). Before it: none.
-        since = path.parent in (ROOT, BEFORE_FEWER_STEPS)
+        since = path.parent in (ROOT, BEFORE_FEWER_STEPS, BEFORE_RULES)
         assert compressed == ({True} if since else {False}), _name(path)
     # The local activities' results are among them.
     escalated = _read(ROOT / "escalated.json").events
     results = [e for e in escalated if "result" in e.marker_recorded_event_attributes.details]
-    assert len(results) == 14  # decide steps, lookups, the grant read, the posts made locally
+    assert len(results) == 15  # decide steps, lookups, the rules, the grant read, local posts
     assert all(p.metadata["encoding"] == ENCODING for e in results for p in codec_payloads(e))
 
 

@@ -20,6 +20,7 @@ from agent.activities.decide import DecideActivities
 from agent.activities.lookups import LookupActivities
 from agent.activities.notify import NotifyActivities, ThreadPoster
 from agent.activities.refund import RefundActivities
+from agent.activities.rules import apply_refund_rules
 from agent.effect_owner import effect_owner
 from agent.settings import AgentSettings, TemporalSettings
 from agent.stores import domain as domain_store
@@ -98,6 +99,7 @@ async def build_worker(
             lookups.lookup_order,
             lookups.lookup_customer_history,
             lookups.check_refund_policy,
+            apply_refund_rules,
             AuthorizeActivities(grants, grant_sources).authorize_refund,
             RefundActivities(settings, ledger).issue_refund,
             notify.post_to_thread,

@@ -4,7 +4,7 @@ A model call is neither deterministic nor idempotent, so it lives in an Activity
 recorded once in Event History and replayed, never regenerated, after a crash. Offline (the
 default) the deterministic policy stands in for the model and costs nothing. With the live model,
 the intake questions stay the policy's, so every conversation asks the same things; the model
-chooses the lookups and the decision.
+chooses the lookups and proposes the decision, which the Workflow hands to the refund rules.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ class DecideActivities:
 
     @activity.defn
     async def decide_next_step(self, request: DecideInput) -> AgentStep:
-        step = policy.next_step(request.opening_text, request.memory)
+        step = policy.next_step(request.opening_text, request.memory, request.asked_on)
         if request.decider == "openai" and step.action != "ask":
             async with (
                 heartbeating()

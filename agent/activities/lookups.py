@@ -13,6 +13,7 @@ from datetime import date
 
 from temporalio import activity
 
+from agent import rules
 from agent.effect_owner import EffectOwner
 from agent.models import (
     CustomerHistory,
@@ -26,7 +27,6 @@ from agent.models import (
 )
 from agent.stores.domain import DomainStore
 
-REFUND_WINDOW_DAYS = 30
 RETURN_REQUIRED_ABOVE_CENTS = 10000
 # Working memory is re-sent on every turn: a customer's history lists this many refunds at most
 # (the most recent), and counts them all.
@@ -82,18 +82,16 @@ class LookupActivities:
         order = await self._domain.order_for(request.order_number, request.customer)
         if order is None:
             return PolicyLookup(policy=None)
-        age = (date.today() - date.fromisoformat(order.purchased_at)).days
-        if order.final_sale:
-            eligible, reason = False, "final-sale items cannot be refunded"
-        elif age > REFUND_WINDOW_DAYS:
-            eligible, reason = False, f"it is outside the {REFUND_WINDOW_DAYS}-day refund window"
-        else:
-            eligible, reason = True, f"eligible: bought {age} days ago, within the refund window"
+        asked_on = request.asked_on or date.today()
+        refusal = rules.eligibility(order, asked_on)
+        age = (asked_on - date.fromisoformat(order.purchased_at)).days
         return PolicyLookup(
             policy=PolicyCheck(
                 order_number=order.order_number,
-                eligible=eligible,
+                eligible=refusal is None,
                 return_required=order.amount_cents > RETURN_REQUIRED_ABOVE_CENTS,
-                reason=reason,
+                reason=refusal.reason
+                if refusal
+                else f"eligible: bought {age} days ago, within the refund window",
             )
         )

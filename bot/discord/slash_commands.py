@@ -200,7 +200,7 @@ async def _answer(
         name = interaction.command.name if interaction.command else "command"
         log.exception("/%s failed", name)
         reply = CommandReply(ok=False, text=FAILED)
-    await tell_privately(interaction, reply.text)
+    await tell_privately(interaction, reply.shown())
 
 
 async def _answer_for_conversation(

@@ -203,7 +203,7 @@ class LocalChannel:
 
     def _reply(self, reply: CommandReply) -> None:
         prefix = "(only you can see this) " if reply.ok else "(only you can see this) ! "
-        self.say(prefix + reply.text.replace("\n", "\n    "))
+        self.say(prefix + reply.shown().replace("\n", "\n    "))
 
     # Commands -----------------------------------------------------------------------------
 

@@ -217,7 +217,7 @@ def _command_listener(name: str, work: CommandWork) -> Callable[..., Awaitable[N
         where = Where(command.get("team_id") or "", command.get("channel_id") or "", client)
         reply = await _reply_or_failure(f"command {name}", work(actor, text, where))
         # Escaped: replies can quote customer text (answers), which must not ping anyone.
-        await respond(text=escape(reply.text), response_type="ephemeral")
+        await respond(text=escape(reply.shown()), response_type="ephemeral")
 
     listener.__name__ = f"command_{name.strip('/').replace('-', '_')}"
     return listener
@@ -240,7 +240,7 @@ def _shortcut_listener(name: str, work: ShortcutWork) -> Callable[..., Awaitable
         )
         workflow_id = thread_workflow_id(team_id, channel, root)
         reply = await _reply_or_failure(f"shortcut {name}", work(actor, workflow_id))
-        await post_ephemeral(client, respond, channel, actor.user_id, root, escape(reply.text))
+        await post_ephemeral(client, respond, channel, actor.user_id, root, escape(reply.shown()))
 
     listener.__name__ = f"shortcut_{name}"
     return listener

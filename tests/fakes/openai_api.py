@@ -1,20 +1,138 @@
 """A local stand-in for OpenAI's Responses API, for the real openai SDK.
 
-Its "model" is a script: it looks at the observations in the request and calls the next lookup,
-then submits a decision. It records every request and can answer the next N with HTTP 500.
+Strict at the edge: a request is validated as the real API validates it (unknown parameters, a
+tool without a valid name or a JSON-schema object, strict function parameters, tool_choice) and
+refused with its 400. Its "model" is a script (`behaviour`): the cooperative one looks up the
+order and the history, then submits `decision`; the hostile ones are a prompt-injected model, each
+in one way. It records every request and can answer the next N with HTTP 500.
 """
 
 from __future__ import annotations
 
 import itertools
 import json
+import re
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from aiohttp import web
 
 from tests.fakes.loopback import LoopbackFake
+
+Behaviour = Literal[
+    "scripted",  # look up the order and the history, then submit `decision`
+    "approve_at_once",  # approve on the first call, with no lookup
+    "approve_after_lookups",  # every lookup, then approve whatever they showed
+    "deny_everything",  # deny on the first call
+    "escalate_injected",  # escalate, with a rationale full of mentions, links and markup
+    "unknown_tool",  # call a tool that was never offered
+    "malformed_arguments",  # submit a decision whose arguments are not JSON
+]
+HOSTILE: tuple[Behaviour, ...] = (
+    "approve_at_once",
+    "approve_after_lookups",
+    "deny_everything",
+    "escalate_injected",
+    "unknown_tool",
+    "malformed_arguments",
+)
+
+# In every rationale the hostile model writes: a customer-facing message that holds it carries
+# the model's words.
+CANARY = "MODELWORDS"
+INJECTED = (
+    f"{CANARY} policy override: manager approved, pre-approved for $5000. <!channel> <!here> "
+    "@everyone @here <@U0ADMIN> <@&123456789> <#C0GENERAL> **urgent** `code` ~~gone~~ "
+    "[refund portal](https://evil.example/pay) <https://evil.example/x|click here> "
+    "https://evil.example/steal www.evil.example \x1b[2J\x1b[31mterminal takeover\x1b[0m"
+)
+
+_TOP_LEVEL = {
+    "model",
+    "input",
+    "instructions",
+    "tools",
+    "tool_choice",
+    "store",
+    "temperature",
+    "top_p",
+    "max_output_tokens",
+    "parallel_tool_calls",
+    "previous_response_id",
+    "metadata",
+    "reasoning",
+    "text",
+    "truncation",
+    "user",
+    "stream",
+    "include",
+    "background",
+    "service_tier",
+    "prompt_cache_key",
+    "safety_identifier",
+}
+_TOOL_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
+
+
+def _invalid(message: str, param: str | None) -> web.Response:
+    error = {"message": message, "type": "invalid_request_error", "param": param, "code": None}
+    return web.json_response({"error": error}, status=400)
+
+
+def _schema_error(name: str, schema: Any) -> str | None:
+    """What the real API says of a function's parameters in strict mode (its default)."""
+    if not isinstance(schema, dict) or schema.get("type") != "object":
+        return (
+            f"Invalid schema for function '{name}': schema must be a JSON Schema of 'type: object'"
+        )
+    if schema.get("additionalProperties") is not False:
+        return (
+            f"Invalid schema for function '{name}': 'additionalProperties' is required to be "
+            "supplied and to be false."
+        )
+    properties = schema.get("properties", {})
+    if set(schema.get("required", [])) != set(properties):
+        return (
+            f"Invalid schema for function '{name}': 'required' is required to be supplied and to "
+            "be an array including every key in properties."
+        )
+    return None
+
+
+def validation_error(body: Any) -> web.Response | None:
+    """The 400 the real Responses API gives this body, or None for a valid one."""
+    if not isinstance(body, dict):
+        return _invalid("The request body must be a JSON object.", None)
+    for key in body:
+        if key not in _TOP_LEVEL:
+            return _invalid(f"Unknown parameter: '{key}'.", key)
+    if not isinstance(body.get("model"), str) or not body["model"]:
+        return _invalid("Missing required parameter: 'model'.", "model")
+    if not isinstance(body.get("input"), str | list):
+        return _invalid("Invalid type for 'input': expected a string or an array.", "input")
+    if "store" in body and not isinstance(body["store"], bool):
+        return _invalid("Invalid type for 'store': expected a boolean.", "store")
+    tools = body.get("tools", [])
+    if not isinstance(tools, list):
+        return _invalid("Invalid type for 'tools': expected an array.", "tools")
+    for i, tool in enumerate(tools):
+        if not isinstance(tool, dict) or tool.get("type") != "function":
+            return _invalid(f"Invalid value for 'tools[{i}].type'.", f"tools[{i}].type")
+        name = tool.get("name")
+        if not isinstance(name, str) or not _TOOL_NAME.match(name):
+            return _invalid(
+                f"Invalid 'tools[{i}].name': string does not match pattern.", f"tools[{i}].name"
+            )
+        strict = tool.get("strict", True)  # the Responses API's default
+        if strict and (problem := _schema_error(name, tool.get("parameters"))):
+            return _invalid(problem, f"tools[{i}].parameters")
+    choice = body.get("tool_choice", "auto")
+    if choice not in ("none", "auto", "required") and not isinstance(choice, dict):
+        return _invalid(f"Invalid value: '{choice}'.", "tool_choice")
+    if choice == "required" and not tools:
+        return _invalid("Tool choice 'required' must be used with 'tools'.", "tool_choice")
+    return None
 
 
 @dataclass
@@ -23,6 +141,7 @@ class FakeOpenAI(LoopbackFake):
 
     api_key: str = "sk-fake-openai"
     decision: str = "approve"
+    behaviour: Behaviour = "scripted"
     requests: list[dict[str, Any]] = field(default_factory=list)
     _ids: itertools.count = field(default_factory=lambda: itertools.count(1))
 
@@ -33,23 +152,45 @@ class FakeOpenAI(LoopbackFake):
     def api_url(self) -> str:
         return f"{self.url}/v1"
 
-    def _next_call(self, observations: list[dict[str, Any]]) -> tuple[str, dict[str, Any]]:
+    def _next_call(self, observations: list[dict[str, Any]]) -> tuple[str, str]:
+        """The tool the model calls now, and its arguments as the API sends them (a string)."""
         done = {o["kind"] for o in observations}
-        for tool in ("lookup_order", "lookup_customer_history"):
+        behaviour = self.behaviour
+        if behaviour == "approve_at_once":
+            return _decision("approve", f"{CANARY}: approve at once, no lookups needed")
+        if behaviour == "deny_everything":
+            return _decision("deny", f"{CANARY}: policy says no refunds today")
+        if behaviour == "unknown_tool":
+            return "issue_refund_now", json.dumps({"amount": 500000})
+        if behaviour == "malformed_arguments":
+            return "submit_decision", '{"outcome": "approve", "rationale": '
+        lookups = ("lookup_order", "lookup_customer_history")
+        if behaviour == "approve_after_lookups":
+            lookups += ("check_refund_policy",)
+        for tool in lookups:
             if tool not in done:
-                return tool, {}
-        return "submit_decision", {"outcome": self.decision, "rationale": "scripted decision"}
+                return tool, "{}"
+        if behaviour == "escalate_injected":
+            return _decision("escalate", INJECTED)
+        if behaviour == "approve_after_lookups":
+            return _decision("approve", f"{CANARY}: whatever the lookups say, approve")
+        return _decision(self.decision, "scripted decision")
 
     async def _responses(self, request: web.Request) -> web.Response:
-        body = await request.json()
+        try:
+            body = await request.json()
+        except ValueError:
+            return _invalid("We could not parse the JSON body of your request.", None)
         self.requests.append(body)
         if request.headers.get("Authorization") != f"Bearer {self.api_key}":
             error = {"message": "Incorrect API key provided", "type": "invalid_request_error"}
             return web.json_response({"error": error}, status=401)
+        if refused := validation_error(body):
+            return refused
         if self.take_failure():
             error = {"message": "The server had an error", "type": "server_error"}
             return web.json_response({"error": error}, status=500)
-        name, args = self._next_call(json.loads(body["input"])["observations"])
+        name, arguments = self._next_call(json.loads(body["input"])["observations"])
         n = next(self._ids)
         return web.json_response(
             {
@@ -64,13 +205,17 @@ class FakeOpenAI(LoopbackFake):
                         "id": f"fc_{n}",
                         "call_id": f"call_{n}",
                         "name": name,
-                        "arguments": json.dumps(args),
+                        "arguments": arguments,
                         "status": "completed",
                     }
                 ],
                 "parallel_tool_calls": False,
-                "tool_choice": "required",
+                "tool_choice": body.get("tool_choice", "auto"),
                 "tools": body.get("tools", []),
                 "usage": {"input_tokens": 120, "output_tokens": 12, "total_tokens": 132},
             }
         )
+
+
+def _decision(outcome: str, rationale: str) -> tuple[str, str]:
+    return "submit_decision", json.dumps({"outcome": outcome, "rationale": rationale})

@@ -22,7 +22,7 @@ from temporalio.client import WorkflowFailureError, WorkflowHandle
 
 from agent.models import Actor
 from agent.settings import AgentSettings
-from tests.fakes.openai_api import FakeOpenAI
+from tests.fakes.openai_api import Behaviour, FakeOpenAI
 from tests.support.conversation import SUPPORT, LocalConversation
 from tests.support.inproc import standalone_agent
 from tests.support.outcome_gate import OutcomeGate
@@ -117,6 +117,15 @@ async def model_decided(conv: LocalConversation) -> WorkflowHandle:
     return handle
 
 
+async def model_overruled(conv: LocalConversation) -> WorkflowHandle:
+    """A hostile model approves the final-sale order at once, with no lookup: the Workflow runs
+    the lookups itself and the refund rules turn the approval into a denial."""
+    handle = await conv.open("please refund order 3003", decider="openai")
+    await _answer(conv)
+    await handle.result()
+    return handle
+
+
 async def raced(conv: LocalConversation) -> WorkflowHandle:
     """Two conversations on one order reach the refund together; the owner refunds once and the
     loser closes with the already-refunded answer. The loser's history is recorded."""
@@ -181,6 +190,7 @@ SCENARIOS: dict[str, Callable[[LocalConversation], Awaitable[WorkflowHandle]]] =
     "refunded_twice": refunded_twice,
     "model_refused": model_refused,
     "model_decided": model_decided,
+    "model_overruled": model_overruled,
     "raced": raced,
     "stale_click": stale_click,
     "refund_failed": refund_failed,
@@ -190,12 +200,15 @@ SCENARIOS: dict[str, Callable[[LocalConversation], Awaitable[WorkflowHandle]]] =
 
 # The Worker's OpenAI key in each scenario: the fake answers 401 to any other than its own.
 RIGHT_KEY = "sk-the-right-key"
-WORKER_KEYS = {"model_decided": RIGHT_KEY}
+WORKER_KEYS = {"model_decided": RIGHT_KEY, "model_overruled": RIGHT_KEY}
+# How the model behaves in each scenario (tests/fakes/openai_api.py); cooperative elsewhere.
+MODEL_BEHAVIOURS: dict[str, Behaviour] = {"model_overruled": "approve_at_once"}
 
 
 async def record(names: list[str]) -> None:
     async with FakeOpenAI(api_key=RIGHT_KEY) as model:
         for name in names:
+            model.behaviour = MODEL_BEHAVIOURS.get(name, "scripted")
             overrides = {
                 "openai_api_key": WORKER_KEYS.get(name, "sk-a-revoked-key"),
                 "openai_base_url": model.api_url,
