@@ -25,7 +25,7 @@ from agent.codec import AesGcmCodec
 from agent.decoded_history import decoded_history
 from agent.history import step_names
 from bench import run_benchmark
-from tests.support.codec import TEST_CONVERTER, TEST_KEYS, all_payloads
+from harness.codec import TEST_CONVERTER, TEST_KEYS, all_payloads
 
 RECORDED = Path(__file__).parent.parent / "tests" / "histories" / "escalated.json"
 

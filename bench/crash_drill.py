@@ -24,11 +24,11 @@ from pathlib import Path
 from temporalio.testing import WorkflowEnvironment
 
 from bench import release_and_refund, run_benchmark
+from harness.codec import TEST_CODEC_ENV
+from harness.conversation import LocalConversation
+from harness.dev_server import start_dev_server
+from harness.stack import settings_for
 from refund_bot.wiring import local_thread_store
-from tests.support.codec import TEST_CODEC_ENV
-from tests.support.conversation import LocalConversation
-from tests.support.dev_server import start_dev_server
-from tests.support.stack import settings_for
 from worker.control import request_worker_restart
 from worker.runner import prepare_stores
 from worker.supervisor import WorkerSupervisor

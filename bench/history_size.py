@@ -38,11 +38,11 @@ from agent.workflow import MAX_TURNS
 from bench import run_benchmark
 from bench.plot import axes, default_path, save
 from bench.server import embedded_server
+from harness.codec import TEST_CONVERTER, all_payloads, with_test_keys
+from harness.conversation import SUPPORT, LocalConversation
+from harness.inproc import running_worker
 from refund_bot.demo_parts import ANSWERS, fresh_demo_account, place_demo_customer
 from refund_bot.wiring import local_thread_store
-from tests.support.codec import TEST_CONVERTER, all_payloads, with_test_keys
-from tests.support.conversation import SUPPORT, LocalConversation
-from tests.support.inproc import running_worker
 
 HISTORIES = Path(__file__).parent.parent / "tests" / "histories"
 ESPRESSO = next(order for order in SEED_ORDERS if order.order_number == "4500")

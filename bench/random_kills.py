@@ -2,7 +2,7 @@
 
     place_crowd -> 200 stories (4 kinds) | SIGKILL each Worker 0.3-2 s after it polls -> audit
 
-The same drill as tests/test_crash_drill.py (tests/support/kill_drill.py), ten times bigger and
+The same drill as tests/test_crash_drill.py (harness/kill_drill.py), ten times bigger and
 with no cap on the kills. It prints the figures docs/benchmarks.md quotes: conversations, kills,
 refunds, and what the audit of the owners' records found (wrong outcomes, refunds per conversation
 other than expected, posts repeated in a thread, customer messages missing from history: all 0).
@@ -17,8 +17,8 @@ import tempfile
 from pathlib import Path
 
 from bench import run_benchmark
-from tests.support.dev_server import start_dev_server
-from tests.support.kill_drill import run_drill
+from harness.dev_server import start_dev_server
+from harness.kill_drill import run_drill
 
 
 async def main(conversations: int, seed: int, workers: int) -> None:

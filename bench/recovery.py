@@ -33,13 +33,13 @@ from temporalio.api.enums.v1 import EventType, TimeoutType
 from temporalio.client import WorkflowHandle
 
 from bench import release_and_refund, run_benchmark
+from harness.conditions import wait_for
+from harness.conversation import LocalConversation
+from harness.crowd import place_crowd
+from harness.dev_server import start_dev_server
+from harness.stack import supervised_stack
 from refund_bot.app import Stack
 from refund_bot.wiring import local_thread_store
-from tests.support.conditions import wait_for
-from tests.support.conversation import LocalConversation
-from tests.support.crowd import place_crowd
-from tests.support.dev_server import start_dev_server
-from tests.support.stack import supervised_stack
 from worker.control import request_worker_restart, worker_identity
 
 OPENING: dict[str, str] = {}  # each shopper's opening message, by user id

@@ -26,7 +26,7 @@ from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 
 from agent.workflow import RefundConversation
 from bench import percentile, run_benchmark
-from tests.support.codec import TEST_CONVERTER
+from harness.codec import TEST_CONVERTER
 from worker.sandbox import CompiledOnceSandboxRunner
 
 HISTORY = Path(__file__).parent.parent / "tests" / "histories" / "auto_approved.json"

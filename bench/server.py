@@ -14,7 +14,7 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 
 from agent.settings import TemporalSettings
-from tests.support import free_port
+from harness import free_port
 from worker.server import EmbeddedTemporal
 
 

@@ -64,9 +64,9 @@ from bot.slack.requests import (
     bolt_request,
 )
 from bot.slack.settings import SlackSettings
-from tests.fakes.slack_api import Delivery, FakeSlackApi, SlackSender, signed_headers
-from tests.support import free_port
-from tests.support.conditions import wait_for
+from harness import free_port
+from harness.conditions import wait_for
+from harness.fakes.slack_api import Delivery, FakeSlackApi, SlackSender, signed_headers
 from worker.exit import exit_now
 from worker.lifecycle import spawn_child, until_stopped, watch_lifeline
 

@@ -3,7 +3,7 @@ kept alive (bot.slack.web_client).
 
     measure process: SlackThreadPoster.post, variants alternated post by post
       -> relay process (with --rtt: holds each chunk half the round trip, each way)
-      -> fake Slack Web API over TLS (tests.fakes.slack_api), in that same process
+      -> fake Slack Web API over TLS (harness.fakes.slack_api), in that same process
 
 Variants:
   per-call    slack_sdk's behaviour given no session, which every Slack client had before: each
@@ -43,7 +43,7 @@ from pathlib import Path
 from yarl import URL
 
 from bench import percentile, run_benchmark
-from tests.support import NO_PROXY
+from harness import NO_PROXY
 from worker.lifecycle import spawn_child, until_stopped, watch_lifeline
 
 HOST = "127.0.0.1"
@@ -131,7 +131,7 @@ async def _relay(upstream_port: int, delay: float) -> asyncio.Server:
 
 
 async def serve(cert: Path, key: Path, rtt_ms: float) -> None:
-    from tests.fakes.slack_api import FakeSlackApi
+    from harness.fakes.slack_api import FakeSlackApi
 
     watch_lifeline()
     context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)

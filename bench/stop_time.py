@@ -19,8 +19,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from tests.support.cli_process import RefundBotProcess, fresh_env
-from tests.support.conditions import wait_for
+from harness.cli_process import RefundBotProcess, fresh_env
+from harness.conditions import wait_for
 from worker.exit import exit_now
 from worker.lifecycle import alive
 

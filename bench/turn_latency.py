@@ -46,7 +46,7 @@ from bench.round_trip import BareRoundTrip
 from bench.server import embedded_server
 from bench.turn_workers import BARE, CONVERTERS, local_threads, queue
 from bot.local.thread_store import LocalThreadStore
-from tests.support.conversation import LocalConversation
+from harness.conversation import LocalConversation
 from worker.lifecycle import spawn_child, terminate
 
 OPENING = "I want my money back"

@@ -30,7 +30,7 @@ from agent.settings import AgentSettings
 from agent.stores.sqlite import SqliteDatabase
 from bench.round_trip import BareRoundTrip, echo
 from bot.local.thread_store import LocalThreadStore
-from tests.support.codec import TEST_CONVERTER
+from harness.codec import TEST_CONVERTER
 from worker.exit import exit_now
 from worker.lifecycle import until_stopped, watch_lifeline
 from worker.runner import build_worker

@@ -21,8 +21,8 @@ from pathlib import Path
 
 from temporalio.client import Client
 
-from tests.support.cli_process import clean_environment
-from tests.support.codec import TEST_CODEC_ENV
+from harness.cli_process import clean_environment
+from harness.codec import TEST_CODEC_ENV
 from worker.lifecycle import spawn_child
 from worker.supervisor import workflow_pollers
 

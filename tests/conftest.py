@@ -17,8 +17,8 @@ from agent.stores.database import (
     open_database,
     sqlite_url,
 )
-from tests.support.dev_server import start_dev_server
-from tests.support.postgres import PostgresServer
+from harness.dev_server import start_dev_server
+from harness.postgres import PostgresServer
 from worker.exit import exit_now
 
 
@@ -53,7 +53,7 @@ def agent_settings(tmp_path) -> AgentSettings:
 
 @pytest.fixture(scope="session")
 async def postgres() -> AsyncIterator[PostgresServer]:
-    """PostgreSQL 16 from the pgserver wheel, started here (tests/support/postgres.py)."""
+    """PostgreSQL 16 from the pgserver wheel, started here (harness/postgres.py)."""
     server = PostgresServer()
     try:
         await server.start()

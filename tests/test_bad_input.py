@@ -14,9 +14,9 @@ from agent.settings import AgentSettings
 from agent.stores.database import database_for
 from agent.workflow import FINISHED
 from bot.local.thread_store import LocalThreadStore
-from tests.support.conditions import wait_for
-from tests.support.conversation import LocalConversation
-from tests.support.inproc import running_worker
+from harness.conditions import wait_for
+from harness.conversation import LocalConversation
+from harness.inproc import running_worker
 from tests.support.outcome_gate import OutcomeGate
 from worker.runner import build_worker
 

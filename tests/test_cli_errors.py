@@ -18,11 +18,11 @@ from pathlib import Path
 import pytest
 from temporalio.testing import WorkflowEnvironment
 
+from harness import free_port
+from harness.cli_process import clean_environment
+from harness.codec import TEST_CODEC_ENV
+from harness.fakes.discord_api import FakeDiscordAPI
 from refund_bot.cli import build_parser
-from tests.fakes.discord_api import FakeDiscordAPI
-from tests.support import free_port
-from tests.support.cli_process import clean_environment
-from tests.support.codec import TEST_CODEC_ENV
 
 # Placeholders the test fills in: the session's Temporal server, a regular file, a busy port, a
 # port nothing listens on.

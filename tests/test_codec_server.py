@@ -29,12 +29,12 @@ from agent.models import CustomerMessage
 from agent.settings import AgentSettings, CodecServerSettings, TemporalSettings
 from agent.stores.database import database_for
 from bot.local.thread_store import LocalThreadStore
-from tests.fakes.loopback import serve_on_loopback
-from tests.support import free_port
-from tests.support.codec import TEST_KEY, TEST_KEYS
-from tests.support.conditions import wait_for
-from tests.support.conversation import LocalConversation
-from tests.support.inproc import running_worker
+from harness import free_port
+from harness.codec import TEST_KEY, TEST_KEYS
+from harness.conditions import wait_for
+from harness.conversation import LocalConversation
+from harness.fakes.loopback import serve_on_loopback
+from harness.inproc import running_worker
 from worker.codec_server import allowed_origins, codec_app
 from worker.server import temporal_cli_path
 

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from bot.ids import workflow_id_for
 from bot.local.terminal import PEOPLE, inbound, thread_ref
+from harness.conditions import wait_for
+from harness.conversation import LocalConversation
+from harness.fakes.openai_api import CANARY, FakeOpenAI
+from harness.owner import refunds_made
+from harness.stack import supervised_stack
 from refund_bot.wiring import local_thread_store
-from tests.fakes.openai_api import CANARY, FakeOpenAI
-from tests.support.conditions import wait_for
-from tests.support.conversation import LocalConversation
-from tests.support.owner import refunds_made
-from tests.support.stack import supervised_stack
 from worker.lifecycle import alive
 
 PRESENTER, SUPPORT, CUSTOMER = PEOPLE["presenter"], PEOPLE["support"], PEOPLE["customer"]

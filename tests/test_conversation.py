@@ -10,9 +10,9 @@ from agent.stores.database import database_for
 from agent.stores.grants import GrantStore
 from agent.stores.ledger import Ledger
 from bot.local.thread_store import LocalThreadStore
-from tests.support.conversation import SUPPORT, LocalConversation
-from tests.support.inproc import running_worker
-from tests.support.owner import refunds_made
+from harness.conversation import SUPPORT, LocalConversation
+from harness.inproc import running_worker
+from harness.owner import refunds_made
 
 
 @pytest.fixture

@@ -12,12 +12,12 @@ from temporalio.client import WorkflowHandle
 from agent.history import local_activity, what_survives
 from agent.stores.database import database_for
 from agent.stores.ledger import Ledger
+from harness.conditions import wait_for
+from harness.conversation import LocalConversation
+from harness.kill_drill import run_drill
+from harness.owner import refunds_made
+from harness.stack import supervised_stack
 from refund_bot.wiring import local_thread_store
-from tests.support.conditions import wait_for
-from tests.support.conversation import LocalConversation
-from tests.support.kill_drill import run_drill
-from tests.support.owner import refunds_made
-from tests.support.stack import supervised_stack
 from worker.control import request_worker_restart
 from worker.lifecycle import alive
 

@@ -26,10 +26,10 @@ from agent.temporal_client import connect
 from bot.commands import Commands
 from bot.hold import HoldSwitch
 from bot.local.terminal import PEOPLE
+from harness import queue_settings
+from harness.codec import TEST_CODEC_ENV, TEST_KEY
+from harness.conditions import wait_for
 from refund_bot.wiring import SupervisorsOverTemporal
-from tests.support import queue_settings
-from tests.support.codec import TEST_CODEC_ENV, TEST_KEY
-from tests.support.conditions import wait_for
 from worker.lifecycle import alive
 from worker.supervisor import WorkerSupervisor, supervisor_hosts
 

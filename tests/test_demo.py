@@ -10,13 +10,13 @@ from agent.settings import AgentSettings, TemporalSettings
 from agent.stores.database import database_for
 from agent.stores.ledger import Ledger
 from agent.workflow import RefundConversation
+from harness import free_port
+from harness.cli_process import clean_environment
+from harness.conversation import LocalConversation
+from harness.fakes.openai_api import FakeOpenAI
+from harness.fakes.stripe_api import FakeStripe
 from refund_bot.app import running_stack
 from refund_bot.wiring import local_thread_store
-from tests.fakes.openai_api import FakeOpenAI
-from tests.fakes.stripe_api import FakeStripe
-from tests.support import free_port
-from tests.support.cli_process import clean_environment
-from tests.support.conversation import LocalConversation
 from worker.server import temporal_answers
 
 

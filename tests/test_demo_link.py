@@ -15,8 +15,8 @@ from agent.models import Actor
 from agent.settings import DEMO_CUSTOMER, AgentSettings
 from agent.stores.sqlite import SqliteDatabase
 from bot.local.thread_store import LocalThreadStore
-from tests.support.conversation import LocalConversation
-from tests.support.inproc import running_worker
+from harness.conversation import LocalConversation
+from harness.inproc import running_worker
 
 NAME = "DEMO_CUSTOMER_FOR_NEW_USERS"
 PLATFORMS = ("local", "slack", "discord")

@@ -9,7 +9,7 @@ from __future__ import annotations
 from agent.stores.database import Database
 from bot.demo_pace import SCHEMA, DemoPace
 from bot.lease import SCHEMA as LEASE_SCHEMA
-from tests.support.conditions import wait_for
+from harness.conditions import wait_for
 
 
 async def test_one_story_at_a_time_and_its_presses_from_any_replica(database: Database) -> None:

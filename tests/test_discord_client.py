@@ -1,6 +1,6 @@
 """The Discord inbound half, through discord.py's own parsing, against a fake of Discord.
 
-Every event is the JSON Discord's gateway dispatches (built by tests.fakes.discord_api for its own
+Every event is the JSON Discord's gateway dispatches (built by harness.fakes.discord_api for its own
 state), fed to the client's real ConnectionState parsers, exactly as discord.py's gateway reader
 does. Everything the client sends goes over discord.py's HTTP client and webhook adapter to the
 FakeDiscordAPI. The router is a recording fake; the commands are the real `Commands` on real SQLite
@@ -38,7 +38,8 @@ from bot.discord.settings import DEFAULT_APPROVER_ROLE_LIMIT_CENTS, DiscordSetti
 from bot.discord.stage import DiscordStage
 from bot.hold import HoldSwitch
 from bot.ids import workflow_id_for
-from tests.fakes.discord_api import (
+from harness.conditions import wait_for
+from harness.fakes.discord_api import (
     CALLBACK_ROUTE,
     EDIT_ORIGINAL_ROUTE,
     EPHEMERAL,
@@ -52,7 +53,6 @@ from tests.fakes.discord_api import (
     FakeDiscordAPI,
     Interaction,
 )
-from tests.support.conditions import wait_for
 from tests.support.discord_guild import (
     ADMIN,
     AGENT,

@@ -21,12 +21,12 @@ from temporalio.testing import WorkflowEnvironment
 from agent.history import what_survives
 from agent.stores.ledger import Ledger
 from agent.stores.sqlite import SqliteDatabase
-from tests.fakes.discord_api import THREADS_ROUTE, FakeDiscordAPI, Interaction
-from tests.fakes.discord_gateway import GUILD_MESSAGES, GUILDS, MESSAGE_CONTENT
-from tests.support import free_port
-from tests.support.cli_process import RefundBotProcess, clean_environment
-from tests.support.codec import TEST_CODEC_ENV
-from tests.support.conditions import wait_for
+from harness import free_port
+from harness.cli_process import RefundBotProcess, clean_environment
+from harness.codec import TEST_CODEC_ENV
+from harness.conditions import wait_for
+from harness.fakes.discord_api import THREADS_ROUTE, FakeDiscordAPI, Interaction
+from harness.fakes.discord_gateway import GUILD_MESSAGES, GUILDS, MESSAGE_CONTENT
 from tests.support.discord_guild import (
     AGENT,
     APPROVER_ROLE,

@@ -1,6 +1,6 @@
 """The Discord client over a real websocket: `serve` against the fake Discord's gateway.
 
-discord.py logs in over REST and connects to DISCORD_GATEWAY_URL (tests.fakes.discord_gateway):
+discord.py logs in over REST and connects to DISCORD_GATEWAY_URL (harness.fakes.discord_gateway):
 HELLO, IDENTIFY, READY, GUILD_CREATE, heartbeats, zlib-stream, events dispatched as Discord
 dispatches them, RESUME. What is checked here is the connection itself: where it goes, what it asks
 for, how it survives drops and redeliveries, and how a refusal looks. The router is the recording
@@ -24,10 +24,10 @@ from bot.discord.client import RefundBotClient, build_client, serve
 from bot.discord.settings import DiscordSettings
 from bot.platform_health import PlatformHealth
 from bot.reconnect import Backoff
-from tests.fakes.discord_api import THREADS_ROUTE, FakeDiscordAPI
-from tests.fakes.discord_gateway import GUILD_MESSAGES, GUILDS, MESSAGE_CONTENT
-from tests.support import free_port
-from tests.support.conditions import wait_for
+from harness import free_port
+from harness.conditions import wait_for
+from harness.fakes.discord_api import THREADS_ROUTE, FakeDiscordAPI
+from harness.fakes.discord_gateway import GUILD_MESSAGES, GUILDS, MESSAGE_CONTENT
 from tests.support.discord_guild import (
     CUSTOMER,
     GUILD,

@@ -20,7 +20,7 @@ from agent.models import Actor, MessageEdit, MessageKey, OutboundMessage, Thread
 from bot.discord import render
 from bot.discord.outbound import AUTH_ERROR, PERMANENT_ERROR, DiscordThreadPoster
 from bot.discord.settings import DiscordSettings
-from tests.fakes.discord_api import MESSAGES_ROUTE, FakeDiscordAPI
+from harness.fakes.discord_api import MESSAGES_ROUTE, FakeDiscordAPI
 
 THREAD_ID = 1190000000000000042
 WORKFLOW_ID = f"discord-1170000000000000007-{THREAD_ID}"

@@ -13,11 +13,11 @@ from pathlib import Path
 import aiohttp
 from temporalio.testing import WorkflowEnvironment
 
-from tests.fakes.discord_api import FakeDiscordAPI
-from tests.support import free_port
-from tests.support.cli_process import RefundBotProcess, clean_environment
-from tests.support.codec import TEST_CODEC_ENV
-from tests.support.conditions import wait_for
+from harness import free_port
+from harness.cli_process import RefundBotProcess, clean_environment
+from harness.codec import TEST_CODEC_ENV
+from harness.conditions import wait_for
+from harness.fakes.discord_api import FakeDiscordAPI
 from tests.support.discord_guild import GUILD, SUPPORT, seed_guild
 from tests.support.shared_database import SharedDatabase
 

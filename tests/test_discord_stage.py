@@ -22,11 +22,11 @@ from bot.discord.outbound import DiscordThreadPoster, RoutedHTTPClient
 from bot.discord.render import TONE_COLOURS
 from bot.discord.stage import MESSAGES_PAGE_SIZE, DiscordStage
 from bot.ids import workflow_id_for
+from harness.fakes.discord_api import MESSAGES_ROUTE, THREADS_ROUTE, FakeDiscordAPI
+from harness.stack import child_env, supervised_stack
 from refund_bot.side_by_side import Pace, SideBySide, StoryParts
 from refund_bot.wiring import SupervisorInProcess
-from tests.fakes.discord_api import MESSAGES_ROUTE, THREADS_ROUTE, FakeDiscordAPI
 from tests.support.discord_guild import CUSTOMER, GUILD, SUPPORT, seed_guild
-from tests.support.stack import child_env, supervised_stack
 
 CHANNEL = ChannelRef(platform="discord", workspace=str(GUILD), channel=str(SUPPORT))
 STORY_TIMEOUT = 240.0  # the story's own steps each wait at most 60 s

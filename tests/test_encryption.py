@@ -32,9 +32,9 @@ from bot.hold import HoldSwitch
 from bot.local.terminal import PEOPLE
 from bot.local.thread_store import LocalThreadStore
 from bot.slack.commands import resolve_conversation
-from tests.support.codec import TEST_KEY, codec_payloads, raw_bytes
-from tests.support.conversation import LocalConversation
-from tests.support.inproc import running_worker
+from harness.codec import TEST_KEY, codec_payloads, raw_bytes
+from harness.conversation import LocalConversation
+from harness.inproc import running_worker
 from worker.runner import prepare_stores
 
 CUSTOMER = Actor(platform="local", user_id="customer", display_name="Ottoline Quimby")

@@ -11,7 +11,7 @@ import asyncio
 from agent.stores.database import Database
 from bot.discord.gateway_lease import SCHEMA, DatabaseLease, lease_name, serve_holding_lease
 from bot.platform_health import PlatformHealth
-from tests.support.conditions import wait_for
+from harness.conditions import wait_for
 
 TOKEN = "discord-bot-token-never-stored"
 

@@ -26,10 +26,10 @@ from agent.stores.database import database_for
 from agent.stores.domain import SEED_ORDERS, SeedOrder
 from agent.stores.ledger import Ledger
 from bot.local.thread_store import LocalThreadStore
-from tests.fakes.openai_api import CANARY, HOSTILE, Behaviour, FakeOpenAI
-from tests.support.conversation import SUPPORT, LocalConversation
-from tests.support.inproc import running_worker
-from tests.support.owner import fresh_customer, place_like
+from harness.conversation import SUPPORT, LocalConversation
+from harness.fakes.openai_api import CANARY, HOSTILE, Behaviour, FakeOpenAI
+from harness.inproc import running_worker
+from harness.owner import fresh_customer, place_like
 
 DOC = Path(__file__).parents[1] / "docs" / "guardrails.md"
 SEED = {o.order_number: o for o in SEED_ORDERS}

@@ -20,10 +20,10 @@ from bot.ids import workflow_id_for
 from bot.inbox import Inbox
 from bot.local.terminal import PEOPLE, inbound
 from bot.reconnect import Backoff
+from harness import free_port
+from harness.codec import TEST_CONVERTER
+from harness.conditions import wait_for
 from refund_bot.wiring import local_thread_store
-from tests.support import free_port
-from tests.support.codec import TEST_CONVERTER
-from tests.support.conditions import wait_for
 from worker.server import EmbeddedTemporal
 
 CUSTOMER = PEOPLE["customer"]

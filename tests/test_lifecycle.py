@@ -31,11 +31,11 @@ from bot.conversations import InboundMessage, Routed
 from bot.draining_router import DrainingRouter
 from bot.ids import workflow_id_for
 from bot.inbox import Inbox
-from tests.fakes.slack_api import FakeSlackApi, SlackSender, signed_headers
-from tests.support import free_port
-from tests.support.cli_process import RefundBotProcess, fresh_env
-from tests.support.codec import TEST_CODEC_ENV
-from tests.support.conditions import wait_for
+from harness import free_port
+from harness.cli_process import RefundBotProcess, fresh_env
+from harness.codec import TEST_CODEC_ENV
+from harness.conditions import wait_for
+from harness.fakes.slack_api import FakeSlackApi, SlackSender, signed_headers
 from worker.control import worker_identity
 from worker.lifecycle import alive, record_server, stop_left_behind
 from worker.server import temporal_answers

@@ -17,8 +17,8 @@ from agent.models import MessageEdit, OutboundMessage, PostedMessage
 from agent.settings import AgentSettings
 from agent.stores.database import database_for
 from bot.local.thread_store import LocalThreadStore
-from tests.support.conversation import LocalConversation
-from tests.support.owner import refunds_made
+from harness.conversation import LocalConversation
+from harness.owner import refunds_made
 from worker.runner import build_worker
 
 

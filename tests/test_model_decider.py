@@ -12,9 +12,9 @@ from agent.settings import AgentSettings
 from agent.stores.sqlite import SqliteDatabase
 from agent.workflow import SOMETHING_WENT_WRONG
 from bot.local.thread_store import LocalThreadStore
-from tests.fakes.openai_api import FakeOpenAI
-from tests.support.conversation import LocalConversation
-from tests.support.inproc import running_worker
+from harness.conversation import LocalConversation
+from harness.fakes.openai_api import FakeOpenAI
+from harness.inproc import running_worker
 
 
 def _settings(tmp_path, model: FakeOpenAI) -> AgentSettings:

@@ -24,8 +24,8 @@ from agent.stores.sqlite import SqliteDatabase
 from bot.conversations import InboundMessage
 from bot.inbox import Inbox
 from bot.platform_health import PlatformHealth
+from harness import free_port
 from refund_bot.ops import Ops, OpsRefused, serving_ops
-from tests.support import free_port
 
 
 @asynccontextmanager

@@ -25,9 +25,9 @@ from agent.stores.domain import DomainStore
 from agent.stores.ledger import Ledger
 from agent.workflow import REFUND_FAILED
 from bot.local.thread_store import LocalThreadStore
-from tests.support.conversation import CUSTOMER, SUPPORT, LocalConversation
-from tests.support.inproc import running_worker
-from tests.support.owner import place_order, refunds_made
+from harness.conversation import CUSTOMER, SUPPORT, LocalConversation
+from harness.inproc import running_worker
+from harness.owner import place_order, refunds_made
 
 ALREADY = re.compile(
     r"^I can't refund this order\. Order 1234 was already refunded on (\d{4}-\d\d-\d\d) "

@@ -14,11 +14,11 @@ from typing import Any
 import aiohttp
 from temporalio.testing import WorkflowEnvironment
 
-from tests.fakes.slack_api import Delivery, FakeSlackApi, SlackSender, signed_headers
-from tests.support import free_port
-from tests.support.cli_process import RefundBotProcess, clean_environment
-from tests.support.codec import TEST_CODEC_ENV
-from tests.support.conditions import wait_for
+from harness import free_port
+from harness.cli_process import RefundBotProcess, clean_environment
+from harness.codec import TEST_CODEC_ENV
+from harness.conditions import wait_for
+from harness.fakes.slack_api import Delivery, FakeSlackApi, SlackSender, signed_headers
 
 SECRET = "isolation-signing-secret-0123456789"
 TEAM = "T0ISO"

@@ -11,7 +11,7 @@ import pytest
 
 from bot.platform_health import PlatformHealth
 from bot.reconnect import Backoff, Refused, keep_connected, one_line
-from tests.support.conditions import wait_for
+from harness.conditions import wait_for
 
 
 class Sleeps:

@@ -1,7 +1,7 @@
 """Replay: committed Event Histories replay cleanly; a reordered Workflow does not.
 
 tests/histories/*.json are the current Workflow's paths (recorded by tests/histories/record.py),
-encrypted with the tests' codec key (tests/support/codec.py) as every history written since the
+encrypted with the tests' codec key (harness/codec.py) as every history written since the
 codec is. tests/histories/before-issue-9/ holds histories recorded before issue 9 changed the
 Workflow's commands: conversations that were running at that deploy, which must still replay. They
 were recorded before the payload codec existed (plain payloads), except `*_encrypted.json`,
@@ -44,7 +44,7 @@ from agent.history import (
 from agent.models import ConversationStart, DecideInput, LookupCustomerInput
 from agent.temporal_client import data_converter
 from agent.workflow import WORKFLOW_TYPE, RefundConversation
-from tests.support.codec import TEST_CONVERTER, TEST_KEY, codec_payloads
+from harness.codec import TEST_CONVERTER, TEST_KEY, codec_payloads
 from worker.sandbox import CompiledOnceSandboxRunner
 
 ROOT = Path(__file__).parent / "histories"

@@ -20,10 +20,10 @@ from bot.inbox import Inbox
 from bot.local import thread_store
 from bot.local.terminal import LocalChannel, thread_ref
 from bot.local.thread_store import LocalMessage, LocalThreadStore
-from tests.support.conditions import wait_for
-from tests.support.conversation import SUPPORT, LocalConversation
-from tests.support.inproc import running_worker
-from tests.support.owner import refunds_made
+from harness.conditions import wait_for
+from harness.conversation import SUPPORT, LocalConversation
+from harness.inproc import running_worker
+from harness.owner import refunds_made
 
 MARLOW = Actor(platform="local", user_id="marlow", display_name="Marlow")
 NO_GRANT = "Marlow holds no live refund_approver grant"

@@ -29,7 +29,7 @@ from bot.dedup import RecentEvents
 from bot.ids import workflow_id_for
 from bot.inbox import Inbox
 from bot.reconnect import Backoff
-from tests.support.conditions import wait_for
+from harness.conditions import wait_for
 
 CUSTOMER = Actor(platform="slack", user_id="U0CUSTOMER", display_name="Nyghtowl")
 THREAD = ThreadRef(platform="slack", workspace="T1", channel="C2", thread="1732860000.000100")

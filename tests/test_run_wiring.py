@@ -8,10 +8,10 @@ import contextlib
 import aiohttp
 
 from agent.settings import AgentSettings, TemporalSettings
+from harness import free_port
+from harness.conditions import wait_for
+from harness.fakes.slack_api import FakeSlackApi, SlackSender, signed_headers
 from refund_bot.app import run
-from tests.fakes.slack_api import FakeSlackApi, SlackSender, signed_headers
-from tests.support import free_port
-from tests.support.conditions import wait_for
 
 SECRET = "run-wiring-signing-secret"
 CHANNEL = "C0SUPPORT"

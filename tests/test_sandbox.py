@@ -28,8 +28,8 @@ from temporalio.worker import Replayer, Worker, WorkflowRunner
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 
 from agent.workflow import RefundConversation
-from tests.support.codec import TEST_CONVERTER
-from tests.support.conditions import wait_for
+from harness.codec import TEST_CONVERTER
+from harness.conditions import wait_for
 from worker import sandbox
 from worker.sandbox import CompiledOnceSandboxRunner
 

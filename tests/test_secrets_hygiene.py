@@ -2,11 +2,11 @@
 leak: not in any log, not in Event History as the server stores it.
 
 The story runs as it does in production, in real processes: `refund-bot -v run` (embedded
-Temporal, the supervised Worker, Slack in HTTP mode against tests/fakes/slack_api.py, Stripe test
-mode against tests/fakes/stripe_api.py, the OpenAI decider against tests/fakes/openai_api.py,
+Temporal, the supervised Worker, Slack in HTTP mode against harness/fakes/slack_api.py, Stripe test
+mode against harness/fakes/stripe_api.py, the OpenAI decider against harness/fakes/openai_api.py,
 payloads encrypted with CODEC_KEYS), `refund-bot codec-server` with its bearer token, and a second
 `refund-bot worker` holding the Discord token, which posts a Discord conversation's questions to
-tests/fakes/discord_api.py. (The Discord gateway is discord.py's fixed wss://gateway.discord.gg,
+harness/fakes/discord_api.py. (The Discord gateway is discord.py's fixed wss://gateway.discord.gg,
 which no local fake can stand in for, so the Discord token is exercised by the Worker's outbound
 half.) Every secret is also shown to have been used: the fakes received it.
 """
@@ -33,13 +33,13 @@ from agent.settings import TemporalSettings
 from agent.temporal_client import connect
 from agent.workflow import RefundConversation
 from bot.ids import workflow_id_for
-from tests.fakes.discord_api import FakeDiscordAPI
-from tests.fakes.openai_api import FakeOpenAI
-from tests.fakes.slack_api import FakeSlackApi, SlackSender, signed_headers
-from tests.fakes.stripe_api import FakeStripe
-from tests.support import free_port
-from tests.support.codec import raw_bytes
-from tests.support.conditions import wait_for
+from harness import free_port
+from harness.codec import raw_bytes
+from harness.conditions import wait_for
+from harness.fakes.discord_api import FakeDiscordAPI
+from harness.fakes.openai_api import FakeOpenAI
+from harness.fakes.slack_api import FakeSlackApi, SlackSender, signed_headers
+from harness.fakes.stripe_api import FakeStripe
 
 MARK = "HYGIENE"
 CODEC_KEY = CodecKey("hygiene-key", b"HYGIENE-codec-key-0006-32-bytes!")

@@ -16,8 +16,8 @@ from temporalio.client import Client, WorkflowExecutionStatus
 
 from agent.settings import TemporalSettings
 from agent.temporal_client import connect
-from tests.support import free_port
-from tests.support.conditions import wait_for
+from harness import free_port
+from harness.conditions import wait_for
 from worker.lifecycle import alive
 from worker.server import EmbeddedTemporal, TemporalServerError, temporal_answers
 

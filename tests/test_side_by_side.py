@@ -26,13 +26,13 @@ from bot.local.terminal import PEOPLE, LocalChannel
 from bot.local.thread_store import LocalMessage, LocalThreadStore
 from bot.slack.render import metadata_payload
 from bot.slack.stage import SlackStage
+from harness.conditions import wait_for
+from harness.fakes.slack_api import FakeSlackApi
+from harness.owner import refunds_made
+from harness.stack import supervised_stack
 from refund_bot.side_by_side import SideBySideDemos, StoryParts
 from refund_bot.wiring import SupervisorsOverTemporal, local_thread_store
-from tests.fakes.slack_api import FakeSlackApi
-from tests.support.conditions import wait_for
-from tests.support.owner import refunds_made
 from tests.support.slack_e2e import ADMIN, CHANNEL, STRANGER, slack_e2e
-from tests.support.stack import supervised_stack
 
 ASKED = (QUESTIONS["item_opened"], QUESTIONS["damage"])
 STORY = 120  # seconds: a whole story, a Worker restart and two plain processes included

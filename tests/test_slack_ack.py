@@ -26,9 +26,9 @@ from bot.slack.app import acked_at_once, http_web_app, serve
 from bot.slack.commands import COMMANDS, SHORTCUTS, STATUS_SHORTCUT
 from bot.slack.handover import Handovers
 from bot.slack.render import APPROVE_ACTION_ID
-from tests.fakes.slack_api import Delivery, FakeSlackApi, signed_headers
-from tests.support import free_port
-from tests.support.conditions import wait_for
+from harness import free_port
+from harness.conditions import wait_for
+from harness.fakes.slack_api import Delivery, FakeSlackApi, signed_headers
 from tests.test_slack_app import (
     ADMIN,
     CHANNEL,

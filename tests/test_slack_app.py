@@ -55,15 +55,15 @@ from bot.slack.links import parse_mention, parse_order_number, parse_thread_link
 from bot.slack.outbound import SlackThreadPoster
 from bot.slack.render import APPROVE_ACTION_ID, DECISION_BLOCK_ID, DENY_ACTION_ID
 from bot.slack.settings import SlackSettings
-from tests.fakes.slack_api import (
+from harness import free_port, port_accepts
+from harness.conditions import wait_for
+from harness.fakes.slack_api import (
     Delivery,
     FakeSlackApi,
     JsonDict,
     SlackSender,
     signed_headers,
 )
-from tests.support import free_port, port_accepts
-from tests.support.conditions import wait_for
 
 SECRET = "8f742231b10e8888abcd99yyyzzz85a5"
 TEAM = "T0FAKE"

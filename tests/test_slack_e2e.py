@@ -23,9 +23,9 @@ from agent.stores.grants import GrantStore
 from agent.stores.ledger import Ledger
 from bot.conversations import Routed
 from bot.slack.render import APPROVE_ACTION_ID, METADATA_EVENT_TYPE
-from tests.fakes.slack_api import signed_headers
-from tests.support.conditions import wait_for
-from tests.support.owner import refunds_made
+from harness.conditions import wait_for
+from harness.fakes.slack_api import signed_headers
+from harness.owner import refunds_made
 from tests.support.slack_e2e import (
     ADMIN,
     CHANNEL,

@@ -23,8 +23,8 @@ from aiohttp import web
 from bot.slack.app import EVENTS_PATH, build_app, http_web_app, serve
 from bot.slack.render import APPROVE_ACTION_ID, unescape
 from bot.slack.requests import parse_body
-from tests.fakes.slack_api import FakeSlackApi, JsonDict, SlackSender
-from tests.support.conditions import wait_for
+from harness.conditions import wait_for
+from harness.fakes.slack_api import FakeSlackApi, JsonDict, SlackSender
 from tests.test_slack_app import (
     ADMIN,
     CHANNEL,

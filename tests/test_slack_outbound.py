@@ -24,8 +24,8 @@ from bot.slack.render import (
     parse_button_value,
 )
 from bot.slack.settings import SlackSettings
-from tests.fakes.slack_api import FakeSlackApi
-from tests.support.conditions import wait_for
+from harness.conditions import wait_for
+from harness.fakes.slack_api import FakeSlackApi
 
 CHANNEL = "C0SUPPORT"
 CUSTOMER_TEXT = "<!channel> hi @here & <@U0BOSS>"

@@ -17,7 +17,7 @@ import pytest
 from agent.stores import sqlite as sqlite_backend
 from agent.stores.grants import GrantStore
 from agent.stores.sqlite import SqliteDatabase
-from tests.support.conditions import wait_for
+from harness.conditions import wait_for
 
 
 def _connection_threads() -> set[threading.Thread]:

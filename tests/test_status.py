@@ -12,9 +12,9 @@ import pytest
 from temporalio.testing import WorkflowEnvironment
 
 from bot.platform_health import PlatformHealth
+from harness.conditions import wait_for
+from harness.stack import supervised_stack
 from refund_bot.status import log_status_every, status_line
-from tests.support.conditions import wait_for
-from tests.support.stack import supervised_stack
 
 
 async def test_the_status_line_says_where_everything_stands_and_is_logged_on_a_period(

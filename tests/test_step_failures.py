@@ -20,7 +20,7 @@ from agent.models import HistoryLookup, LookupCustomerInput, LookupOrderInput, O
 from agent.stores.database import database_for
 from agent.workflow import SOMETHING_WENT_WRONG, RefundConversation
 from bot.local.thread_store import LocalThreadStore
-from tests.support.conversation import LocalConversation
+from harness.conversation import LocalConversation
 
 
 @activity.defn(name="lookup_order")

@@ -17,8 +17,8 @@ from pathlib import Path
 from agent.settings import AgentSettings
 from agent.stores.database import close_database, database_for
 from bot.local.thread_store import LocalThreadStore
-from tests.support.conversation import SUPPORT, LocalConversation
-from tests.support.inproc import running_worker
+from harness.conversation import SUPPORT, LocalConversation
+from harness.inproc import running_worker
 
 # Scans that are not the agent's: the local terminal names a new thread one past the highest name
 # in use (t1, t2, …), once per thread it opens. It is the offline channel a person types into.

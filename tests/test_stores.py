@@ -39,8 +39,8 @@ from bot.hold import HoldSwitch
 from bot.inbox import Inbox
 from bot.local import thread_store
 from bot.local.thread_store import LocalThreadStore
-from tests.support.conversation import SUPPORT, LocalConversation
-from tests.support.inproc import running_worker
+from harness.conversation import SUPPORT, LocalConversation
+from harness.inproc import running_worker
 
 ALL_SCHEMAS: tuple[Schema, ...] = (
     domain_store.SCHEMA,

@@ -18,9 +18,9 @@ from agent.stores.sqlite import SqliteDatabase
 from agent.stripe_setup import create_test_payments
 from agent.workflow import REFUND_FAILED
 from bot.local.thread_store import LocalThreadStore
-from tests.fakes.stripe_api import FakeStripe
-from tests.support.conversation import CUSTOMER, LocalConversation
-from tests.support.inproc import running_worker
+from harness.conversation import CUSTOMER, LocalConversation
+from harness.fakes.stripe_api import FakeStripe
+from harness.inproc import running_worker
 
 REQUEST = RefundRequest(
     idempotency_key="refund-bot-abc123",

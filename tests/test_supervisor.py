@@ -16,9 +16,9 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowHandle
 from temporalio.testing import WorkflowEnvironment
 
-from tests.support import queue_settings
-from tests.support.codec import TEST_CODEC_ENV
-from tests.support.conditions import wait_for
+from harness import queue_settings
+from harness.codec import TEST_CODEC_ENV
+from harness.conditions import wait_for
 from worker.control import (
     RestartReport,
     request_worker_restart,

@@ -10,7 +10,7 @@ import subprocess
 import sys
 import time
 
-from tests.support import free_port
+from harness import free_port
 
 
 class Terminal:

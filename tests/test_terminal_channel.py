@@ -10,8 +10,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from tests.support import free_port
-from tests.support.cli_process import clean_environment
+from harness import free_port
+from harness.cli_process import clean_environment
 from tests.test_terminal import Terminal
 
 

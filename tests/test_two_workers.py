@@ -21,11 +21,11 @@ from temporalio.client import Client, WorkflowHandle
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
-from tests.support import free_port, queue_settings
-from tests.support.codec import TEST_CODEC_ENV
-from tests.support.conditions import wait_for
+from harness import free_port, queue_settings
+from harness.codec import TEST_CODEC_ENV
+from harness.conditions import wait_for
+from harness.stack import supervised_stack
 from tests.support.dummy_worker import Echo
-from tests.support.stack import supervised_stack
 from worker.control import (
     RestartReport,
     request_worker_restart,

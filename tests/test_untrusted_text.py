@@ -12,7 +12,7 @@ from agent.policy import find_order_number
 from bot.commands import CommandReply
 from bot.slack.render import escape
 from bot.untrusted import MAX_QUOTED_CHARS, neutral, quoted
-from tests.fakes.openai_api import INJECTED
+from harness.fakes.openai_api import INJECTED
 
 
 def _span(shown: str) -> str:

@@ -20,9 +20,9 @@ from agent.decoded_history import decoded_history
 from agent.history import Survivors, survivors_from_history, what_survives
 from agent.stores.database import database_for
 from bot.local.thread_store import LocalThreadStore
-from tests.support.codec import TEST_CONVERTER
-from tests.support.conversation import SUPPORT, LocalConversation
-from tests.support.inproc import running_worker
+from harness.codec import TEST_CONVERTER
+from harness.conversation import SUPPORT, LocalConversation
+from harness.inproc import running_worker
 
 ROOT = Path(__file__).parent / "histories"
 OLD_AND_NEW = ("before-issue-10", "before-fewer-steps", ".")

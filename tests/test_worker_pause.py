@@ -20,12 +20,12 @@ from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Replayer
 
 from agent.history import what_survives
+from harness import queue_settings
+from harness.codec import TEST_CODEC_ENV, TEST_CONVERTER
+from harness.conditions import wait_for
+from harness.conversation import LocalConversation
+from harness.stack import supervised_stack
 from refund_bot.wiring import SupervisorInProcess, SupervisorsOverTemporal, local_thread_store
-from tests.support import queue_settings
-from tests.support.codec import TEST_CODEC_ENV, TEST_CONVERTER
-from tests.support.conditions import wait_for
-from tests.support.conversation import LocalConversation
-from tests.support.stack import supervised_stack
 from worker.control import RestartReport, RestartWorker, worker_identity
 from worker.lifecycle import alive
 from worker.supervisor import WorkerSupervisor, worker_is_polling, workflow_pollers

@@ -12,12 +12,12 @@ keeping each thread's messages in order, and `build_client` / `serve`.
 
     serve -> bot.reconnect.keep_connected -> login (once) -> connect: IDENTIFY or RESUME -> events
 
-`api_url` (a proxy or tests.fakes.discord_api): the REST client is DiscordThreadPoster's
+`api_url` (a proxy or harness.fakes.discord_api): the REST client is DiscordThreadPoster's
 RoutedHTTPClient. Interaction responses do not go through it: discord.py sends them with its
 webhook adapter, taken from the `async_context` ContextVar, so `login` sets a routed adapter in
 the calling task's context, which every event task then inherits. Nothing process-wide is changed.
 
-`gateway_url` (a proxy or tests.fakes.discord_gateway): `connect` below replaces discord.py's
+`gateway_url` (a proxy or harness.fakes.discord_gateway): `connect` below replaces discord.py's
 Client.connect, which always opens a new session at the class constant
 DiscordWebSocket.DEFAULT_GATEWAY (and falls back to it after an invalidated session), retries
 failures itself with a traceback in the log each time and waits of up to 17 minutes, and raises

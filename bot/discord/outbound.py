@@ -9,7 +9,7 @@ so a retried Activity sending the same key gets Discord's earlier message back i
 one. Discord remembers a nonce only for "a few minutes" (same author); a retry later than that
 posts again, so the Activity's retry policy should stop well inside that window.
 
-`api_url` (DiscordSettings.api_url: a proxy, or tests.fakes.discord_api): discord.py builds every
+`api_url` (DiscordSettings.api_url: a proxy, or harness.fakes.discord_api): discord.py builds every
 URL from the class attribute `Route.BASE`, including the GET /users/@me inside static_login, which
 we cannot hand a Route of our own. Rather than assign `Route.BASE` (process-wide: it would also
 move a gateway bot in the same process), `RoutedHTTPClient` rewrites the base of each Route it

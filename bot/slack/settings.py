@@ -21,7 +21,7 @@ class SlackSettings(BaseSettings):
     signing_secret: SecretStr | None = None  # verifies HTTP-mode requests
     support_channel: str | None = None  # a channel id (C…/G…), not a name: names can change
     port: int = 3000
-    # Web API base URL, so the bot can be pointed at a proxy or at tests.fakes.slack_api.
+    # Web API base URL, so the bot can be pointed at a proxy or at harness.fakes.slack_api.
     api_url: str = SLACK_API_URL
     approver_group: str | None = None  # a user-group id (S…), read later as a live grant source
     # The refund limit a member of `approver_group` approves up to; None means no limit.

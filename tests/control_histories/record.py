@@ -19,9 +19,9 @@ from pathlib import Path
 
 from temporalio.client import Client, WorkflowHandle
 
-from tests.support import queue_settings
-from tests.support.codec import TEST_CODEC_ENV
-from tests.support.dev_server import start_dev_server
+from harness import queue_settings
+from harness.codec import TEST_CODEC_ENV
+from harness.dev_server import start_dev_server
 from worker.control import paused_worker_restart, request_worker_restart
 from worker.supervisor import WorkerSupervisor
 

@@ -3,7 +3,7 @@
 Run it when the Workflow changes on purpose (and version the change with workflow.patched):
     uv run python -m tests.histories.record [name ...]      (no names: every scenario)
 
-The histories are encrypted with the tests' codec key (tests/support/codec.py), as every history
+The histories are encrypted with the tests' codec key (harness/codec.py), as every history
 written since the codec is. A history recorded before a Workflow change stays as it was recorded:
 it is the proof that a conversation that was running at the deploy still replays. Move it into a
 `before-*` folder (the replay test reads every folder) before re-recording the scenario with the
@@ -22,11 +22,11 @@ from temporalio.client import WorkflowFailureError, WorkflowHandle
 
 from agent.models import Actor
 from agent.settings import AgentSettings
-from tests.fakes.openai_api import Behaviour, FakeOpenAI
-from tests.support.conversation import SUPPORT, LocalConversation
-from tests.support.inproc import standalone_agent
+from harness.conversation import SUPPORT, LocalConversation
+from harness.fakes.openai_api import Behaviour, FakeOpenAI
+from harness.inproc import standalone_agent
+from harness.owner import place_order
 from tests.support.outcome_gate import OutcomeGate
-from tests.support.owner import place_order
 from worker.runner import build_worker
 
 HERE = Path(__file__).parent
@@ -201,7 +201,7 @@ SCENARIOS: dict[str, Callable[[LocalConversation], Awaitable[WorkflowHandle]]] =
 # The Worker's OpenAI key in each scenario: the fake answers 401 to any other than its own.
 RIGHT_KEY = "sk-the-right-key"
 WORKER_KEYS = {"model_decided": RIGHT_KEY, "model_overruled": RIGHT_KEY}
-# How the model behaves in each scenario (tests/fakes/openai_api.py); cooperative elsewhere.
+# How the model behaves in each scenario (harness/fakes/openai_api.py); cooperative elsewhere.
 MODEL_BEHAVIOURS: dict[str, Behaviour] = {"model_overruled": "approve_at_once"}
 
 

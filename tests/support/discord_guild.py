@@ -12,7 +12,7 @@ import asyncio
 from dataclasses import dataclass, field
 
 from bot.conversations import InboundClick, InboundMessage, Routed
-from tests.fakes.discord_api import FakeDiscordAPI, _user
+from harness.fakes.discord_api import FakeDiscordAPI, _user
 
 GUILD = 1170000000000000007
 SUPPORT = 1170000000000000009

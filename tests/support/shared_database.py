@@ -3,7 +3,7 @@
     shared_database fixture -> SharedDatabase.env (each process's settings) -> the processes
     the test -> place_order (the demo world) ... refunds_for (the ledger: the owner's answer)
 
-The database is a fresh one on the suite's PostgreSQL server (tests/support/postgres.py), as a
+The database is a fresh one on the suite's PostgreSQL server (harness/postgres.py), as a
 deployment on several hosts would have it: each process keeps a DATA_DIR of its own (its logs, its
 pid files), and every store (grants, ledger, domain data, inbox, hold switch, the Discord gateway
 lease) goes through DATABASE_URL.

@@ -29,11 +29,11 @@ from agent.stores.grants import GrantStore
 from bot.conversations import ConversationRouter, InboundClick, InboundMessage, Routed
 from bot.slack.app import build_app, http_web_app
 from bot.slack.links import order_finder
+from harness import NO_PROXY
+from harness.conditions import wait_for
+from harness.fakes.slack_api import Delivery, FakeSlackApi, SlackSender, signed_headers
+from harness.stack import supervised_stack
 from refund_bot.app import Stack
-from tests.fakes.slack_api import Delivery, FakeSlackApi, SlackSender, signed_headers
-from tests.support import NO_PROXY
-from tests.support.conditions import wait_for
-from tests.support.stack import supervised_stack
 
 SECRET = "e2e-signing-secret-0123456789abcdef"
 TEAM = "T0E2E"

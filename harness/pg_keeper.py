@@ -8,7 +8,7 @@ The kernel's parent-death signal does not survive a change of user followed by e
 cleared), so a postgres started as `nobody` from a root pytest could not be tied to pytest's life
 directly. The keeper keeps pytest's user: the tie holds for it, and it passes the stop on.
 
-    python tests/support/pg_keeper.py UID GID ROOT -- postgres ARGS…   (UID -1: the keeper's own)
+    python harness/pg_keeper.py UID GID ROOT -- postgres ARGS…   (UID -1: the keeper's own)
 """
 
 from __future__ import annotations

@@ -17,7 +17,7 @@ from typing import Any
 
 from aiohttp import web
 
-from tests.fakes.loopback import LoopbackFake
+from harness.fakes.loopback import LoopbackFake
 
 
 @dataclass

@@ -11,7 +11,7 @@ from typing import Any
 
 from temporalio.testing import WorkflowEnvironment
 
-from tests.support.codec import TEST_CONVERTER
+from harness.codec import TEST_CONVERTER
 from worker.server import dynamic_config_args, temporal_cli_path
 
 

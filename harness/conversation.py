@@ -17,7 +17,7 @@ from agent.models import (
 )
 from agent.workflow import RefundConversation
 from bot.local.thread_store import LocalMessage, LocalThreadStore
-from tests.support.conditions import wait_for
+from harness.conditions import wait_for
 
 CUSTOMER = Actor(platform="local", user_id="customer", display_name="Nyghtowl")
 SUPPORT = Actor(platform="local", user_id="support", display_name="Sam (support)")

@@ -34,12 +34,12 @@ from agent.stores.database import database_for
 from agent.stores.grants import GrantStore
 from agent.stores.ledger import Ledger
 from bot.local.thread_store import LocalMessage
+from harness.codec import TEST_CONVERTER
+from harness.conditions import wait_for
+from harness.conversation import SUPPORT, LocalConversation
+from harness.crowd import Shopper, place_crowd
+from harness.stack import supervised_stack
 from refund_bot.wiring import local_thread_store
-from tests.support.codec import TEST_CONVERTER
-from tests.support.conditions import wait_for
-from tests.support.conversation import SUPPORT, LocalConversation
-from tests.support.crowd import Shopper, place_crowd
-from tests.support.stack import supervised_stack
 from worker.control import request_worker_restart, worker_identity
 from worker.supervisor import worker_is_polling
 

@@ -13,7 +13,7 @@ from temporalio.client import Client
 from agent.settings import AgentSettings
 from agent.stores.database import database_for
 from bot.local.thread_store import LocalThreadStore
-from tests.support.dev_server import start_dev_server
+from harness.dev_server import start_dev_server
 from worker.runner import build_worker
 
 

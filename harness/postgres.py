@@ -8,7 +8,7 @@
 Nothing is downloaded: `make test` installs pgserver (PostgreSQL 16) from the lock file like any
 other dependency. Only its binaries are used, started here rather than through pgserver's own
 `get_server`, so that the server is this process's: it stops when the session ends, and if pytest
-is SIGKILLed its keeper (tests/support/pg_keeper.py, tied to pytest's life) stops it.
+is SIGKILLed its keeper (harness/pg_keeper.py, tied to pytest's life) stops it.
 
 As root (CI, containers), initdb and postgres refuse to run, so both run as the unprivileged
 `nobody` user, from a hard-linked (or copied) tree of the binaries in the session's own
@@ -34,7 +34,7 @@ from typing import Any
 import asyncpg
 
 from agent.stores.database import close_database
-from tests.support.conditions import wait_for
+from harness.conditions import wait_for
 from worker.lifecycle import spawn_child, terminate
 
 PORT = 5432  # only names the socket file: the server listens on no TCP address

@@ -49,7 +49,7 @@ from typing import TYPE_CHECKING, Any
 from aiohttp import WSMsgType, web
 
 if TYPE_CHECKING:
-    from tests.fakes.discord_api import FakeDiscordAPI
+    from harness.fakes.discord_api import FakeDiscordAPI
 
 GATEWAY_PATH = "/gateway"
 # What Discord says in READY; resolvable only on the internet, so a client that resumes there

@@ -28,7 +28,7 @@ The gateway half: Discord also *sends* events. `guild_create_event`, `user_messa
 MESSAGE_DELETE, THREAD_CREATE and INTERACTION_CREATE as Discord would dispatch them for this fake's
 state, and record what Discord would record (a user's message is stored; an interaction's token is
 issued), so a test can feed them to discord.py's ConnectionState exactly as its gateway would. They
-also go out over this fake's real gateway (`gateway_url`, tests.fakes.discord_gateway) to every
+also go out over this fake's real gateway (`gateway_url`, harness.fakes.discord_gateway) to every
 connected bot, as do the events Discord dispatches for what a bot did over REST: MESSAGE_CREATE
 for each message it posts, THREAD_CREATE for each thread it opens.
 
@@ -60,7 +60,7 @@ from typing import Any
 
 from aiohttp import web
 
-from tests.fakes.discord_gateway import GATEWAY_PATH, FakeDiscordGateway
+from harness.fakes.discord_gateway import GATEWAY_PATH, FakeDiscordGateway
 
 API_PREFIX = "/api/v10"
 DISCORD_EPOCH_MS = 1420070400000

@@ -18,7 +18,7 @@ from typing import Any, Literal
 
 from aiohttp import web
 
-from tests.fakes.loopback import LoopbackFake
+from harness.fakes.loopback import LoopbackFake
 
 Behaviour = Literal[
     "scripted",  # look up the order and the history, then submit `decision`

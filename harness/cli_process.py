@@ -21,9 +21,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from harness import free_port
+from harness.conditions import wait_for
 from refund_bot.config import setting_names
-from tests.support import free_port
-from tests.support.conditions import wait_for
 from worker.lifecycle import alive, started_at
 
 # Every fake a test runs is on loopback: a developer's proxy must not be asked for it.
