@@ -129,6 +129,7 @@ def effect_owner(settings: AgentSettings, ledger: Ledger | None = None) -> Effec
 class OwnerRecord(BaseModel):
     owner: str  # "offline ledger" | "Stripe test mode"
     refunds: list[str]  # one line per refund the owner holds for this conversation
+    refund_ids: list[str] = []  # the same refunds' ids, in the same order
 
 
 async def refunds_at_owner(
@@ -144,14 +145,17 @@ async def refunds_at_owner(
                 f"{r.calls})"
                 for r in refunds
             ],
+            refund_ids=[r.refund_id for r in refunds],
         )
     if payment_ref is None:  # the order was never looked up: nothing can have been refunded
         return OwnerRecord(owner=StripeOwner.name, refunds=[])
+    made = [
+        r
+        for r in await StripeOwner(settings).refunds_of([payment_ref])
+        if r.workflow_id == workflow_id
+    ]
     return OwnerRecord(
         owner=StripeOwner.name,
-        refunds=[
-            f"{r.refund_id} {r.status} ${r.amount_cents / 100:,.2f}"
-            for r in await StripeOwner(settings).refunds_of([payment_ref])
-            if r.workflow_id == workflow_id
-        ],
+        refunds=[f"{r.refund_id} {r.status} ${r.amount_cents / 100:,.2f}" for r in made],
+        refund_ids=[r.refund_id for r in made],
     )

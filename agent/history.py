@@ -4,15 +4,11 @@
         -> answers, lookups, the order, next action, where the refund stands
 
 Event History lives in the Temporal Service, not in a Worker, so this works while no Worker is
-alive (a Query would not). Each step is a regular Activity (its scheduled and closing events) or,
-since issue 10, a local activity (one marker holding its result): the lookups' results are the
-lookups, the latest decide step's result is the next action, and the refund Activity's events say
-where the effect stands. The answers are the customer's recorded Signals, taken by the rule the
-Workflow applies (agent/intake.py) and paired in order with the decide steps that asked: the same
-reading serves histories recorded before issue 10 (whose decide inputs also held the answers) and
-after (whose local decide steps record no input). The server holds that history encrypted:
-`what_survives` decodes it through the client's converter (agent/decoded_history.py) before reading
-it, and a missing key fails there, naming the key id.
+alive (a Query would not). A step is a regular Activity (its scheduled and closing events) or a
+local activity (one marker holding its result). The answers are the customer's recorded Signals,
+taken by the rule the Workflow applies (agent/intake.py) and paired in order with the decide steps
+that asked. The history is encrypted: `what_survives` decodes it through the client's converter
+(agent/decoded_history.py) first, and a missing key fails there, naming the key id.
 """
 
 from __future__ import annotations
@@ -47,6 +43,7 @@ from agent.models import (
     PostedMessage,
     QuestionId,
     RefundResult,
+    ThreadRef,
 )
 
 LOOKUP_TOOLS = ("lookup_order", "lookup_customer_history", "check_refund_policy")
@@ -55,11 +52,6 @@ LOOKUP_TOOLS = ("lookup_order", "lookup_customer_history", "check_refund_policy"
 # activity's result, a payload like any other: encrypted).
 LOCAL_ACTIVITY_MARKER = "core_local_activity"
 _QUESTIONS = frozenset(get_args(QuestionId))
-# What the SDK's core names a workflow.patched marker; its "patch-data" is plain JSON ({"id": ...}).
-PATCH_MARKER = "core_patch"
-# The Workflow change after which every decision goes through apply_refund_rules
-# (agent.workflow.PATCH_RULES; not imported: that module is the workflow sandbox's).
-RULES_PATCH = "rules-dispose"
 
 
 class RefundProgress(BaseModel):
@@ -85,6 +77,7 @@ class Survivors(BaseModel):
     # The live model's own summary of its proposal: for support agents and operators only, never
     # for a customer (None with the offline policy).
     model_note: str | None = None
+    thread: ThreadRef | None = None  # where the conversation lives
 
 
 @dataclass
@@ -116,6 +109,7 @@ class _Signals:
     answers: list[str] = field(default_factory=list)  # accepted texts, in order
     clicks: list[Click] = field(default_factory=list)
     customer_messages: int = 0  # every customer_message Signal, taken or not
+    start: ConversationStart | None = None  # the Workflow's input
 
 
 _INPUT_TYPES: dict[str, type] = {"post_to_thread": OutboundMessage}
@@ -219,7 +213,7 @@ def _signals(events: list[HistoryEvent], converter: DataConverter) -> _Signals:
     for event in events:
         if event.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_STARTED:
             attrs = event.workflow_execution_started_event_attributes
-            start = _decode(converter, attrs.input.payloads, ConversationStart)
+            start = found.start = _decode(converter, attrs.input.payloads, ConversationStart)
             seen = [start.opening_message_id] if start else []
         elif event.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED:
             attrs = event.workflow_execution_signaled_event_attributes
@@ -300,9 +294,7 @@ def survivors_from_history(
         closed=closed,
         answers=answers,
         lookups=[s.name for s in steps if s.name in LOOKUP_TOOLS and s.completed],
-        next_action=_next_action(
-            closed, outcome, steps, signals, len(asks), refund, _took_patch(events, RULES_PATCH)
-        ),
+        next_action=_next_action(closed, outcome, steps, signals, len(asks), refund),
         refund=refund,
         decide_calls=len(decides),
         customer_signals=signals.customer_messages,
@@ -310,20 +302,8 @@ def survivors_from_history(
         outcome=outcome,
         decision=decision,
         model_note=model_note,
+        thread=signals.start.thread if signals.start else None,
     )
-
-
-def _took_patch(events: list[HistoryEvent], patch_id: str) -> bool:
-    """Whether the run took a Workflow change (its workflow.patched marker is recorded)."""
-    for event in events:
-        if event.event_type != EventType.EVENT_TYPE_MARKER_RECORDED:
-            continue
-        marker = event.marker_recorded_event_attributes
-        if marker.marker_name == PATCH_MARKER:
-            (payload,) = marker.details["patch-data"].payloads
-            if json.loads(payload.data).get("id") == patch_id:
-                return True
-    return False
 
 
 def _latest_result(steps: list[Step], name: str) -> Any:
@@ -364,7 +344,6 @@ def _next_action(
     signals: _Signals,
     questions: int,
     refund: RefundProgress,
-    rules_apply: bool,
 ) -> str:
     if closed:
         return f"none: closed ({outcome.status if outcome else 'not completed'})"
@@ -380,13 +359,12 @@ def _next_action(
     if step.action == "lookup":
         done = any(a.name == step.tool and a.completed for a in after)
         return "decide next step" if done else f"run {step.tool}"
-    if rules_apply:
-        # The decider's step is a proposal: what happens is what the rules made of it.
-        rules = next((s for s in after if s.name == "apply_refund_rules"), None)
-        if rules is None or not rules.completed:
-            return "check the decision against the refund rules"
-        after = [s for s in after if s.at > rules.at]
-        step = step.model_copy(update={"outcome": rules.result.outcome})
+    # The decider's step is a proposal: what happens is what the rules made of it.
+    rules = next((s for s in after if s.name == "apply_refund_rules"), None)
+    if rules is None or not rules.completed:
+        return "check the decision against the refund rules"
+    after = [s for s in after if s.at > rules.at]
+    step = step.model_copy(update={"outcome": rules.result.outcome})
     if step.outcome == "deny":
         return "tell the customer the refund is denied"
     if refund.state == "in flight":

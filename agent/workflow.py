@@ -1,15 +1,15 @@
 """RefundConversation: one chat thread's refund conversation, as a durable agent loop.
 
-The loop is the agent: each turn `decide_next_step` looks at the working memory and asks the
-customer, runs one lookup, or decides. Everything non-deterministic (the model, the stores, the chat
-platforms, the refund) is an Activity, so after a crash a new Worker replays this code against
-Event History: finished steps return their recorded results and the loop resumes where it stood.
+    Signal(-with-start) -> decide: ask | look up | propose -> the refund rules dispose
+        -> deny | refund | escalate -> Approve click -> hold? -> live grant read -> the refund
 
-Short steps (the offline policy's decision, the store lookups, the live grant read) are local
-activities: they run inside the workflow task that needs them, with no task-queue round trip, and
-only their results are recorded (a marker each). What waits on the outside world (the model, the
-refund) stays a regular Activity that heartbeats. A chat post is tried once inside the workflow
-task that decided it, and a platform that fails or is slow gets the regular Activity (_post).
+Everything non-deterministic (the model, the stores, the chat platforms, the refund) is an
+Activity, so after a crash a new Worker replays this code against Event History and the loop
+resumes where it stood. Short steps (the offline decider, the lookups, the rules, the grant read, a
+post's first try) are local activities: they run inside the workflow task that needs them and
+only their results are recorded. What waits on the outside world (the model, the refund, a slow
+platform) is a regular Activity that heartbeats. Every wait is bounded by MAX_CONVERSATION_AGE.
+This is Workflow version 1.0 (agent/versions.py); docs/versioning.md says how a change ships.
 """
 
 # The workflow sandbox runs this module afresh for every conversation it starts or replays, so it
@@ -17,6 +17,7 @@ task that decided it, and a platform that fails or is slow gets the regular Acti
 # `from __future__ import annotations` the SDK eval()s each handler's type hints every time.
 import asyncio
 import hashlib
+from collections.abc import Awaitable, Callable
 from datetime import timedelta
 from typing import Any, TypeVar, cast
 
@@ -25,6 +26,12 @@ from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
+    from agent.activities.authorize import AuthorizeActivities
+    from agent.activities.decide import DecideActivities
+    from agent.activities.lookups import LookupActivities
+    from agent.activities.notify import NotifyActivities
+    from agent.activities.refund import RefundActivities
+    from agent.activities.rules import apply_refund_rules
     from agent.escalation import EscalationRound
     from agent.intake import answer_text, from_customer, remember
     from agent.models import (
@@ -54,7 +61,6 @@ with workflow.unsafe.imports_passed_through():
         OutboundMessage,
         Phase,
         PolicyInput,
-        PolicyLookup,
         PostedMessage,
         QuestionId,
         RefundRequest,
@@ -64,21 +70,29 @@ with workflow.unsafe.imports_passed_through():
     )
     from agent.policy import order_number_from
     from agent.rules import already_refunded
+    from agent.versions import MAX_CONVERSATION_AGE, WORKFLOW_VERSION
+    from agent.visibility import VERSION_ATTRIBUTE
 
 WORKFLOW_TYPE = "RefundConversation"
 
-# The loop is bounded so a decide step that never decides fails loudly instead of looping forever.
-# It also bounds Event History on the model's path, where working memory is re-sent (and recorded)
-# on every turn; the offline policy's local decide step records none of it.
+# The loop is bounded so a decider that never decides cannot loop for ever; on the model's path,
+# where working memory is re-sent (and recorded) each turn, it also bounds Event History.
 MAX_TURNS = 10
 KNOWN_QUESTIONS = frozenset({"order_number", "item_opened", "damage"})
-KNOWN_TOOLS = frozenset({"lookup_order", "lookup_customer_history", "check_refund_policy"})
+# The lookups a decider may ask for, by name; their arguments come from the conversation.
+LOOKUPS: dict[str, Callable[..., Awaitable[Any]]] = {
+    "lookup_order": LookupActivities.lookup_order,
+    "lookup_customer_history": LookupActivities.lookup_customer_history,
+    "check_refund_policy": LookupActivities.check_refund_policy,
+}
 # A bound on what Signals may add to workflow state: a flood of messages cannot grow it without end
 # (the ids remembered are bounded by agent.intake.MAX_SEEN_IDS).
 MAX_QUEUED_MESSAGES = 20
-# A conversation nobody answers closes itself instead of staying open for ever.
+# A customer who does not answer, and an escalation nobody decides, close the conversation.
 CUSTOMER_IDLE_TIMEOUT = timedelta(days=3)
 APPROVAL_TIMEOUT = timedelta(days=7)
+# The presenter's hold before the refund: released by /refund-release, or over after this.
+HOLD_TIMEOUT = timedelta(hours=1)
 
 DECIDE_RETRY = RetryPolicy(
     initial_interval=timedelta(seconds=1),
@@ -99,49 +113,17 @@ REFUND_RETRY = RetryPolicy(
     maximum_interval=timedelta(seconds=5),
     maximum_attempts=10,
 )
-# Edits of an earlier post (the escalation, once decided) are retried like posts, for a shorter
-# while: the outcome itself was already said in the thread.
-EDIT_RETRY = POST_RETRY
 # Short steps run locally in a workflow task; a slow store or owner (Stripe) read has this long
 # per attempt (the task is heartbeated meanwhile, so it does not time out).
 SHORT_STEP_TIMEOUT = timedelta(seconds=10)
-# The Worker-loss detection window for Activities that wait on the outside world (the model, the
-# chat platforms, Stripe): they heartbeat every second while they wait, so a slow call is not taken
-# for a dead Worker, and a dead Worker's call is retried elsewhere within seconds.
+# The Worker-loss detection window for Activities that wait on the outside world: they heartbeat
+# every second, so a slow call is not taken for a dead Worker, and a dead Worker's call is retried
+# elsewhere within seconds.
 HEARTBEAT_TIMEOUT = timedelta(seconds=4)
-# A post is first tried inside the workflow task that decided it (a local activity, one attempt):
-# a healthy platform answers in tens of milliseconds, and the customer reads the next question a
-# task-queue round trip sooner. A platform slower than this, or failing, ends the try and the
+# A post is first tried inside the workflow task that decided it (one attempt): a healthy platform
+# answers in tens of milliseconds. A platform slower than this, or failing, ends the try and the
 # regular Activity takes over with its day of retries (POST_RETRY).
 LOCAL_POST_TIMEOUT = timedelta(seconds=5)
-
-
-# Every change to the Workflow's commands since issue 9, one patch id each. A conversation whose
-# history was recorded before a change replays the old branch (workflow.patched is False there).
-PATCH_ROUND_IDS = "escalation-round-ids"  # escalation posts carry their round id
-PATCH_STALE_CLICKS = "approvals-bound-to-rounds"  # a click for another round is dropped
-PATCH_EDIT_ESCALATION = "escalation-edited-with-outcome"  # a decided escalation says what happened
-PATCH_PLAIN_REFUND_FAILURE = "refund-failure-plain-sentence"  # no owner's text in the thread
-PATCH_ALREADY_REFUNDED = "already-refunded-closes-denied"  # the owner's refusal is an answer
-PATCH_FAREWELL = "failure-says-so-first"  # a failure that ends the run says so in the thread
-# Issue 10: the offline decision, the lookups and the grant read as local activities (one marker
-# each instead of a task-queue round trip). A run recorded before it keeps regular Activities.
-PATCH_LOCAL_STEPS = "short-steps-local"
-# A customer message that arrives after the outcome was decided is answered, not dropped.
-PATCH_LATE_MESSAGES = "late-messages-answered"
-# Posts tried in the workflow task first (LOCAL_POST_TIMEOUT); a run recorded before posts with
-# regular Activities only.
-PATCH_LOCAL_POSTS = "posts-tried-locally-first"
-# Fewer steps a conversation: the outcome tried in the workflow task too, with a message the run
-# never read answered at the end (_close); and a step's lookups that do not depend on each other
-# run at the same time (_lookups). One id for both, and it implies every id above (_patched): each
-# id a run takes costs it a marker and a search-attribute upsert (TemporalChangeVersion).
-PATCH_FEWER_STEPS = "fewer-steps"
-# The model proposes, the rules dispose: every decision is checked by the refund rules over the
-# owner's records (apply_refund_rules, after any lookup the decider skipped), and what a customer
-# reads is the rules' sentence, never a decider's words. A step the decider could not make usable
-# (an unknown tool, no decision within MAX_TURNS) is a proposal of nothing: a person decides.
-PATCH_RULES = "rules-dispose"
 
 T = TypeVar("T")
 
@@ -151,18 +133,11 @@ SOMETHING_WENT_WRONG = "Something went wrong on our side. A support agent will p
 # To a customer who writes while the conversation is saying its last word (the same answer the
 # router gives once the conversation has ended).
 FINISHED = "This conversation has finished. Post in the support channel to start a new one."
-
-
-def _patched(patch_id: str) -> bool:
-    """workflow.patched(patch_id) for a change made before PATCH_FEWER_STEPS.
-
-    A run that takes PATCH_FEWER_STEPS was live at its first check, with this code: it takes every
-    earlier change too, and records that one marker instead of one per change. A run recorded
-    before answers each id from its own history, as it always did (the SDK keeps a run's first
-    answer for each id, so PATCH_FEWER_STEPS stays False there once its replay said so). A change
-    made after PATCH_FEWER_STEPS calls workflow.patched itself.
-    """
-    return workflow.patched(PATCH_FEWER_STEPS) or workflow.patched(patch_id)
+NOT_HEARD_BACK = "I haven't heard back, so I've closed this request. Write again any time."
+HOLD_RAN_OUT = (
+    "The hold before this refund ran out, so no refund was made. Write again to start a new "
+    "request."
+)
 
 
 def idempotency_key_for(workflow_id: str, first_run_id: str) -> str:
@@ -185,9 +160,8 @@ def _cause(err: ActivityError) -> str:
 
 
 async def _local_activity(
-    name: str,
+    activity: Callable[..., Awaitable[T]],
     arg: Any,
-    result_type: type[T],
     *,
     start_to_close: timedelta,
     retry_policy: RetryPolicy,
@@ -200,13 +174,10 @@ async def _local_activity(
     """
     try:
         return await workflow.execute_local_activity(
-            name,
-            arg,
-            result_type=result_type,
-            start_to_close_timeout=start_to_close,
-            retry_policy=retry_policy,
+            activity, arg, start_to_close_timeout=start_to_close, retry_policy=retry_policy
         )
     except ApplicationError as err:
+        name = getattr(activity, "__name__", str(activity))
         raise ActivityError(
             f"{name} failed: {err.message}",
             scheduled_event_id=0,
@@ -228,7 +199,11 @@ class _Declined(Exception):
 
 
 class _Idle(Exception):
-    """Nobody answered within the idle timeout."""
+    """Nobody answered in time."""
+
+
+class _HoldRanOut(Exception):
+    """The presenter's hold before the refund was not released in time."""
 
 
 @workflow.defn(name=WORKFLOW_TYPE)
@@ -249,7 +224,6 @@ class RefundConversation:
         self._approvals: list[Approval] = []
         self._seen_ids: list[str] = [start.opening_message_id]
         self._released = False
-        self._late: list[str] = []  # ids of customer messages that came after the outcome
         # Escalation rounds: each post of Approve / Deny opens one; a click answers one round.
         self._round = 0
         self._escalation: EscalationRound | None = None  # the latest round
@@ -261,17 +235,18 @@ class RefundConversation:
 
     @workflow.run
     async def run(self, start: ConversationStart) -> ConversationOutcome:
+        # Which code started this conversation, for the Worker that must one day replay it. The
+        # starter sets it (agent.versions.version_attributes); set here only if it did not.
+        if workflow.info().typed_search_attributes.get(VERSION_ATTRIBUTE) != WORKFLOW_VERSION:
+            workflow.upsert_search_attributes([VERSION_ATTRIBUTE.value_set(WORKFLOW_VERSION)])
         try:
-            step = await self._agent_loop(start)
-            if not workflow.patched(PATCH_RULES):
-                return await self._act_on_step(step)
-            decision = await self._dispose(step)
+            decision = await self._dispose(await self._agent_loop(start))
             order = self._order()
             if decision.outcome == "deny" or order is None:
                 return await self._close("denied", f"I can't refund this order. {decision.reason}")
-            if decision.outcome == "approve":
-                approver, role = AGENT_PRINCIPAL, "refund_agent"
-            else:
+            approver: Actor = AGENT_PRINCIPAL
+            role: Role = "refund_agent"
+            if decision.outcome != "approve":
                 approver, role = await self._escalate(order, decision.reason)
             await self._hold_before_refund(order)
             await self._authorized(order, approver, role)
@@ -283,29 +258,20 @@ class RefundConversation:
         except _Idle:
             return await self._close(
                 "expired",
-                "I haven't heard back, so I've closed this request. Write again any time.",
+                NOT_HEARD_BACK,
                 settled="no decision was made in time, so this request is closed.",
             )
+        except _HoldRanOut:
+            return await self._close("expired", HOLD_RAN_OUT)
         except ActivityError as err:
             # A step failed for good (a model that refuses the call, retries exhausted, ...).
             await self._say_failed(err)
             raise  # the run fails loudly for an operator, with the detail in Event History
 
-    async def _act_on_step(self, step: AgentStep) -> ConversationOutcome:
-        """A run recorded before PATCH_RULES: the decider's step taken as it was."""
-        order = self._order()
-        if step.outcome == "deny" or order is None:
-            return await self._close("denied", f"I can't refund this order. {step.rationale}")
-        if step.outcome == "approve":
-            approver, role = AGENT_PRINCIPAL, "refund_agent"
-        else:
-            approver, role = await self._escalate(order, step.rationale)
-        await self._hold_before_refund(order)
-        await self._authorized(order, approver, role)
-        return await self._refund_order(order)
-
     async def _agent_loop(self, start: ConversationStart) -> AgentStep:
+        """Turns of the decider until it proposes a decision (or gives nothing usable)."""
         asked_on = workflow.info().workflow_start_time.date()
+        step = AgentStep(action="decide", source=start.decider)
         for turn in range(1, MAX_TURNS + 1):
             self._phase = "deciding"
             step = await self._decide(
@@ -321,31 +287,36 @@ class RefundConversation:
                 "EXECUTION STATE | turn=%d step=%s %s", turn, step.action, step.summary
             )
             if step.action == "decide":
-                self._decision = step.outcome
                 return step
             if step.action == "ask":
                 self._memory.append(await self._ask(step))
-            elif step.action == "lookup":
-                unknown = next((t for t in self._tools(step) if t not in KNOWN_TOOLS), None)
-                if unknown is not None and workflow.patched(PATCH_RULES):
-                    return _nothing_usable(step, f"asked for an unknown tool: {unknown[:80]}")
-                if unknown is not None:
-                    await self._fail(
-                        f"the agent asked for an unknown tool: {unknown}", "UnknownTool"
-                    )
-                self._memory.extend(await self._lookups(step))
-            else:
-                await self._fail(
-                    f"the agent chose an unknown action: {step.action}", "UnknownAction"
-                )
-        if workflow.patched(PATCH_RULES):
-            return _nothing_usable(step, "did not decide within the turn budget")
-        await self._fail("the agent did not decide within the turn budget", "AgentLoopExhausted")
-        raise AssertionError("unreachable")
+                continue
+            tools = [step.tool or "", *step.parallel_tools]
+            if unknown := next((t for t in tools if t not in LOOKUPS), None):
+                return _nothing_usable(step, f"asked for an unknown tool: {unknown[:80]}")
+            self._phase = "looking_up"
+            self._memory.extend(await asyncio.gather(*(self._lookup(t) for t in tools)))
+        return _nothing_usable(step, "did not decide within the turn budget")
+
+    async def _decide(self, request: DecideInput) -> AgentStep:
+        if request.decider == "policy":
+            # The offline policy is pure and quick: a local step. Its result is recorded (a marker)
+            # and replayed; the working memory it read is not recorded.
+            return await self._short_step(DecideActivities.decide_next_step, request)
+        # MODEL CALL: recorded once in Event History; replay returns it without calling again. The
+        # model needs the whole working memory each turn, and an Activity's input is recorded, so
+        # this path's history grows with the square of the turns, bounded by MAX_TURNS.
+        return await workflow.execute_activity_method(
+            DecideActivities.decide_next_step,
+            request,
+            start_to_close_timeout=timedelta(seconds=60),
+            heartbeat_timeout=HEARTBEAT_TIMEOUT,
+            retry_policy=DECIDE_RETRY,
+        )
 
     async def _dispose(self, step: AgentStep) -> Disposition:
-        """The rules' answer to the decider's proposal, over the owner's records: the lookups the
-        decider skipped are run first, so no decision is taken without the facts."""
+        """The refund rules' answer to the decider's proposal, over the owner's records: the
+        lookups the decider skipped are run first, so no decision is taken without the facts."""
         order_number = order_number_from(self._start.opening_text, self._memory)
         if order_number is not None:
             done = {o.kind for o in self._memory}
@@ -355,7 +326,7 @@ class RefundConversation:
                 self._memory.extend(await asyncio.gather(*(self._lookup(t) for t in missing)))
         self._phase = "deciding"
         decision = await self._short_step(
-            "apply_refund_rules",
+            apply_refund_rules,
             RulesInput(
                 proposal=step.outcome,
                 decider=step.source,
@@ -364,29 +335,10 @@ class RefundConversation:
                 history=next((o for o in self._memory if isinstance(o, HistoryLookup)), None),
                 asked_on=workflow.info().workflow_start_time.date(),
             ),
-            Disposition,
         )
         workflow.logger.info("RULES | %s", decision.summary)
         self._decision = decision.outcome
         return decision
-
-    async def _decide(self, request: DecideInput) -> AgentStep:
-        if request.decider == "policy" and self._local_steps():
-            # The offline policy is pure and quick: a local step. Its result is recorded (a marker)
-            # and replayed; the working memory it read is not recorded, so Event History grows by
-            # one step per turn, not by the whole memory again.
-            return await self._short_step("decide_next_step", request, AgentStep)
-        # MODEL CALL: recorded once in Event History; replay returns it without calling again. The
-        # model needs the whole working memory each turn, and an Activity's input is recorded, so
-        # this path's history grows with the square of the turns, bounded by MAX_TURNS.
-        return await workflow.execute_activity(
-            "decide_next_step",
-            request,
-            result_type=AgentStep,
-            start_to_close_timeout=timedelta(seconds=60),
-            heartbeat_timeout=HEARTBEAT_TIMEOUT,
-            retry_policy=DECIDE_RETRY,
-        )
 
     async def _ask(self, step: AgentStep) -> Answer:
         if step.question_id not in KNOWN_QUESTIONS:
@@ -405,52 +357,28 @@ class RefundConversation:
         )
 
     async def _next_customer_message(self) -> CustomerMessage:
-        try:
-            # DURABLE WAIT: no Worker needs to stay alive while the customer types.
-            await workflow.wait_condition(lambda: bool(self._inbox), timeout=CUSTOMER_IDLE_TIMEOUT)
-        except TimeoutError as err:
-            raise _Idle from err
+        # DURABLE WAIT: no Worker needs to stay alive while the customer types.
+        if not await self._wait(lambda: bool(self._inbox), CUSTOMER_IDLE_TIMEOUT):
+            raise _Idle
         return self._inbox.pop(0)
-
-    def _tools(self, step: AgentStep) -> list[str]:
-        """The step's lookups: its tool, and those to run beside it."""
-        tools = [step.tool or ""]
-        if step.parallel_tools and workflow.patched(PATCH_FEWER_STEPS):
-            tools += step.parallel_tools
-        return tools
-
-    async def _lookups(self, step: AgentStep) -> list[Observation]:
-        """The step's lookups, each a local step, all started at once; results in step order."""
-        tools = self._tools(step)
-        for tool in tools:
-            if tool not in KNOWN_TOOLS:
-                await self._fail(f"the agent asked for an unknown tool: {tool}", "UnknownTool")
-        self._phase = "looking_up"
-        return list(await asyncio.gather(*(self._lookup(tool) for tool in tools)))
 
     async def _lookup(self, tool: str) -> Observation:
         # Tool arguments come from the conversation, never from the model.
         customer = self._start.customer
         order_number = order_number_from(self._start.opening_text, self._memory) or ""
         arg: LookupOrderInput | LookupCustomerInput | PolicyInput
-        result_type: type[Observation]
         if tool == "lookup_order":
-            arg, result_type = (
-                LookupOrderInput(order_number=order_number, customer=customer),
-                OrderLookup,
-            )
+            arg = LookupOrderInput(order_number=order_number, customer=customer)
         elif tool == "lookup_customer_history":
-            arg, result_type = LookupCustomerInput(customer=customer), HistoryLookup
+            arg = LookupCustomerInput(customer=customer)
         else:
-            arg, result_type = (
-                PolicyInput(
-                    order_number=order_number,
-                    customer=customer,
-                    asked_on=workflow.info().workflow_start_time.date(),
-                ),
-                PolicyLookup,
+            arg = PolicyInput(
+                order_number=order_number,
+                customer=customer,
+                asked_on=workflow.info().workflow_start_time.date(),
             )
-        return await self._short_step(tool, arg, result_type)
+        observation: Observation = await self._short_step(LOOKUPS[tool], arg)
+        return observation
 
     # ------------------------------------------------------------------------------------------
     # Escalation, hold, authorization, the effect
@@ -487,10 +415,7 @@ class RefundConversation:
         self._round += 1  # EXECUTION STATE: clicks are bound to this round
         previous = self._escalation
         posted = await self._post(
-            "escalation",
-            text,
-            actions=["approve", "deny"],
-            round=self._round if _patched(PATCH_ROUND_IDS) else None,
+            "escalation", text, actions=["approve", "deny"], round=self._round
         )
         # The buttons are up: a click on them counts from now on.
         self._escalation = EscalationRound(
@@ -505,15 +430,11 @@ class RefundConversation:
         deadline = workflow.now() + APPROVAL_TIMEOUT
         while True:
             self._phase = "waiting_for_approval"
-            try:
-                # DURABLE WAIT: the escalation may sit for days; no process holds it.
-                await workflow.wait_condition(
-                    lambda: bool(self._approvals), timeout=deadline - workflow.now()
-                )
-            except TimeoutError as err:
-                raise _Idle from err
+            # DURABLE WAIT: the escalation may sit for days; no process holds it.
+            if not await self._wait(lambda: bool(self._approvals), deadline - workflow.now()):
+                raise _Idle
             approval = self._approvals.pop(0)
-            if approval.round != self._round and _patched(PATCH_STALE_CLICKS):
+            if approval.round != self._round:
                 # A click on an earlier round's buttons, or a second click on a round already
                 # answered: never taken as a fresh decision on this round.
                 workflow.logger.info(
@@ -540,7 +461,8 @@ class RefundConversation:
             "demo: a presenter releases it with /refund-release.",
         )
         self._phase = "held_before_refund"  # set once nothing is in flight: only the wait remains
-        await workflow.wait_condition(lambda: self._released)
+        if not await self._wait(lambda: self._released, HOLD_TIMEOUT):
+            raise _HoldRanOut
 
     async def _authorized(self, order: OrderDetails, approver: Actor, role: Role) -> None:
         """Return once a live grant covers the refund; each miss is told in the thread."""
@@ -572,14 +494,13 @@ class RefundConversation:
         # Worker dies), its result is thrown away with it and the next task reads the grant again:
         # a recorded "allowed" only ever precedes the refund it was read for.
         return await self._short_step(
-            "authorize_refund",
+            AuthorizeActivities.authorize_refund,
             AuthorizeInput(
                 principal=principal,
                 role=role,
                 amount_cents=amount_cents,
                 workflow_id=workflow.info().workflow_id,
             ),
-            AuthorizationDecision,
         )
 
     async def _refund_order(self, order: OrderDetails) -> ConversationOutcome:
@@ -587,8 +508,8 @@ class RefundConversation:
         self._phase = "refunding"
         try:
             # EXTERNAL EFFECT: every attempt sends the same idempotency key.
-            result = await workflow.execute_activity(
-                "issue_refund",
+            result = await workflow.execute_activity_method(
+                RefundActivities.issue_refund,
                 RefundRequest(
                     idempotency_key=idempotency_key_for(
                         info.workflow_id, info.first_execution_run_id
@@ -599,33 +520,22 @@ class RefundConversation:
                     amount_cents=order.amount_cents,
                     currency=order.currency,
                 ),
-                result_type=RefundResult,
                 start_to_close_timeout=timedelta(minutes=1),
                 heartbeat_timeout=HEARTBEAT_TIMEOUT,
                 schedule_to_close_timeout=timedelta(minutes=10),
                 retry_policy=REFUND_RETRY,
             )
         except ActivityError as err:
-            cause = _cause(err)
-            workflow.logger.error("EXTERNAL EFFECT | refund failed: %s", cause)
-            if not _patched(PATCH_PLAIN_REFUND_FAILURE):
-                return await self._close(
-                    "failed",
-                    f"The refund could not be issued ({cause}). A support agent will follow up.",
-                )
+            workflow.logger.error("EXTERNAL EFFECT | refund failed: %s", _cause(err))
             # The owner's own words (Stripe's, the ledger's) stay in Event History and the log.
             return await self._close(
                 "failed",
                 REFUND_FAILED,
                 settled="the refund could not be issued; a support agent will follow up.",
-                detail=cause,
+                detail=_cause(err),
             )
         self._refund = result
-        if (
-            result.status == ALREADY_REFUNDED
-            and result.earlier is not None
-            and _patched(PATCH_ALREADY_REFUNDED)
-        ):
+        if result.status == ALREADY_REFUNDED and result.earlier is not None:
             # Another conversation refunded this order first; the owner refused a second refund.
             said = already_refunded(order.order_number, result.earlier)
             return await self._close(
@@ -656,24 +566,20 @@ class RefundConversation:
     # Helpers
     # ------------------------------------------------------------------------------------------
 
-    def _local_steps(self) -> bool:
-        """Whether this run takes its short steps locally: True from the first one on in a run
-        started since issue 10; False for the whole of a run recorded before (no marker)."""
-        return _patched(PATCH_LOCAL_STEPS)
+    async def _wait(self, ready: Callable[[], bool], at_most: timedelta) -> bool:
+        """Wait until `ready`, for `at_most` and never past the conversation's age limit
+        (MAX_CONVERSATION_AGE: the window docs/versioning.md counts on). False if time ran out."""
+        age_left = workflow.info().workflow_start_time + MAX_CONVERSATION_AGE - workflow.now()
+        try:
+            await workflow.wait_condition(ready, timeout=max(min(at_most, age_left), timedelta()))
+        except TimeoutError:
+            return ready()
+        return True
 
-    async def _short_step(self, name: str, arg: Any, result_type: type[T]) -> T:
-        """A store read (or the offline policy): a local activity, or before issue 10 a regular
-        one (kept, with its options, so that runs recorded then replay the same commands)."""
-        if self._local_steps():
-            return await _local_activity(
-                name, arg, result_type, start_to_close=SHORT_STEP_TIMEOUT, retry_policy=LOOKUP_RETRY
-            )
-        return await workflow.execute_activity(
-            name,
-            arg,
-            result_type=result_type,
-            start_to_close_timeout=SHORT_STEP_TIMEOUT,
-            retry_policy=LOOKUP_RETRY,
+    async def _short_step(self, activity: Callable[..., Awaitable[T]], arg: Any) -> T:
+        """A store read, the offline decider or the rules: a local activity."""
+        return await _local_activity(
+            activity, arg, start_to_close=SHORT_STEP_TIMEOUT, retry_policy=LOOKUP_RETRY
         )
 
     async def _post(
@@ -682,8 +588,6 @@ class RefundConversation:
         text: str,
         actions: list | None = None,
         round: int | None = None,
-        *,
-        try_locally: bool = True,
     ) -> PostedMessage:
         self._seq += 1
         message = OutboundMessage(
@@ -694,25 +598,22 @@ class RefundConversation:
             actions=actions or [],
             round=round,
         )
-        if try_locally and _patched(PATCH_LOCAL_POSTS):
-            try:
-                # EXTERNAL EFFECT: the post, tried once inside this workflow task.
-                return await _local_activity(
-                    "post_to_thread",
-                    message,
-                    PostedMessage,
-                    start_to_close=LOCAL_POST_TIMEOUT,
-                    retry_policy=RetryPolicy(maximum_attempts=1),
-                )
-            except ActivityError:
-                # The platform is slow or down. The Activity below retries for a day; if the try
-                # posted before it failed, the message key returns that post.
-                pass
+        try:
+            # EXTERNAL EFFECT: the post, tried once inside this workflow task.
+            return await _local_activity(
+                NotifyActivities.post_to_thread,
+                message,
+                start_to_close=LOCAL_POST_TIMEOUT,
+                retry_policy=RetryPolicy(maximum_attempts=1),
+            )
+        except ActivityError:
+            # The platform is slow or down. The Activity below retries for a day; if the try
+            # posted before it failed, the message key returns that post.
+            pass
         # EXTERNAL EFFECT: a chat message, posted at most once per stable key.
-        return await workflow.execute_activity(
-            "post_to_thread",
+        return await workflow.execute_activity_method(
+            NotifyActivities.post_to_thread,
             message,
-            result_type=PostedMessage,
             # A platform may make one post wait out its rate limits for minutes (Slack honours
             # Retry-After inside the call); the heartbeat still notices a dead Worker in seconds.
             start_to_close_timeout=timedelta(minutes=5),
@@ -732,8 +633,6 @@ class RefundConversation:
         if escalation is None or escalation.settled:
             return
         escalation.settled = True
-        if not _patched(PATCH_EDIT_ESCALATION):
-            return
         answer = escalation.answer
         edit = MessageEdit(
             thread=self._start.thread,
@@ -757,13 +656,13 @@ class RefundConversation:
     async def _edit(self, edit: MessageEdit) -> None:
         try:
             # EXTERNAL EFFECT: an edit of an earlier post; repeating it changes nothing.
-            await workflow.execute_activity(
-                "edit_thread_message",
+            await workflow.execute_activity_method(
+                NotifyActivities.edit_thread_message,
                 edit,
                 start_to_close_timeout=timedelta(minutes=5),
                 heartbeat_timeout=HEARTBEAT_TIMEOUT,
                 schedule_to_close_timeout=timedelta(hours=1),
-                retry_policy=EDIT_RETRY,
+                retry_policy=POST_RETRY,
             )
         except ActivityError as err:
             # The outcome was already said in the thread; a message that cannot be edited (it was
@@ -780,16 +679,13 @@ class RefundConversation:
         detail: str | None = None,
     ) -> ConversationOutcome:
         self._phase = "closed"
-        # The outcome is tried inside this workflow task too, so the run can complete in it: one
-        # task and one Activity fewer per conversation. A message the customer writes meanwhile
-        # is not lost: the server refuses to complete a run while a Signal waits, and the task is
-        # tried again with that Signal in it (it lands in the inbox, answered below).
-        local = workflow.patched(PATCH_FEWER_STEPS)
-        await self._post("outcome", text, try_locally=local)
+        # The outcome is tried inside this workflow task too, so the run can complete in it. A
+        # message the customer writes meanwhile is not lost: the server refuses to complete a run
+        # while a Signal waits, and the task is tried again with that Signal in it.
+        await self._post("outcome", text)
         if settled is not None:
             await self._settle(self._escalation, settled)
-        unread = self._late or (local and self._inbox)
-        if unread and _patched(PATCH_LATE_MESSAGES):
+        if self._inbox:
             # Messages this run never read as answers (written while it looked things up, waited
             # for a support agent, or posted its outcome): the router still saw a running
             # conversation and signalled it, so the answer the router gives is this one's to give.
@@ -801,8 +697,6 @@ class RefundConversation:
         workflow.logger.error(
             "CONVERSATION FAILED | %s failed for good: %s", err.activity_type, _cause(err)
         )
-        if not _patched(PATCH_FAREWELL):
-            return
         self._phase = "closed"
         try:
             await self._post("outcome", SOMETHING_WENT_WRONG)
@@ -839,9 +733,6 @@ class RefundConversation:
         text = answer_text(message)
         if not text or len(self._inbox) >= MAX_QUEUED_MESSAGES:
             return
-        if self._phase == "closed":
-            self._late.append(message.message_id)
-            return
         self._inbox.append(message.model_copy(update={"text": text}))
 
     @workflow.signal
@@ -849,8 +740,7 @@ class RefundConversation:
         if not remember(self._seen_ids, f"click:{approval.click_id}"):
             return
         if approval.round is None:
-            # Buttons posted before rounds existed carry none: the click answers the round that
-            # is open when it arrives, and only that one.
+            # A click that names no round answers the round open when it arrives, and only that.
             approval = approval.model_copy(update={"round": self._round})
         self._approvals.append(approval)
 

@@ -41,6 +41,7 @@ from temporalio.client import Client, WorkflowExecutionStatus
 
 from agent.models import ConversationStart, CustomerMessage, ThreadRef
 from agent.settings import AgentSettings
+from agent.versions import version_attributes
 from agent.workflow import RefundConversation
 from bench import run_benchmark
 from bench.history_size import payload_bytes
@@ -144,6 +145,7 @@ async def _refund_bot_starts(bench: Bench, queue: str, n: int) -> list[Callable[
             start,
             id=f"{queue}-{start.thread.thread}",
             task_queue=queue,
+            search_attributes=version_attributes(),  # as the router starts them
             start_signal="customer_message",
             start_signal_args=[messages[0]],
         )

@@ -43,6 +43,7 @@ from agent.models import (
     CustomerMessage,
     ThreadRef,
 )
+from agent.versions import version_attributes
 from agent.workflow import RefundConversation
 from bot.dedup import RecentEvents
 from bot.ids import workflow_id_for
@@ -344,6 +345,7 @@ class ConversationRouter:
                 start,
                 id=workflow_id_for(start.thread),
                 task_queue=self._task_queue,
+                search_attributes=version_attributes(),
                 start_signal="customer_message",
                 start_signal_args=[
                     CustomerMessage(

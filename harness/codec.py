@@ -62,8 +62,15 @@ _CORE_DETAILS = ("patch-data", "data")
 
 
 def codec_payloads(event: HistoryEvent) -> Iterator[Payload]:
-    """The payloads of an event that go through the payload codec (all but the core-written)."""
+    """The payloads of an event that go through the payload codec (all but the core-written, and
+    search attributes, which the server must read to index them: never customer data)."""
     if event.HasField("upsert_workflow_search_attributes_event_attributes"):
+        return
+    if event.HasField("workflow_execution_started_event_attributes"):
+        without = HistoryEvent()
+        without.CopyFrom(event)
+        without.workflow_execution_started_event_attributes.ClearField("search_attributes")
+        yield from all_payloads(without)
         return
     if event.HasField("marker_recorded_event_attributes"):
         for key, payloads in event.marker_recorded_event_attributes.details.items():

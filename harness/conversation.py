@@ -15,6 +15,7 @@ from agent.models import (
     CustomerMessage,
     ThreadRef,
 )
+from agent.versions import version_attributes
 from agent.workflow import RefundConversation
 from bot.local.thread_store import LocalMessage, LocalThreadStore
 from harness.conditions import wait_for
@@ -53,6 +54,7 @@ class LocalConversation:
             start,
             id=f"local-test-{uuid.uuid4().hex[:12]}-{root.thread_id}",
             task_queue=self.task_queue,
+            search_attributes=version_attributes(),
             start_signal="customer_message",
             start_signal_args=[
                 CustomerMessage(message_id=root.message_id, author=self.customer, text=text)

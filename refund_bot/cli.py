@@ -9,6 +9,8 @@ refund-bot demo      the unattended story, start to finish, on embedded defaults
 refund-bot worker    one Worker (the supervisor runs this as its child); --supervised: a
                      supervisor and its Worker child, which /crash-worker <host> can reach
 refund-bot status ID what survives of a conversation, read from Event History (no Worker needed)
+refund-bot conversations           the open conversations and the Workflow version each started on;
+                                   --drain closes those this code does not run (docs/versioning.md)
 refund-bot codec-server            the payload codec over HTTP, for the Temporal Web UI and CLI
 refund-bot discord sync-commands   register the Discord application commands
 refund-bot stripe-setup            pay the demo orders in Stripe test mode (once, sk_test_ key)
@@ -29,6 +31,7 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from agent.codec import CodecError, NoCodecKey
 from agent.stores.database import DatabaseUnavailable
+from agent.versions import VersionAttributeMissing
 from refund_bot import config
 from refund_bot.config import Config, ConfigError
 from worker.exit import exit_now
@@ -154,6 +157,26 @@ async def _status(cfg: Config, workflow_id: str) -> None:
             f"(namespace {cfg.temporal.namespace}): give a Workflow ID such as {ID_FORMS}"
         ) from err
     print(survivors.model_dump_json(indent=2))
+
+
+async def _conversations(cfg: Config, unsupported: bool, drain: bool) -> None:
+    from agent.codec_keys import codec_keys
+    from agent.temporal_client import connect
+    from refund_bot import conversations
+    from refund_bot.wiring import outbound_posters
+
+    client = await connect(cfg.temporal, keys=codec_keys(cfg.agent))
+    found = await conversations.open_conversations(client, unsupported=unsupported or drain)
+    if not drain:
+        for conversation in found:
+            print(conversation.line())
+        print(f"{len(found)} open conversation(s)")
+        return
+    async with contextlib.AsyncExitStack() as connections:
+        posters = outbound_posters(cfg.agent, cfg.slack, cfg.discord, closing=connections)
+        for conversation in found:
+            print(await conversations.drain(client, cfg.agent, posters, conversation))
+    print(f"{len(found)} conversation(s) this code does not run")
 
 
 async def _codec_server(cfg: Config) -> None:
@@ -298,6 +321,20 @@ def build_parser() -> argparse.ArgumentParser:
     status.add_argument(
         "workflow_id", metavar="WORKFLOW_ID", help=f"the conversation's Workflow ID: {ID_FORMS}"
     )
+    listing = command(
+        "conversations",
+        "the open conversations, the Workflow version each started on, and whether it runs here",
+        "Read from Temporal's visibility (no Worker needed, no customer text)",
+    )
+    listing.add_argument(
+        "--unsupported", action="store_true", help="only those this code does not run"
+    )
+    listing.add_argument(
+        "--drain",
+        action="store_true",
+        help="close each conversation this code does not run: one sentence in its thread (what "
+        "became of the request, from the refund's owner), then terminate it",
+    )
     command(
         "codec-server",
         "the payload codec over HTTP, so the Web UI and CLI can read Event History (loopback)",
@@ -345,6 +382,10 @@ def main(argv: list[str] | None = None) -> None:
         "discord": (config.DISCORD_SYNC, _discord_sync),
         "stripe-setup": (config.STRIPE_SETUP, _stripe_setup),
         "status": (config.STATUS, lambda cfg: _status(cfg, args.workflow_id)),
+        "conversations": (
+            config.STATUS,
+            lambda cfg: _conversations(cfg, args.unsupported, args.drain),
+        ),
         "codec-server": (config.CODEC_SERVER, lambda cfg: until_stopped(_codec_server(cfg))),
     }
     checks, work = commands_by_name[args.command]
@@ -362,6 +403,7 @@ def main(argv: list[str] | None = None) -> None:
         CodecError,
         DatabaseUnavailable,
         MetricsRefused,
+        VersionAttributeMissing,
     ) as err:
         # A codec problem names the key id, never the key; a database, never its password.
         print(f"refund-bot: {err}", file=sys.stderr)

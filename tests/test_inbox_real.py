@@ -8,13 +8,17 @@ import uuid
 from pathlib import Path
 
 from google.protobuf.duration_pb2 import Duration
+from temporalio.api.enums.v1 import IndexedValueType
+from temporalio.api.operatorservice.v1 import AddSearchAttributesRequest
 from temporalio.api.workflowservice.v1 import RegisterNamespaceRequest
 from temporalio.client import Client, WorkflowExecutionStatus
+from temporalio.service import RPCError, RPCStatusCode
 from temporalio.testing import WorkflowEnvironment
 
 from agent.models import Actor, ThreadRef
 from agent.settings import AgentSettings, TemporalSettings
 from agent.stores.sqlite import SqliteDatabase
+from agent.visibility import VERSION_ATTRIBUTE
 from bot.conversations import ConversationRouter, InboundMessage, Routed
 from bot.ids import workflow_id_for
 from bot.inbox import Inbox
@@ -122,12 +126,32 @@ async def test_messages_for_a_namespace_not_there_yet_arrive_once_it_is(
 
     delivery = asyncio.create_task(router.run_delivery())
     try:
+        # The operator creates the namespace as docs/versioning.md says: with refund-bot's
+        # search attribute, without which no conversation can start in it.
         await temporal_env.client.workflow_service.register_namespace(
             RegisterNamespaceRequest(
                 namespace=namespace,
                 workflow_execution_retention_period=Duration(seconds=86400),
             )
         )
+        async def attribute_added() -> bool:
+            # The new namespace reaches the server's cache a moment after it is registered.
+            try:
+                await temporal_env.client.operator_service.add_search_attributes(
+                    AddSearchAttributesRequest(
+                        namespace=namespace,
+                        search_attributes={
+                            VERSION_ATTRIBUTE.name: IndexedValueType.INDEXED_VALUE_TYPE_KEYWORD
+                        },
+                    )
+                )
+            except RPCError as err:
+                if err.status != RPCStatusCode.NOT_FOUND:
+                    raise
+                return False
+            return True
+
+        await wait_for(attribute_added, timeout=60, interval=0.5, what="the namespace known")
 
         async def delivered() -> bool:
             return (await inbox.depth()).waiting == 0

@@ -30,7 +30,8 @@ from agent.stores.database import database_for
 from agent.stores.domain import DomainStore, demo_refunds
 from agent.stores.grants import GrantStore
 from agent.stores.ledger import Ledger
-from agent.workflow import RefundConversation
+from agent.versions import unsupported_conversations, unsupported_line
+from agent.workflow import WORKFLOW_TYPE, RefundConversation
 from worker.bytecode import keep_bytecode
 from worker.control import worker_identity
 from worker.sandbox import CompiledOnceSandboxRunner
@@ -133,6 +134,11 @@ async def run_worker(
     worker = await build_worker(
         client, temporal.task_queue, settings, posters, grant_sources, host=host
     )
+    # Before polling: conversations this code cannot replay are named now, in one line, not found
+    # later as failing workflow tasks (docs/versioning.md).
+    unsupported = await unsupported_conversations(client, WORKFLOW_TYPE)
+    if unsupported.count:
+        log.warning("%s", unsupported_line(unsupported))
     if go is not None:
         log.info(
             "standby %s ready; polls %s when told", worker_identity(host=host), temporal.task_queue

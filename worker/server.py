@@ -27,6 +27,7 @@ from temporalio.api.workflowservice.v1 import UpdateNamespaceRequest
 from temporalio.client import Client
 
 from agent.settings import TemporalSettings
+from agent.visibility import dev_server_args as search_attribute_args
 from worker.lifecycle import (
     forget_server,
     record_server,
@@ -191,6 +192,7 @@ class EmbeddedTemporal:
             "--db-filename", str(self.db_path),
             *(arg for pragma in SQLITE_PRAGMAS for arg in ("--sqlite-pragma", pragma)),
             *dynamic_config_args(),
+            *search_attribute_args(),
             "--namespace", self.settings.namespace,
             "--log-level", "warn",
             *codec,

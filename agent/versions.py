@@ -1,0 +1,125 @@
+"""Which conversations this code runs: the Workflow's version, its open changes and their window.
+
+    a conversation's first task -> RefundBotVersion = WORKFLOW_VERSION (a search attribute)
+    a Worker's start -> open conversations of a version not in SUPPORTED -> one line naming them
+
+docs/versioning.md says how a change to the Workflow ships: guarded by workflow.patched, listed in
+PATCHES with the day its release shipped, and removed once no open conversation can predate it
+(MAX_CONVERSATION_AGE after that day, since every wait a conversation has is bounded by it).
+tests/test_versions.py fails when a patch outlives that window.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import date, timedelta
+
+from temporalio.client import Client
+from temporalio.common import SearchAttributePair, TypedSearchAttributes
+from temporalio.service import RPCError, RPCStatusCode
+
+from agent.visibility import VERSION_ATTRIBUTE
+
+# The version a conversation records when it starts: bumped with every release that changes the
+# Workflow's commands. A new baseline (the major number) drops every branch older than it.
+WORKFLOW_VERSION = "1.0"
+# The versions whose conversations this code replays: the current baseline's releases.
+SUPPORTED = ("1.0",)
+
+# No conversation lives longer than this: every wait (the customer, a support agent, the hold
+# before the refund) ends by this age, and the conversation closes with a sentence. It is the
+# window after which no open conversation can predate a release.
+MAX_CONVERSATION_AGE = timedelta(days=30)
+
+
+@dataclass(frozen=True)
+class Patch:
+    """A change to the Workflow's commands, guarded by workflow.patched(id) until removed."""
+
+    version: str  # the WORKFLOW_VERSION that introduced it
+    shipped: date  # the day its release replaced the last Worker running older code
+
+    def removable_after(self) -> date:
+        """The day after which no open conversation can have started before this change."""
+        return self.shipped + MAX_CONVERSATION_AGE
+
+
+# Every workflow.patched id in agent/workflow.py, by id. Empty at a baseline.
+PATCHES: dict[str, Patch] = {}
+
+
+def overdue(patches: dict[str, Patch], today: date) -> list[str]:
+    """The patches whose branch should be gone by `today` (docs/versioning.md: deprecate, then
+    remove); tests/test_versions.py fails while any is left."""
+    return sorted(
+        patch_id for patch_id, patch in patches.items() if today > patch.removable_after()
+    )
+
+
+def unsupported_query(workflow_type: str) -> str:
+    """The visibility query for open conversations this code does not replay."""
+    versions = ", ".join(f"'{v}'" for v in SUPPORTED)
+    return (
+        f"WorkflowType = '{workflow_type}' AND ExecutionStatus = 'Running' AND "
+        f"({VERSION_ATTRIBUTE.name} IS NULL OR {VERSION_ATTRIBUTE.name} NOT IN ({versions}))"
+    )
+
+
+class VersionAttributeMissing(Exception):
+    """The namespace does not know RefundBotVersion: every new conversation's first task would
+    fail. One line that says what to do."""
+
+
+@dataclass(frozen=True)
+class Unsupported:
+    """Open conversations this code does not replay: how many, and the first of them."""
+
+    count: int
+    workflow_ids: list[str]
+
+
+async def unsupported_conversations(
+    client: Client, workflow_type: str, *, limit: int = 20
+) -> Unsupported:
+    """Ask Temporal's visibility (no Worker, no history read) which open conversations started on
+    a version not in SUPPORTED; raises VersionAttributeMissing when the namespace lacks the
+    search attribute."""
+    query = unsupported_query(workflow_type)
+    try:
+        count = (await client.count_workflows(query)).count
+    except RPCError as err:
+        if err.status == RPCStatusCode.INVALID_ARGUMENT:
+            raise VersionAttributeMissing(
+                f"namespace {client.namespace!r} has no search attribute "
+                f"{VERSION_ATTRIBUTE.name} (Keyword): register it once with `temporal operator "
+                f"search-attribute create --name {VERSION_ATTRIBUTE.name} --type Keyword` "
+                "(docs/versioning.md); refund-bot's embedded server registers it itself"
+            ) from err
+        raise
+    ids: list[str] = []
+    if count:
+        async for execution in client.list_workflows(query, limit=limit):
+            ids.append(execution.id)
+    return Unsupported(count=count, workflow_ids=ids)
+
+
+def unsupported_line(found: Unsupported) -> str:
+    """The Worker's one line about them, before it polls."""
+    shown = ", ".join(found.workflow_ids)
+    more = (
+        f" and {found.count - len(found.workflow_ids)} more"
+        if found.count > len(found.workflow_ids)
+        else ""
+    )
+    return (
+        f"{found.count} open conversation(s) started on a Workflow version this code does not run "
+        f"(it runs {', '.join(SUPPORTED)}): {shown}{more}. Their next step fails until they are "
+        "drained: `refund-bot conversations --unsupported` lists them, `--drain` closes each with "
+        "a sentence in its thread (docs/versioning.md)"
+    )
+
+
+def version_attributes() -> TypedSearchAttributes:
+    """What a starter sets on a new conversation: the version it expects to run it. The Workflow
+    corrects it in its first task if the Worker's code is another version (a split deploy)."""
+    return TypedSearchAttributes([SearchAttributePair(VERSION_ATTRIBUTE, WORKFLOW_VERSION)])

@@ -1,0 +1,236 @@
+"""How a Workflow change ships (docs/versioning.md): every patch registered and inside its window,
+every wait bounded, each conversation's version recorded, and the conversations a Worker cannot run
+named before it polls and drained with a sentence in their threads."""
+
+from __future__ import annotations
+
+import ast
+import asyncio
+import logging
+import uuid
+from datetime import date, timedelta
+from pathlib import Path
+
+import pytest
+from temporalio.client import WorkflowExecutionStatus
+from temporalio.testing import WorkflowEnvironment
+
+from agent import versions
+from agent.models import Actor, ConversationStart, CustomerMessage, ThreadRef
+from agent.stores.database import database_for
+from agent.stores.ledger import Ledger
+from agent.versions import (
+    PATCHES,
+    Patch,
+    VersionAttributeMissing,
+    overdue,
+    unsupported_conversations,
+)
+from agent.visibility import VERSION_ATTRIBUTE
+from agent.workflow import WORKFLOW_TYPE, RefundConversation
+from bot.local.thread_store import LocalThreadStore
+from harness.codec import TEST_CONVERTER
+from harness.conditions import wait_for
+from harness.inproc import running_worker
+from refund_bot.conversations import DRAINED, DRAINED_REFUNDED, drain, open_conversations
+from worker.runner import run_worker
+from worker.server import temporal_cli_path
+
+WORKFLOW_SOURCE = Path(__file__).parents[1] / "agent" / "workflow.py"
+HISTORIES = Path(__file__).parent / "histories"
+CUSTOMER = Actor(platform="local", user_id="customer", display_name="Nyghtowl")
+
+
+def _calls(name: str) -> list[ast.Call]:
+    """Every call of workflow.<name>(...) in agent/workflow.py."""
+    tree = ast.parse(WORKFLOW_SOURCE.read_text())
+    return [
+        node
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr == name
+        and isinstance(node.func.value, ast.Name)
+        and node.func.value.id == "workflow"
+    ]
+
+
+def test_every_patch_in_the_workflow_is_registered_with_its_histories() -> None:
+    used = {
+        ast.literal_eval(call.args[0])
+        for name in ("patched", "deprecate_patch")
+        for call in _calls(name)
+    }
+    assert used == set(PATCHES), "register each workflow.patched id in agent.versions.PATCHES"
+    for patch_id in PATCHES:
+        # The conversations running at that deploy, recorded: tests/test_replay.py replays them.
+        assert list((HISTORIES / f"before-{patch_id}").glob("*.json")), patch_id
+
+
+def test_no_patch_outlives_its_window() -> None:
+    """A patch is removed (docs/versioning.md) once no open conversation can predate it."""
+    assert overdue(PATCHES, date.today()) == []
+
+
+def test_the_window_rule_names_a_patch_past_its_day() -> None:
+    shipped = date(2026, 1, 5)
+    patches = {"late": Patch(version="1.1", shipped=shipped)}
+    assert overdue(patches, shipped + versions.MAX_CONVERSATION_AGE) == []
+    assert overdue(patches, shipped + versions.MAX_CONVERSATION_AGE + timedelta(days=1)) == ["late"]
+
+
+def test_every_wait_of_a_conversation_is_bounded() -> None:
+    """The window counts on it: a wait without a timeout could outlive any release."""
+    waits = _calls("wait_condition")
+    assert waits, "the Workflow waits somewhere"
+    for call in waits:
+        assert any(k.arg == "timeout" for k in call.keywords), ast.unparse(call)
+
+
+async def _conversation_of_old_code(
+    client, threads: LocalThreadStore, text: str = "please refund order 1234"
+) -> str:
+    """A conversation as code before version 1.0 left it: no version recorded, and no Worker of
+    that code left to run it (its task queue has none)."""
+    root = await threads.open_thread("support", CUSTOMER.user_id, text)
+    start = ConversationStart(
+        thread=ThreadRef(
+            platform="local", workspace="local", channel="support", thread=root.thread_id
+        ),
+        customer=CUSTOMER,
+        opening_message_id=root.message_id,
+        opening_text=text,
+    )
+    workflow_id = f"local-old-{uuid.uuid4().hex[:12]}-{root.thread_id}"
+    await client.start_workflow(
+        RefundConversation.run,
+        start,
+        id=workflow_id,
+        task_queue=f"gone-{uuid.uuid4().hex[:8]}",
+        start_signal="customer_message",
+        start_signal_args=[CustomerMessage(message_id=root.message_id, author=CUSTOMER, text=text)],
+    )
+    return workflow_id
+
+
+async def _listed_unsupported(client, workflow_id: str) -> bool:
+    return workflow_id in {
+        c.workflow_id for c in await open_conversations(client, unsupported=True)
+    }
+
+
+async def test_a_worker_names_the_conversations_it_cannot_run_before_it_polls(
+    client, agent_settings, caplog: pytest.LogCaptureFixture
+) -> None:
+    threads = LocalThreadStore(database_for(agent_settings))
+    old = await _conversation_of_old_code(client, threads)
+    await wait_for(lambda: _listed_unsupported(client, old), what="visibility to list it")
+    found = await unsupported_conversations(client, WORKFLOW_TYPE, limit=1000)
+    assert old in found.workflow_ids and found.count >= 1
+
+    caplog.set_level(logging.INFO, logger="worker.runner")
+    from agent.settings import TemporalSettings
+
+    temporal = TemporalSettings(_env_file=None, task_queue=f"q-{uuid.uuid4().hex[:8]}")  # type: ignore[call-arg]
+    worker = asyncio.create_task(run_worker(client, temporal, agent_settings, {"local": threads}))
+    try:
+
+        def said() -> list[str]:
+            return [r.getMessage() for r in caplog.records if r.name == "worker.runner"]
+
+        lines = await wait_for(lambda: any("polling" in m for m in said()) and said(), what="poll")
+    finally:
+        worker.cancel()
+        await asyncio.gather(worker, return_exceptions=True)
+    [line] = [m for m in lines if "does not run" in m]
+    assert old in line and "refund-bot conversations --unsupported" in line
+    assert lines.index(line) < next(i for i, m in enumerate(lines) if "polling" in m)
+
+
+async def test_drain_tells_the_customer_and_closes_the_conversation_once(
+    client, agent_settings
+) -> None:
+    threads = LocalThreadStore(database_for(agent_settings))
+    old = await _conversation_of_old_code(client, threads)
+    await wait_for(lambda: _listed_unsupported(client, old), what="visibility to list it")
+    [conversation] = [
+        c for c in await open_conversations(client, unsupported=True) if c.workflow_id == old
+    ]
+    assert conversation.version is None and not conversation.runs_here
+
+    line = await drain(client, agent_settings, {"local": threads}, conversation)
+    assert "no refund, said so" in line
+    thread = old.rsplit("-", 1)[1]
+    said = [m.text for m in await threads.messages(thread) if m.author_is_bot]
+    assert said == [DRAINED]
+    described = await client.get_workflow_handle(old).describe()
+    assert described.status == WorkflowExecutionStatus.TERMINATED
+    # The same drain again (a second operator, a retry) posts nothing more: the key is stable.
+    await drain(client, agent_settings, {"local": threads}, conversation)
+    assert [m.text for m in await threads.messages(thread) if m.author_is_bot] == [DRAINED]
+
+
+async def test_drain_says_a_refund_the_owner_holds(client, agent_settings) -> None:
+    threads = LocalThreadStore(database_for(agent_settings))
+    async with running_worker(client, agent_settings, threads):  # seeds the stores
+        pass
+    old = await _conversation_of_old_code(client, threads)
+    await Ledger(database_for(agent_settings)).create_refund(
+        idempotency_key=f"k-{old}",
+        payment_ref="pi_demo_1234",
+        amount_cents=8000,
+        currency="usd",
+        workflow_id=old,
+        order_number="1234",
+    )
+    await wait_for(lambda: _listed_unsupported(client, old), what="visibility to list it")
+    [conversation] = [
+        c for c in await open_conversations(client, unsupported=True) if c.workflow_id == old
+    ]
+    line = await drain(client, agent_settings, {"local": threads}, conversation)
+    assert "refund made, said so" in line
+    [said] = [m.text for m in await threads.messages(old.rsplit("-", 1)[1]) if m.author_is_bot]
+    assert said.startswith(DRAINED_REFUNDED.split("{")[0]) and "re_ledger_" in said
+
+
+async def test_a_conversation_started_without_its_version_records_it(
+    client, agent_settings
+) -> None:
+    threads = LocalThreadStore(database_for(agent_settings))
+    async with running_worker(client, agent_settings, threads) as queue:
+        root = await threads.open_thread("support", CUSTOMER.user_id, "please refund order 1234")
+        handle = await client.start_workflow(
+            RefundConversation.run,
+            ConversationStart(
+                thread=ThreadRef(
+                    platform="local", workspace="local", channel="support", thread=root.thread_id
+                ),
+                customer=CUSTOMER,
+                opening_message_id=root.message_id,
+                opening_text="please refund order 1234",
+            ),
+            id=f"local-noversion-{uuid.uuid4().hex[:12]}",
+            task_queue=queue,
+        )
+
+        async def recorded() -> bool:
+            described = await handle.describe()
+            return (
+                described.typed_search_attributes.get(VERSION_ATTRIBUTE)
+                == versions.WORKFLOW_VERSION
+            )
+
+        await wait_for(recorded, what="the version upserted")
+        await handle.terminate("test done")
+
+
+async def test_a_namespace_without_the_search_attribute_is_one_line() -> None:
+    env = await WorkflowEnvironment.start_local(
+        dev_server_existing_path=str(temporal_cli_path()), data_converter=TEST_CONVERTER
+    )
+    async with env:
+        with pytest.raises(VersionAttributeMissing) as missing:
+            await unsupported_conversations(env.client, WORKFLOW_TYPE)
+    message = str(missing.value)
+    assert "temporal operator search-attribute create --name RefundBotVersion" in message
+    assert "\n" not in message
