@@ -134,6 +134,7 @@ async def test_messages_for_a_namespace_not_there_yet_arrive_once_it_is(
                 workflow_execution_retention_period=Duration(seconds=86400),
             )
         )
+
         async def attribute_added() -> bool:
             # The new namespace reaches the server's cache a moment after it is registered.
             try:
