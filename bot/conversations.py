@@ -26,9 +26,10 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import timedelta
 from enum import StrEnum
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, ValidationError
+from temporalio import workflow
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowQueryFailedError
 from temporalio.common import MetricMeter, WorkflowIDReusePolicy
 from temporalio.exceptions import WorkflowAlreadyStartedError
@@ -76,6 +77,8 @@ UNREACHABLE_RETRY = Backoff(first=1.0, cap=30.0, jitter=False)
 # without an answer the click is sent anyway, and the Workflow drops it if its round has passed.
 ROUND_CHECK_TIMEOUT = timedelta(seconds=2)
 _CHECK_SKIPPED = (RPCError, WorkflowQueryFailedError, RuntimeError, ConnectionError, TimeoutError)
+
+_Arg = TypeVar("_Arg", bound=BaseModel)
 
 
 class InboundMessage(BaseModel):
@@ -325,7 +328,9 @@ class ConversationRouter:
             signal = CustomerMessage(
                 message_id=payload.message_id, author=payload.author, text=payload.text
             )
-            return await self._signal(workflow_id_for(payload.thread), "customer_message", signal)
+            return await self._signal(
+                workflow_id_for(payload.thread), RefundConversation.customer_message, signal
+            )
         assert isinstance(payload, InboundClick)
         approval = Approval(
             decision=payload.decision,
@@ -333,7 +338,7 @@ class ConversationRouter:
             click_id=payload.click_id,
             round=payload.round,
         )
-        return await self._signal(payload.workflow_id, "approval", approval)
+        return await self._signal(payload.workflow_id, RefundConversation.approval, approval)
 
     async def _start(self, start: ConversationStart) -> Routed:
         try:
@@ -344,7 +349,7 @@ class ConversationRouter:
                 start,
                 id=workflow_id_for(start.thread),
                 task_queue=self._task_queue,
-                start_signal="customer_message",
+                start_signal=_signal_name(RefundConversation.customer_message),
                 start_signal_args=[
                     CustomerMessage(
                         message_id=start.opening_message_id,
@@ -364,10 +369,12 @@ class ConversationRouter:
             self._opened.add(1, {"platform": start.thread.platform})
         return Routed.STARTED
 
-    async def _signal(self, workflow_id: str, name: str, arg: BaseModel) -> Routed:
+    async def _signal(
+        self, workflow_id: str, signal: Callable[[RefundConversation, _Arg], None], arg: _Arg
+    ) -> Routed:
         handle = self._client.get_workflow_handle(workflow_id)
         try:
-            await handle.signal(name, arg, rpc_timeout=RPC_TIMEOUT)
+            await handle.signal(signal, arg, rpc_timeout=RPC_TIMEOUT)
         except RPCError as err:
             if err.status != RPCStatusCode.NOT_FOUND:
                 raise
@@ -485,6 +492,13 @@ class ConversationRouter:
             else:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._wake.wait(), timeout=wait)
+
+
+def _signal_name(signal: Callable[[RefundConversation, Any], None]) -> str:
+    """The name Temporal knows a signal method by. start_workflow takes only a name for its
+    start_signal; this is the SDK's own reading of the method's @workflow.signal, the one
+    WorkflowHandle.signal makes, so the name follows a `name=` given there too."""
+    return workflow._SignalDefinition.must_name_from_fn_or_str(signal)
 
 
 def _started(handle: Any) -> bool:

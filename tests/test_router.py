@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import sqlite3
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import SimpleNamespace
@@ -66,7 +67,8 @@ class FakeTemporal:
         return SimpleNamespace(_start_workflow_response=SimpleNamespace(started=new))
 
     def get_workflow_handle(self, workflow_id: str) -> Any:
-        async def signal(name: str, arg: Any, rpc_timeout: Any = None) -> None:
+        async def signal(method: Callable[..., None], arg: Any, rpc_timeout: Any = None) -> None:
+            name = method.__name__  # the router names a signal by its method
             self.attempts.append(workflow_id)
             if self.down:
                 raise _unavailable()

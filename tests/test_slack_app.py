@@ -13,7 +13,7 @@ import logging
 import re
 import socket
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -332,9 +332,9 @@ class EdgeTemporal:
         return SimpleNamespace(_start_workflow_response=SimpleNamespace(started=new))
 
     def get_workflow_handle(self, workflow_id: str) -> Any:
-        async def signal(name: str, _arg: Any, rpc_timeout: Any = None) -> None:
+        async def signal(method: Callable[..., None], _arg: Any, rpc_timeout: Any = None) -> None:
             self._maybe_fail()
-            self.calls.append((name, workflow_id))
+            self.calls.append((method.__name__, workflow_id))
 
         return SimpleNamespace(signal=signal)
 
