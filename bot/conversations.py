@@ -1,9 +1,11 @@
 """The platform-neutral conversation router: what every chat adapter shares.
 
-An adapter turns its platform's events into `InboundMessage` / `InboundClick` and hands them here.
-The router drops what must never reach the agent (bots, edits, deletions, redeliveries), derives the
-Workflow ID from the thread, and starts (signal-with-start) or signals the conversation. The adapter
-shows the customer the notice that goes with the result.
+An adapter turns its platform's events into `InboundMessage` / `InboundClick` and hands them to a
+`Router` (the three calls adapters make); `ConversationRouter` is the one that reaches Temporal.
+It drops what must never reach the agent (bots, edits, deletions, redeliveries), derives the
+Workflow ID from the thread, and starts (signal-with-start) or signals the conversation: one call
+to Temporal per event, and a describe after it only when the Signal finds no running Workflow. The
+adapter shows the customer the notice that goes with the result.
 
     adapter (after its platform's ack) -> on_message / on_click -> Temporal
                                                    ... fails, for any reason -> inbox -> retried
@@ -26,11 +28,11 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import timedelta
 from enum import StrEnum
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal, Protocol, TypeVar
 
 from pydantic import BaseModel, ValidationError
 from temporalio import workflow
-from temporalio.client import Client, WorkflowExecutionStatus, WorkflowQueryFailedError
+from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.common import MetricMeter, WorkflowIDReusePolicy
 from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
@@ -40,7 +42,6 @@ from agent.models import (
     Actor,
     Approval,
     ConversationStart,
-    ConversationView,
     CustomerMessage,
     ThreadRef,
 )
@@ -73,10 +74,6 @@ MAX_ATTEMPTS = 10
 INBOX_RETRY = Backoff(first=2.0, cap=300.0, jitter=False)
 # While Temporal is unreachable, the inbox is tried again after this (doubling, capped).
 UNREACHABLE_RETRY = Backoff(first=1.0, cap=30.0, jitter=False)
-# How long a click's round check may wait on the Workflow's answer (a Query needs a live Worker);
-# without an answer the click is sent anyway, and the Workflow drops it if its round has passed.
-ROUND_CHECK_TIMEOUT = timedelta(seconds=2)
-_CHECK_SKIPPED = (RPCError, WorkflowQueryFailedError, RuntimeError, ConnectionError, TimeoutError)
 
 _Arg = TypeVar("_Arg", bound=BaseModel)
 
@@ -113,7 +110,6 @@ class Routed(StrEnum):
     IGNORED = "ignored"  # bots, edits, deletions: never reach the agent
     CLOSED = "closed"  # the thread's conversation has finished
     UNKNOWN = "unknown"  # a thread that is no conversation of ours
-    STALE = "stale"  # a click on an escalation round that is no longer open: not sent
 
 
 # What the adapter tells the customer when the router could not even keep the message (its inbox
@@ -131,15 +127,15 @@ NOTICES: dict[Routed, str | None] = {
 }
 
 
-# What the adapter tells the clicker privately, by result of a click (None: say nothing).
-CLICK_NOTICES: dict[Routed, str] = {
-    Routed.QUEUED: "Your decision is recorded; the agent is briefly unavailable and will pick it "
-    "up shortly.",
-    Routed.CLOSED: "This conversation has already finished; your click changed nothing.",
-    Routed.UNKNOWN: "This button belongs to no conversation I know; your click changed nothing.",
-    Routed.STALE: "These buttons were already answered (look for the newest ones in the thread); "
-    "your click changed nothing.",
-}
+class Router(Protocol):
+    """What a chat adapter asks of the router: ConversationRouter is the one that reaches
+    Temporal; tests and benchmarks hand adapters a recording one (harness.recording_router)."""
+
+    async def on_message(self, message: InboundMessage) -> Routed: ...
+
+    async def on_click(self, click: InboundClick) -> Routed: ...
+
+    def seen(self, event_id: str) -> bool: ...
 
 
 def cut(text: str) -> str:
@@ -245,29 +241,6 @@ class ConversationRouter:
 
     async def on_click(self, click: InboundClick) -> Routed:
         return await self._accept(click.event_id, "click", click)
-
-    async def check_click(self, click: InboundClick) -> Routed | None:
-        """Before an adapter marks a clicked escalation as decided: CLOSED when the conversation
-        has finished, STALE when the click's round is no longer open (answered already, or buttons
-        of an earlier round), None when the click may count or nobody could say.
-
-        Only a courtesy, so the adapter can tell the clicker privately and leave the message as
-        the Workflow wrote it; the Workflow itself drops a click whose round has passed.
-        """
-        handle = self._client.get_workflow_handle(click.workflow_id)
-        try:
-            description = await handle.describe(rpc_timeout=ROUND_CHECK_TIMEOUT)
-            if description.status != WorkflowExecutionStatus.RUNNING:
-                return Routed.CLOSED
-            if click.round is None:
-                return None  # older buttons: the Workflow binds the click to the open round
-            view = await handle.query(RefundConversation.view, rpc_timeout=ROUND_CHECK_TIMEOUT)
-        except _CHECK_SKIPPED as err:
-            # Not found, unreachable, or no Worker to answer the Query: the click goes ahead.
-            log.info("round check of %s skipped: %s", click.workflow_id, err)
-            return None
-        assert isinstance(view, ConversationView)
-        return Routed.STALE if view.escalation_round != click.round else None
 
     async def _accept(self, event_id: str, kind: str, payload: BaseModel) -> Routed:
         """Deliver (or queue) an event once: a redelivery of an accepted event is a duplicate; a

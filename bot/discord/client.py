@@ -3,7 +3,7 @@
 What happens where:
 
     customer message in the support channel or a thread -> customer_messages -> router.on_message
-    Approve / Deny click (DecisionButton)               -> buttons           -> router.on_click
+    Approve / Deny click (DecisionButton)               -> buttons -> bot.clicks -> router.on_click
     /crash-worker, /refund-… commands                   -> slash_commands    -> bot.commands
 
 This module owns the client itself: the intents it asks for, the HTTP routing for `api_url`,
@@ -41,9 +41,10 @@ from discord.utils import MISSING
 from discord.webhook.async_ import AsyncWebhookAdapter, async_context
 
 from agent.activities.authorize import GrantSource
+from bot.clicks import ApprovalCheck, approver_check
 from bot.commands import Commands
-from bot.conversations import ConversationRouter
-from bot.discord.buttons import ApprovalCheck, DecisionButton, approver_check
+from bot.conversations import Router
+from bot.discord.buttons import DecisionButton
 from bot.discord.commands_spec import load_manifest, mismatches, register_commands
 from bot.discord.customer_messages import is_from_a_person, route_customer_message
 from bot.discord.outbound import RoutedHTTPClient
@@ -79,7 +80,7 @@ class RefundBotClient(discord.Client):
     def __init__(
         self,
         settings: DiscordSettings,
-        router: ConversationRouter,
+        router: Router,
         commands: Commands,
         can_approve: ApprovalCheck,
         *,
@@ -261,7 +262,7 @@ class _RoutedWebhookAdapter(AsyncWebhookAdapter):
 
 def build_client(
     settings: DiscordSettings,
-    router: ConversationRouter,
+    router: Router,
     commands: Commands,
     *,
     grants: GrantSource | None = None,
