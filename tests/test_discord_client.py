@@ -616,7 +616,7 @@ async def test_a_slow_pre_check_defers_and_answers_later(
         return allowed
 
     async with connected(api, settings, router, commands, store, can_approve=slow_check) as bot:
-        bot.client.response_budget = 0.05
+        bot.client.parts.response_budget = 0.05
         thread_id = await bot.open_conversation()
         escalation = await post_escalation(api, thread_id, "Refund $250.00?")
         click = api.component_interaction(

@@ -20,13 +20,14 @@ from __future__ import annotations
 
 import asyncio
 import re
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import discord
 
 from bot.clicks import APPROVER_ROLE, decided_line, on_click
 from bot.conversations import InboundClick
 from bot.discord.actors import actor_for
+from bot.discord.parts import parts_of
 from bot.discord.render import (
     ACTIONS,
     CUSTOM_ID_TEMPLATE,
@@ -36,9 +37,6 @@ from bot.discord.render import (
     parse_custom_id,
 )
 from bot.discord.replies import NO_PINGS, finished_within, tell_privately
-
-if TYPE_CHECKING:
-    from bot.discord.client import RefundBotClient
 
 
 class DecisionButton(discord.ui.DynamicItem[discord.ui.Button], template=CUSTOM_ID_TEMPLATE):
@@ -75,9 +73,9 @@ class DecisionButton(discord.ui.DynamicItem[discord.ui.Button], template=CUSTOM_
             raise ValueError(f"not a decision button: {match.string!r}")
         return cls(item, *parsed)
 
-    async def callback(self, interaction: discord.Interaction[RefundBotClient]) -> None:
-        # Only RefundBotClient registers this item, so interaction.client is always one.
-        client = interaction.client
+    async def callback(self, interaction: discord.Interaction[Any]) -> None:
+        # Only RefundBotClient registers this item, so interaction.client carries its parts.
+        parts = parts_of(interaction.client)
         click = InboundClick(
             event_id=str(interaction.id),
             workflow_id=self.workflow_id,
@@ -86,9 +84,9 @@ class DecisionButton(discord.ui.DynamicItem[discord.ui.Button], template=CUSTOM_
             click_id=str(interaction.id),
             round=self.round,
         )
-        surface = ClickedMessage(interaction, click, approval_needs(client.settings.approver_role))
-        flow = asyncio.ensure_future(on_click(click, client.can_approve, client.router, surface))
-        await surface.answer_within(client.response_budget, flow)
+        surface = ClickedMessage(interaction, click, approval_needs(parts.settings.approver_role))
+        flow = asyncio.ensure_future(on_click(click, parts.can_approve, parts.router, surface))
+        await surface.answer_within(parts.response_budget, flow)
         await flow
 
 
