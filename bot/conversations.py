@@ -1,9 +1,11 @@
 """The platform-neutral conversation router: what every chat adapter shares.
 
-An adapter turns its platform's events into `InboundMessage` / `InboundClick` and hands them here.
-The router drops what must never reach the agent (bots, edits, deletions, redeliveries), derives the
-Workflow ID from the thread, and starts (signal-with-start) or signals the conversation. The adapter
-shows the customer the notice that goes with the result.
+An adapter turns its platform's events into `InboundMessage` / `InboundClick` and hands them to a
+`Router` (the three calls adapters make); `ConversationRouter` is the one that reaches Temporal.
+It drops what must never reach the agent (bots, edits, deletions, redeliveries), derives the
+Workflow ID from the thread, and starts (signal-with-start) or signals the conversation: one call
+to Temporal per event, and a describe after it only when the Signal finds no running Workflow. The
+adapter shows the customer the notice that goes with the result.
 
     adapter (after its platform's ack) -> on_message / on_click -> Temporal
                                                    ... fails, for any reason -> inbox -> retried
@@ -26,10 +28,11 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import timedelta
 from enum import StrEnum
-from typing import Any, Literal
+from typing import Any, Literal, Protocol, TypeVar
 
 from pydantic import BaseModel, ValidationError
-from temporalio.client import Client, WorkflowExecutionStatus, WorkflowQueryFailedError
+from temporalio import workflow
+from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.common import MetricMeter, WorkflowIDReusePolicy
 from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
@@ -39,7 +42,6 @@ from agent.models import (
     Actor,
     Approval,
     ConversationStart,
-    ConversationView,
     CustomerMessage,
     ThreadRef,
 )
@@ -73,10 +75,8 @@ MAX_ATTEMPTS = 10
 INBOX_RETRY = Backoff(first=2.0, cap=300.0, jitter=False)
 # While Temporal is unreachable, the inbox is tried again after this (doubling, capped).
 UNREACHABLE_RETRY = Backoff(first=1.0, cap=30.0, jitter=False)
-# How long a click's round check may wait on the Workflow's answer (a Query needs a live Worker);
-# without an answer the click is sent anyway, and the Workflow drops it if its round has passed.
-ROUND_CHECK_TIMEOUT = timedelta(seconds=2)
-_CHECK_SKIPPED = (RPCError, WorkflowQueryFailedError, RuntimeError, ConnectionError, TimeoutError)
+
+_Arg = TypeVar("_Arg", bound=BaseModel)
 
 
 class InboundMessage(BaseModel):
@@ -111,7 +111,6 @@ class Routed(StrEnum):
     IGNORED = "ignored"  # bots, edits, deletions: never reach the agent
     CLOSED = "closed"  # the thread's conversation has finished
     UNKNOWN = "unknown"  # a thread that is no conversation of ours
-    STALE = "stale"  # a click on an escalation round that is no longer open: not sent
 
 
 # What the adapter tells the customer when the router could not even keep the message (its inbox
@@ -129,15 +128,15 @@ NOTICES: dict[Routed, str | None] = {
 }
 
 
-# What the adapter tells the clicker privately, by result of a click (None: say nothing).
-CLICK_NOTICES: dict[Routed, str] = {
-    Routed.QUEUED: "Your decision is recorded; the agent is briefly unavailable and will pick it "
-    "up shortly.",
-    Routed.CLOSED: "This conversation has already finished; your click changed nothing.",
-    Routed.UNKNOWN: "This button belongs to no conversation I know; your click changed nothing.",
-    Routed.STALE: "These buttons were already answered (look for the newest ones in the thread); "
-    "your click changed nothing.",
-}
+class Router(Protocol):
+    """What a chat adapter asks of the router: ConversationRouter is the one that reaches
+    Temporal; tests and benchmarks hand adapters a recording one (harness.recording_router)."""
+
+    async def on_message(self, message: InboundMessage) -> Routed: ...
+
+    async def on_click(self, click: InboundClick) -> Routed: ...
+
+    def seen(self, event_id: str) -> bool: ...
 
 
 def cut(text: str) -> str:
@@ -244,29 +243,6 @@ class ConversationRouter:
     async def on_click(self, click: InboundClick) -> Routed:
         return await self._accept(click.event_id, "click", click)
 
-    async def check_click(self, click: InboundClick) -> Routed | None:
-        """Before an adapter marks a clicked escalation as decided: CLOSED when the conversation
-        has finished, STALE when the click's round is no longer open (answered already, or buttons
-        of an earlier round), None when the click may count or nobody could say.
-
-        Only a courtesy, so the adapter can tell the clicker privately and leave the message as
-        the Workflow wrote it; the Workflow itself drops a click whose round has passed.
-        """
-        handle = self._client.get_workflow_handle(click.workflow_id)
-        try:
-            description = await handle.describe(rpc_timeout=ROUND_CHECK_TIMEOUT)
-            if description.status != WorkflowExecutionStatus.RUNNING:
-                return Routed.CLOSED
-            if click.round is None:
-                return None  # older buttons: the Workflow binds the click to the open round
-            view = await handle.query(RefundConversation.view, rpc_timeout=ROUND_CHECK_TIMEOUT)
-        except _CHECK_SKIPPED as err:
-            # Not found, unreachable, or no Worker to answer the Query: the click goes ahead.
-            log.info("round check of %s skipped: %s", click.workflow_id, err)
-            return None
-        assert isinstance(view, ConversationView)
-        return Routed.STALE if view.escalation_round != click.round else None
-
     async def _accept(self, event_id: str, kind: str, payload: BaseModel) -> Routed:
         """Deliver (or queue) an event once: a redelivery of an accepted event is a duplicate; a
         redelivery that arrives while the first is still being handled waits for its verdict."""
@@ -326,7 +302,9 @@ class ConversationRouter:
             signal = CustomerMessage(
                 message_id=payload.message_id, author=payload.author, text=payload.text
             )
-            return await self._signal(workflow_id_for(payload.thread), "customer_message", signal)
+            return await self._signal(
+                workflow_id_for(payload.thread), RefundConversation.customer_message, signal
+            )
         assert isinstance(payload, InboundClick)
         approval = Approval(
             decision=payload.decision,
@@ -334,7 +312,7 @@ class ConversationRouter:
             click_id=payload.click_id,
             round=payload.round,
         )
-        return await self._signal(payload.workflow_id, "approval", approval)
+        return await self._signal(payload.workflow_id, RefundConversation.approval, approval)
 
     async def _start(self, start: ConversationStart) -> Routed:
         try:
@@ -346,7 +324,7 @@ class ConversationRouter:
                 id=workflow_id_for(start.thread),
                 task_queue=self._task_queue,
                 search_attributes=version_attributes(),
-                start_signal="customer_message",
+                start_signal=_signal_name(RefundConversation.customer_message),
                 start_signal_args=[
                     CustomerMessage(
                         message_id=start.opening_message_id,
@@ -366,10 +344,12 @@ class ConversationRouter:
             self._opened.add(1, {"platform": start.thread.platform})
         return Routed.STARTED
 
-    async def _signal(self, workflow_id: str, name: str, arg: BaseModel) -> Routed:
+    async def _signal(
+        self, workflow_id: str, signal: Callable[[RefundConversation, _Arg], None], arg: _Arg
+    ) -> Routed:
         handle = self._client.get_workflow_handle(workflow_id)
         try:
-            await handle.signal(name, arg, rpc_timeout=RPC_TIMEOUT)
+            await handle.signal(signal, arg, rpc_timeout=RPC_TIMEOUT)
         except RPCError as err:
             if err.status != RPCStatusCode.NOT_FOUND:
                 raise
@@ -487,6 +467,13 @@ class ConversationRouter:
             else:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._wake.wait(), timeout=wait)
+
+
+def _signal_name(signal: Callable[[RefundConversation, Any], None]) -> str:
+    """The name Temporal knows a signal method by. start_workflow takes only a name for its
+    start_signal; this is the SDK's own reading of the method's @workflow.signal, the one
+    WorkflowHandle.signal makes, so the name follows a `name=` given there too."""
+    return workflow._SignalDefinition.must_name_from_fn_or_str(signal)
 
 
 def _started(handle: Any) -> bool:

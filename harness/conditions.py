@@ -6,22 +6,42 @@ import asyncio
 import inspect
 import time
 from collections.abc import Awaitable, Callable
-from typing import TypeVar
+from typing import Any, TypeVar, overload
 
 T = TypeVar("T")
 
 
+@overload
 async def wait_for(
-    probe: Callable[[], Awaitable[T] | T],
+    probe: Callable[[], Awaitable[T]],
+    *,
+    timeout: float = ...,
+    interval: float = ...,
+    what: str = ...,
+) -> T: ...
+
+
+@overload
+async def wait_for(
+    probe: Callable[[], T],
+    *,
+    timeout: float = ...,
+    interval: float = ...,
+    what: str = ...,
+) -> T: ...
+
+
+async def wait_for(
+    probe: Callable[[], Any],
     *,
     timeout: float = 20.0,
     interval: float = 0.05,
     what: str = "condition",
-) -> T:
+) -> Any:
     """Call `probe` (sync or async) until it returns something truthy; fail with `what` after
     `timeout` seconds."""
     deadline = time.monotonic() + timeout
-    last: T | None = None
+    last: Any = None
     while time.monotonic() < deadline:
         result = probe()
         last = await result if inspect.isawaitable(result) else result

@@ -275,7 +275,12 @@ def start_platforms(
         return platforms  # `refund-bot bot`: Slack and Discord only (a checked setting)
     if local or not platforms:
         if stdin_is_terminal():
-            channel = LocalChannel(local_thread_store(settings), stack.router, stack.commands)
+            channel = LocalChannel(
+                local_thread_store(settings),
+                stack.router,
+                stack.commands,
+                grants=sources.get("local", store),
+            )
             health = PlatformHealth("local")
             start("local", _local_channel(channel, health), health)
         elif platforms:

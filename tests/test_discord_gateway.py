@@ -28,12 +28,12 @@ from harness import free_port
 from harness.conditions import wait_for
 from harness.fakes.discord_api import THREADS_ROUTE, FakeDiscordAPI
 from harness.fakes.discord_gateway import GUILD_MESSAGES, GUILDS, MESSAGE_CONTENT
+from harness.recording_router import RecordingRouter
 from tests.support.discord_guild import (
     CUSTOMER,
     GUILD,
     STRANGER,
     SUPPORT,
-    RecordingRouter,
     seed_guild,
 )
 

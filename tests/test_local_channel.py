@@ -16,13 +16,18 @@ from bot.conversations import Routed
 from bot.local.markup import plain
 from bot.local.terminal import PEOPLE, LocalChannel, inbound
 from bot.local.thread_store import LocalThreadStore
-from tests.test_slack_app import RecordingCommands, RecordingRouter
+from harness.recording_router import RecordingRouter
+from tests.test_slack_app import RecordingCommands
 
 
 def channel_on(
     tmp_path: Path, routed: Routed | None = None
 ) -> tuple[LocalChannel, io.StringIO, RecordingCommands]:
-    out, commands, router = io.StringIO(), RecordingCommands(), RecordingRouter(result=routed)
+    out, commands, router = (
+        io.StringIO(),
+        RecordingCommands(),
+        RecordingRouter(message_result=routed),
+    )
     threads = LocalThreadStore(SqliteDatabase(tmp_path))
     return LocalChannel(threads, router, commands, out=out), out, commands  # type: ignore[arg-type]
 

@@ -4,16 +4,21 @@ what became of it. A real Temporal dev server, an in-process Worker, the local p
 
 from __future__ import annotations
 
+import inspect
 import io
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, Literal
 
 import pytest
+from temporalio.client import Client, Interceptor, OutboundInterceptor
 
 from agent.models import Actor, MessageEdit, MessageKey, OutboundMessage
 from agent.settings import AgentSettings
 from agent.stores.database import database_for
+from agent.stores.grants import GrantStore
 from agent.stores.sqlite import SqliteDatabase
+from bot.clicks import approver_check, on_click
 from bot.conversations import ConversationRouter, InboundClick, Routed
 from bot.ids import workflow_id_for
 from bot.inbox import Inbox
@@ -24,6 +29,7 @@ from harness.conditions import wait_for
 from harness.conversation import SUPPORT, LocalConversation
 from harness.inproc import running_worker
 from harness.owner import refunds_made
+from harness.recording_router import RecordingRouter
 
 MARLOW = Actor(platform="local", user_id="marlow", display_name="Marlow")
 NO_GRANT = "Marlow holds no live refund_approver grant"
@@ -158,52 +164,128 @@ async def test_a_late_click_that_overwrote_an_outcome_gets_it_back(
         assert (await conv.view()).escalation_round == 2
 
 
-async def test_the_router_checks_a_click_against_the_open_round(
-    client, agent_settings, threads, tmp_path: Path
-) -> None:
-    async def no_hold() -> bool:
-        return False
+class CountingInterceptor(Interceptor):
+    """Counts every call the client makes to Temporal, by name."""
 
-    async with running_worker(client, agent_settings, threads) as tq:
-        router = ConversationRouter(client, tq, Inbox(SqliteDatabase(tmp_path)), no_hold)
-        conv = LocalConversation(client, threads, tq)
-        await _escalated(conv)
-        assert conv.handle is not None
+    def __init__(self) -> None:
+        self.calls: list[str] = []
 
-        def click(round: int | None, workflow_id: str = conv.handle.id) -> InboundClick:
-            return InboundClick(
-                event_id=f"e{round}",
-                workflow_id=workflow_id,
-                decision="deny",
-                actor=SUPPORT,
-                click_id=f"c{round}",
-                round=round,
-            )
-
-        await conv.wait_phase("waiting_for_approval")
-        assert await router.check_click(click(1)) is None
-        assert await router.check_click(click(None)) is None  # older buttons: the Workflow binds
-        assert await router.check_click(click(7)) == Routed.STALE
-        assert await router.check_click(click(1, "local-no-such-thread")) is None
-        assert await router.on_click(click(1)) == Routed.SIGNALLED
-        await conv.handle.result()
-        assert await router.check_click(click(1)) == Routed.CLOSED
+    def intercept_client(self, next: OutboundInterceptor) -> OutboundInterceptor:
+        return _Counting(next, self.calls)
 
 
-# -- the terminal's numbered choice ------------------------------------------------------------
+class _Counting(OutboundInterceptor):
+    def __init__(self, next: OutboundInterceptor, calls: list[str]) -> None:
+        super().__init__(next)
+        self._calls = calls
+
+
+def _counted(name: str) -> Any:
+    async def call(self: _Counting, input: Any) -> Any:
+        self._calls.append(name)
+        return await getattr(self.next, name)(input)
+
+    return call
+
+
+for _name, _method in vars(OutboundInterceptor).items():
+    if inspect.iscoroutinefunction(_method):
+        setattr(_Counting, _name, _counted(_name))
 
 
 @dataclass
-class RecordingRouter:
-    check_result: Routed | None = None
-    clicks: list[InboundClick] = field(default_factory=list)
+class OverwritingSurface:
+    """A platform's surface over the local store: "checking authorization" is written over the
+    clicked message, as Slack and Discord write it over theirs."""
 
-    async def check_click(self, click: InboundClick) -> Routed | None:
-        return self.check_result
+    threads: LocalThreadStore
+    message: LocalMessage
+    told: list[str] = field(default_factory=list)
+    approval_needs: str = "the refund_approver role"
 
-    async def on_click(self, click: InboundClick) -> Routed:
-        self.clicks.append(click)
-        return Routed.SIGNALLED
+    async def tell(self, text: str) -> None:
+        self.told.append(text)
+
+    async def checking(self) -> None:
+        async with self.threads.database.connect(thread_store.SCHEMA) as db:
+            await db.execute(
+                "UPDATE messages SET text = ? WHERE seq = ?",
+                f"{self.message.text}\nApproved by Sam, checking authorization",
+                self.message.seq,
+            )
+
+    async def restore(self) -> None:
+        raise AssertionError("the click was routed")
+
+    async def conclude(self, outcome: str) -> None:
+        raise AssertionError(f"no final line expected, got {outcome!r}")
+
+
+async def test_a_click_costs_one_call_to_temporal_and_a_stale_one_is_answered_by_the_workflow(
+    client: Client, agent_settings, threads, tmp_path: Path
+) -> None:
+    """Nothing asks the Workflow whether a click's round is still open: each click is one Signal.
+    A click on a round that has passed is sent all the same; the Workflow drops it, says that
+    round's outcome again over the adapter's "checking authorization", and refunds nothing."""
+
+    async def no_hold() -> bool:
+        return False
+
+    counting = CountingInterceptor()
+    config = client.config()
+    config["interceptors"] = [*config["interceptors"], counting]
+    counted = Client(**config)
+    may_approve = approver_check(GrantStore(database_for(agent_settings)))
+    async with running_worker(client, agent_settings, threads) as tq:
+        router = ConversationRouter(counted, tq, Inbox(SqliteDatabase(tmp_path)), no_hold)
+        conv = LocalConversation(client, threads, tq)
+        first = await _escalated(conv)
+        await conv.click("approve", MARLOW, round=1)  # refused: no grant; round 2 is posted
+        assert (await conv.next_bot_message()).round == 2
+
+        async def settled() -> str | None:
+            (row, *_) = await _escalations(conv)
+            return row.text if row.text != first.text else None
+
+        outcome_text = await wait_for(settled, what="round 1 settled")
+        assert conv.handle is not None
+        workflow_id = conv.handle.id
+
+        def click(decision: Literal["approve", "deny"], round: int) -> InboundClick:
+            return InboundClick(
+                event_id=f"e-{decision}-{round}",
+                workflow_id=workflow_id,
+                decision=decision,
+                actor=SUPPORT,
+                click_id=f"c-{decision}-{round}",
+                round=round,
+            )
+
+        # Sam approves on round 1's buttons, still on an old screen.
+        stale = OverwritingSurface(threads, first)
+        assert await on_click(click("approve", 1), may_approve, router, stale) == Routed.SIGNALLED
+        assert counting.calls == ["signal_workflow"]
+        assert stale.told == []  # the thread says it: round 1's outcome, again
+
+        async def restored() -> bool:
+            (row, *_) = await _escalations(conv)
+            return row.text == outcome_text
+
+        await wait_for(restored, what="round 1's outcome said again")
+        view = await conv.view()
+        assert view.escalation_round == 2 and view.refund is None
+
+        # A click on the open round is one Signal too.
+        (_, current) = await _escalations(conv)
+        fresh = OverwritingSurface(threads, current)
+        assert await on_click(click("deny", 2), may_approve, router, fresh) == Routed.SIGNALLED
+        assert counting.calls == ["signal_workflow", "signal_workflow"]
+        outcome = await conv.handle.result()
+    assert outcome.status == "declined"
+    assert await refunds_made(agent_settings) == []
+
+
+# -- the terminal's numbered choice ------------------------------------------------------------
 
 
 async def test_the_terminals_choice_answers_the_round_it_showed(threads) -> None:
@@ -220,18 +302,32 @@ async def test_the_terminals_choice_answers_the_round_it_showed(threads) -> None
     await threads.post(escalation)
     router = RecordingRouter()
     out = io.StringIO()
-    channel = LocalChannel(threads, router, commands=None, out=out)  # type: ignore[arg-type]
+    grants = GrantStore(threads.database)
+    await grants.seed()  # the terminal's support agent may approve; Marlow may not
+    channel = LocalChannel(threads, router, commands=None, out=out, grants=grants)  # type: ignore[arg-type]
     await channel.show_new()
     await channel.handle("/as support")
     await channel.handle(f"/thread {root.thread_id}")
     await channel.handle("1")
     (click,) = router.clicks
     assert (click.workflow_id, click.decision, click.round) == (wid, "approve", 2)
+    assert f"[{root.thread_id}] Approved by Sam (support agent), checking authorization" in (
+        out.getvalue()
+    )
 
-    router.check_result = Routed.STALE
+    # A second choice on the same round is sent too, one Signal like the first: the Workflow,
+    # not the terminal, drops a click whose round has passed and says the round's outcome again.
     await channel.handle("2")
-    assert len(router.clicks) == 1  # not sent
-    assert "already answered" in out.getvalue()
+    assert [(c.decision, c.round) for c in router.clicks] == [("approve", 2), ("deny", 2)]
+
+    # Someone who holds no refund_approver grant is refused before anything is sent.
+    await channel.handle("/as marlow")
+    await channel.handle("1")
+    assert len(router.clicks) == 2
+    assert (
+        "(only you can see this) Sorry Marlow (another customer), approving or denying a refund "
+        "needs the refund_approver role, and you don't hold it. Nothing changed."
+    ) in out.getvalue()
 
     # The Workflow's edit of the escalation is shown, marked as an edit.
     await threads.edit(

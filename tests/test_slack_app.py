@@ -13,7 +13,7 @@ import logging
 import re
 import socket
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -64,6 +64,7 @@ from harness.fakes.slack_api import (
     SlackSender,
     signed_headers,
 )
+from harness.recording_router import RecordingRouter
 
 SECRET = "8f742231b10e8888abcd99yyyzzz85a5"
 TEAM = "T0FAKE"
@@ -76,34 +77,6 @@ SUPPORT = ("U0SAM", "sam")
 # ---------------------------------------------------------------------------------------------
 # Recording fakes
 # ---------------------------------------------------------------------------------------------
-
-
-@dataclass
-class RecordingRouter:
-    """Stands in for ConversationRouter: records what the adapter hands it."""
-
-    messages: list[InboundMessage] = field(default_factory=list)
-    clicks: list[InboundClick] = field(default_factory=list)
-    result: Routed | None = None
-    check_result: Routed | None = None  # what check_click answers (None: the click may count)
-    gate: asyncio.Event | None = None  # when set, on_message waits for it (a slow Temporal)
-    slow_text: str | None = None  # …only for the message with this text, when set
-    error: Exception | None = None  # raised by on_message (the router could not keep it)
-
-    async def on_message(self, message: InboundMessage) -> Routed:
-        if self.gate is not None and self.slow_text in (None, message.text):
-            await self.gate.wait()
-        self.messages.append(message)
-        if self.error is not None:
-            raise self.error
-        return self.result or (Routed.STARTED if message.opens_thread else Routed.SIGNALLED)
-
-    async def on_click(self, click: InboundClick) -> Routed:
-        self.clicks.append(click)
-        return self.result or Routed.SIGNALLED
-
-    async def check_click(self, click: InboundClick) -> Routed | None:
-        return self.check_result
 
 
 @dataclass
@@ -177,7 +150,12 @@ async def harness(slack: FakeSlackApi) -> AsyncIterator[Harness]:
         finder_calls.append((team_id, order))
         return f"slack-{team_id}-{CHANNEL}-1732860000.000100" if order == "4500" else None
 
-    app = build_app(settings_for(slack), router, commands, find_by_order=find_by_order)  # type: ignore[arg-type]
+    app = build_app(
+        settings_for(slack),
+        router,
+        commands,  # type: ignore[arg-type]  # a RecordingCommands
+        find_by_order=find_by_order,
+    )
     yield Harness(slack, SlackSender(slack), app, router, commands, finder_calls)
     await app.client.close()  # type: ignore[attr-defined]  # build_app's KeptAliveWebClient
 
@@ -292,7 +270,7 @@ async def test_one_threads_messages_are_routed_in_arrival_order(harness: Harness
 
 @pytest.mark.parametrize("routed", [Routed.QUEUED, Routed.CLOSED])
 async def test_notice_goes_into_the_thread(harness: Harness, routed: Routed) -> None:
-    harness.router.result = routed
+    harness.router.message_result = routed
     root = harness.sender.post(CHANNEL, "refund 1234")
     root_ts = root.payload["event"]["ts"]
     await harness.deliver(harness.sender.post(CHANNEL, "Yes", thread_ts=root_ts))
@@ -332,9 +310,9 @@ class EdgeTemporal:
         return SimpleNamespace(_start_workflow_response=SimpleNamespace(started=new))
 
     def get_workflow_handle(self, workflow_id: str) -> Any:
-        async def signal(name: str, _arg: Any, rpc_timeout: Any = None) -> None:
+        async def signal(method: Callable[..., None], _arg: Any, rpc_timeout: Any = None) -> None:
             self._maybe_fail()
-            self.calls.append((name, workflow_id))
+            self.calls.append((method.__name__, workflow_id))
 
         return SimpleNamespace(signal=signal)
 
@@ -419,7 +397,7 @@ async def test_an_acked_message_whose_delivery_fails_is_kept_and_delivered_once(
 
 
 async def test_a_message_the_router_cannot_even_keep_is_answered(harness: Harness) -> None:
-    harness.router.error = OSError("disk full")  # the inbox cannot be written
+    harness.router.message_error = OSError("disk full")  # the inbox cannot be written
     root = harness.sender.post(CHANNEL, "refund 1234")
     assert (await harness.deliver(root)).status == 200
 
@@ -514,7 +492,7 @@ async def test_serve_in_http_mode_until_cancelled(harness: Harness) -> None:
 
 
 async def test_the_app_keeps_one_connection_to_slack_until_serve_ends(harness: Harness) -> None:
-    harness.router.result = Routed.QUEUED  # the reply gets a notice: a Web API call
+    harness.router.message_result = Routed.QUEUED  # the reply gets a notice: a Web API call
     port = free_port()
     serving = asyncio.create_task(serve(harness.app, settings_for(harness.slack, port=port)))
     # serve listens once its auth.test has returned: that call is over, its connection idle.
@@ -544,7 +522,8 @@ async def test_the_app_keeps_one_connection_to_slack_until_serve_ends(harness: H
 async def test_serve_in_socket_mode_acks_envelopes_before_the_work(harness: Harness) -> None:
     slack = harness.slack
     settings = settings_for(slack, app_token=slack.app_token, signing_secret=None)
-    router = RecordingRouter(gate=asyncio.Event())  # Temporal is slow
+    gate = asyncio.Event()
+    router = RecordingRouter(gate=gate)  # Temporal is slow
     commands = RecordingCommands()
     app = build_app(settings, router, commands)  # type: ignore[arg-type]
     serving = asyncio.create_task(serve(app, settings))
@@ -564,7 +543,7 @@ async def test_serve_in_socket_mode_acks_envelopes_before_the_work(harness: Harn
         event = await slack.socket_send("events_api", delivery.payload)
         assert await wait_for(lambda: acked(event), timeout=5, what="the event's ack")
         assert router.messages == []  # acknowledged while the router still waits
-        router.gate.set()
+        gate.set()
         (message,) = await routed_messages(
             Harness(slack, harness.sender, app, router, commands, []), 1
         )
@@ -783,29 +762,31 @@ async def test_click_carries_the_round_of_its_buttons(harness: Harness) -> None:
     assert (inbound.workflow_id, inbound.round) == (wid, 3)
 
 
-@pytest.mark.parametrize(
-    ("result", "said"), [(Routed.STALE, "already answered"), (Routed.CLOSED, "already finished")]
-)
-async def test_click_on_a_passed_round_is_told_privately_and_changes_nothing(
-    harness: Harness, result: Routed, said: str
+async def test_click_on_a_passed_round_is_sent_once_for_the_workflow_to_answer(
+    harness: Harness,
 ) -> None:
-    harness.router.check_result = result
-    root_ts, escalation_ts, _ = await _escalation(harness.slack, round=1)
-    before = harness.slack.message(CHANNEL, escalation_ts)
-    assert before is not None and before["thread_ts"] == root_ts
+    """Nothing asks the Workflow first whether round 1 is still open: the click is marked and
+    routed like any other, one Signal. The Workflow drops a click whose round has passed and edits
+    that round's message again with its outcome (tests/test_rounds.py); a finished conversation
+    is the router's CLOSED (test_click_on_a_finished_conversation_tells_the_clicker)."""
+    root_ts, escalation_ts, wid = await _escalation(harness.slack, round=1)
     await harness.deliver(
         harness.sender.click(CHANNEL, escalation_ts, APPROVE_ACTION_ID, user=SUPPORT[0], name="sam")
     )
 
-    async def told() -> list:
-        return harness.slack.ephemerals
+    async def clicked() -> list[InboundClick]:
+        return harness.router.clicks
 
-    (ephemeral,) = await wait_for(told, timeout=5, what="the ephemeral notice")
-    assert ephemeral["user"] == SUPPORT[0] and said in ephemeral["text"]
-    # The message stays as the Workflow left it: no "checking authorization" over its outcome.
-    assert harness.slack.calls_to("chat.update") == []
-    assert harness.slack.message(CHANNEL, escalation_ts) == before
-    assert harness.router.clicks == []
+    (click,) = await wait_for(clicked, timeout=5, what="the click")
+    assert (click.workflow_id, click.round) == (wid, 1)
+    (update,) = harness.slack.calls_to("chat.update")
+    assert update.params["ts"] == escalation_ts
+    message = harness.slack.message(CHANNEL, escalation_ts)
+    assert message is not None and message["thread_ts"] == root_ts
+    assert message["blocks"][-1]["elements"][0]["text"] == (
+        "Approved by <@U0SAM>, checking authorization"
+    )
+    assert harness.slack.ephemerals == []  # SIGNALLED: the thread says what became of it
 
 
 async def test_click_whose_value_names_another_thread_is_dropped(harness: Harness) -> None:
@@ -833,7 +814,7 @@ async def test_click_whose_value_names_another_thread_is_dropped(harness: Harnes
 
 
 async def test_click_on_a_finished_conversation_tells_the_clicker(harness: Harness) -> None:
-    harness.router.result = Routed.CLOSED
+    harness.router.click_result = Routed.CLOSED
     root_ts, escalation_ts, _ = await _escalation(harness.slack)
     await harness.deliver(
         harness.sender.click(CHANNEL, escalation_ts, APPROVE_ACTION_ID, user=SUPPORT[0], name="sam")
@@ -856,7 +837,7 @@ def _with_grants(harness: Harness, grants: Any) -> Harness:
     """The same harness, its app built with a live grant source for the click pre-check."""
     app = build_app(
         settings_for(harness.slack),
-        harness.router,  # type: ignore[arg-type]
+        harness.router,
         harness.commands,  # type: ignore[arg-type]
         grants=grants,
     )
@@ -929,10 +910,7 @@ async def test_click_when_the_grants_cannot_be_read_changes_nothing(harness: Har
 
 
 async def test_click_the_router_cannot_take_puts_the_buttons_back(harness: Harness) -> None:
-    async def broken(click: InboundClick) -> Routed:
-        raise RuntimeError("Temporal said no")
-
-    harness.router.on_click = broken  # type: ignore[method-assign]
+    harness.router.click_error = RuntimeError("Temporal said no")
     _, escalation_ts, _ = await _escalation(harness.slack)
     before = harness.slack.message(CHANNEL, escalation_ts)
     await harness.deliver(

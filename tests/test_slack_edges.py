@@ -25,6 +25,7 @@ from bot.slack.render import APPROVE_ACTION_ID, unescape
 from bot.slack.requests import parse_body
 from harness.conditions import wait_for
 from harness.fakes.slack_api import FakeSlackApi, JsonDict, SlackSender
+from harness.recording_router import RecordingRouter
 from tests.test_slack_app import (
     ADMIN,
     CHANNEL,
@@ -32,7 +33,6 @@ from tests.test_slack_app import (
     SUPPORT,
     TEAM,
     RecordingCommands,
-    RecordingRouter,
     _escalation,
     settings_for,
 )

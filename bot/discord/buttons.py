@@ -1,7 +1,8 @@
-"""The Approve / Deny buttons: a persistent DynamicItem, and what a click on one does.
+"""Discord's Approve / Deny buttons: a persistent DynamicItem, whose click goes through the click
+flow of every platform.
 
-    Approve / Deny click -> pre-checks (may approve? round still open?) -> edit, buttons gone
-                         -> router.on_click -> `approval` Signal
+    Approve / Deny click -> DecisionButton.callback -> bot.clicks.on_click -> router.on_click
+                         -> `approval` Signal
 
 The Worker posts the buttons over REST (render.components_for); no View is stored anywhere. The
 client registers DecisionButton as a class in setup_hook, and discord.py matches a click on its
@@ -9,25 +10,24 @@ custom id (`refund:<action>:r<round>:<workflow_id>`, or without the round for bu
 before rounds existed), so a click works the same after a bot restart, on any replica, however
 long ago the buttons were posted.
 
-The pre-checks are only a courtesy to the clicker: the Workflow's authorize_refund reads the grants
-again before any refund and decides, and the Workflow drops a click whose round has passed. It also
-replaces "checking authorization" with what happened.
+Discord's surface for the flow (ClickedMessage) answers the interaction itself: the message edited
+in place (UPDATE_MESSAGE), or an ephemeral reply; Discord waits 3 s for that first answer, so
+when the flow has given none within the response budget (a slow grant check), the click is
+deferred and answered later through the interaction's webhook. The steps are bot.clicks'.
 """
 
 from __future__ import annotations
 
 import asyncio
-import logging
 import re
-from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import discord
 
-from agent.activities.authorize import GrantSource
-from agent.models import Actor
-from bot.conversations import CLICK_NOTICES, InboundClick, Routed
+from bot.clicks import APPROVER_ROLE, decided_line, on_click
+from bot.conversations import InboundClick
 from bot.discord.actors import actor_for
+from bot.discord.parts import parts_of
 from bot.discord.render import (
     ACTIONS,
     CUSTOM_ID_TEMPLATE,
@@ -36,23 +36,7 @@ from bot.discord.render import (
     fit_content,
     parse_custom_id,
 )
-from bot.discord.replies import FAILED, NO_PINGS, finished_within, tell_privately
-
-if TYPE_CHECKING:
-    from bot.discord.client import RefundBotClient
-
-log = logging.getLogger(__name__)
-
-ApprovalCheck = Callable[[Actor], Awaitable[bool]]
-
-
-def approver_check(grants: GrantSource) -> ApprovalCheck:
-    """The click pre-check from a live grant source: holds refund_approver right now."""
-
-    async def may_approve(actor: Actor) -> bool:
-        return await grants.live_grant(actor, "refund_approver") is not None
-
-    return may_approve
+from bot.discord.replies import NO_PINGS, finished_within, tell_privately
 
 
 class DecisionButton(discord.ui.DynamicItem[discord.ui.Button], template=CUSTOM_ID_TEMPLATE):
@@ -89,105 +73,90 @@ class DecisionButton(discord.ui.DynamicItem[discord.ui.Button], template=CUSTOM_
             raise ValueError(f"not a decision button: {match.string!r}")
         return cls(item, *parsed)
 
-    async def callback(self, interaction: discord.Interaction[RefundBotClient]) -> None:
-        # Only RefundBotClient registers this item, so interaction.client is always one.
-        client = interaction.client
-        action, workflow_id = self.action, self.workflow_id
-        actor = actor_for(interaction.user)
+    async def callback(self, interaction: discord.Interaction[Any]) -> None:
+        # Only RefundBotClient registers this item, so interaction.client carries its parts.
+        parts = parts_of(interaction.client)
         click = InboundClick(
             event_id=str(interaction.id),
-            workflow_id=workflow_id,
-            decision=action,
-            actor=actor,
+            workflow_id=self.workflow_id,
+            decision=self.action,
+            actor=actor_for(interaction.user),
             click_id=str(interaction.id),
             round=self.round,
         )
+        surface = ClickedMessage(interaction, click, approval_needs(parts.settings.approver_role))
+        flow = asyncio.ensure_future(on_click(click, parts.can_approve, parts.router, surface))
+        await surface.answer_within(parts.response_budget, flow)
+        await flow
 
-        async def checks() -> tuple[bool | None, Routed | None]:
-            allowed = await _may_decide(client.can_approve, actor)
-            return allowed, (await client.router.check_click(click) if allowed else None)
 
-        # Both pre-checks inside Discord's 3 s for the first answer, or defer.
-        check = asyncio.ensure_future(checks())
-        if not await finished_within(check, client.response_budget):
-            await interaction.response.defer()  # DEFERRED_UPDATE_MESSAGE: no visible change
-        allowed, early = await check
-        if not allowed:
-            text = _refusal(actor, client.settings.approver_role) if allowed is False else FAILED
-            await tell_privately(interaction, text)
-            return
-        if early is not None:
-            await tell_privately(interaction, CLICK_NOTICES[early])  # the message stays as it is
-            return
+class ClickedMessage:
+    """The click flow's surface on Discord (a bot.clicks.ClickSurface): the clicked message and
+    its clicker, both answered through the click's interaction."""
 
-        original = interaction.message.content if interaction.message else ""
-        verb = "Approved" if action == "approve" else "Denied"
-        # No view: the buttons go, so nobody presses them twice.
-        await _edit_clicked_message(
-            interaction, _append(original, f"{verb} by {actor.label}, checking authorization.")
-        )
-        try:
-            routed = await client.router.on_click(click)
-        except Exception:
-            log.exception("could not route the %s click on %s", action, workflow_id)
-            # Put the buttons back so that someone can try again.
-            await _edit_clicked_message(interaction, original, buttons_of=(workflow_id, self.round))
-            await tell_privately(interaction, FAILED)
-            return
-        notice = CLICK_NOTICES.get(routed)
-        if notice is not None:
-            if routed in (Routed.CLOSED, Routed.UNKNOWN):
-                await _edit_clicked_message(
-                    interaction, _append(original, f"{verb} by {actor.label}: {notice}")
+    def __init__(
+        self,
+        interaction: discord.Interaction[Any],
+        click: InboundClick,
+        approval_needs: str,
+    ) -> None:
+        self._interaction = interaction
+        self._click = click
+        self._original = interaction.message.content if interaction.message else ""
+        self.approval_needs = approval_needs
+        # The first answer is either the flow's or the deferral: never both.
+        self._answering = asyncio.Lock()
+
+    async def answer_within(self, seconds: float, flow: asyncio.Future[Any]) -> None:
+        """Defer the click if `flow` has not answered it within `seconds`."""
+        await finished_within(flow, seconds)
+        async with self._answering:
+            if not flow.done() and not self._interaction.response.is_done():
+                await self._interaction.response.defer()  # DEFERRED_UPDATE_MESSAGE: no change
+
+    async def tell(self, text: str) -> None:
+        async with self._answering:
+            await tell_privately(self._interaction, text)
+
+    async def checking(self) -> None:
+        await self._edit(_append(self._original, decided_line(self._click) + "."))
+
+    async def restore(self) -> None:
+        await self._edit(self._original, buttons=True)
+
+    async def conclude(self, outcome: str) -> None:
+        await self._edit(_append(self._original, decided_line(self._click, outcome)))
+
+    async def _edit(self, content: str, *, buttons: bool = False) -> None:
+        """Replace the clicked message's text; its buttons go, unless `buttons` asks for Approve
+        and Deny again."""
+        view: discord.ui.View | None = None
+        if buttons:
+            # DecisionButtons, not plain Buttons: discord.py stores a view sent in an edit, and
+            # for DynamicItems it stores only their class, so the next click still reaches this.
+            view = discord.ui.View(timeout=None)
+            for action in ACTIONS:
+                click = self._click
+                view.add_item(DecisionButton.for_action(action, click.workflow_id, click.round))
+        async with self._answering:
+            if self._interaction.response.is_done():
+                await self._interaction.edit_original_response(
+                    content=content, view=view, allowed_mentions=NO_PINGS
                 )
-            await tell_privately(interaction, notice)
+            else:
+                # UPDATE_MESSAGE: the answer to the click is the edit itself.
+                await self._interaction.response.edit_message(
+                    content=content, view=view, allowed_mentions=NO_PINGS
+                )
 
 
-async def _may_decide(can_approve: ApprovalCheck, actor: Actor) -> bool | None:
-    """True or False from the live pre-check, None when it could not be made."""
-    try:
-        return await can_approve(actor)
-    except Exception:
-        log.exception("could not check whether %s may approve", actor.user_id)
-        return None
-
-
-def _refusal(actor: Actor, approver_role: str | None) -> str:
+def approval_needs(approver_role: str | None) -> str:
+    """What it takes to decide on Discord: the configured approver role, else the grant."""
     role = (approver_role or "").strip()
     # A role id renders as the role's name in a mention; AllowedMentions.none() keeps it quiet.
     shown = f"<@&{role}>" if role.isdigit() else role
-    needed = f"the Discord role {shown}" if role else "the refund_approver role"
-    return (
-        f"Sorry {actor.label}, approving or denying a refund needs {needed}, and you don't "
-        "hold it. Nothing changed."
-    )
+    return f"the Discord role {shown}" if role else APPROVER_ROLE
 
 
 def _append(original: str, line: str) -> str:
     return fit_content(f"{original}\n\n{line}" if original else line)
-
-
-async def _edit_clicked_message(
-    interaction: discord.Interaction,
-    content: str,
-    *,
-    buttons_of: tuple[str, int | None] | None = None,
-) -> None:
-    """Replace the clicked message's text; its buttons go, unless `buttons_of` (a Workflow ID and
-    round) asks for Approve and Deny again."""
-    view: discord.ui.View | None = None
-    if buttons_of is not None:
-        # DecisionButtons, not plain Buttons: discord.py stores a view sent in an edit, and for
-        # DynamicItems it stores only their class, so the next click still reaches this flow.
-        view = discord.ui.View(timeout=None)
-        for action in ACTIONS:
-            view.add_item(DecisionButton.for_action(action, *buttons_of))
-    if interaction.response.is_done():
-        await interaction.edit_original_response(
-            content=content, view=view, allowed_mentions=NO_PINGS
-        )
-    else:
-        # UPDATE_MESSAGE: the answer to the click is the edit itself.
-        await interaction.response.edit_message(
-            content=content, view=view, allowed_mentions=NO_PINGS
-        )

@@ -3,8 +3,11 @@
 What happens where:
 
     customer message in the support channel or a thread -> customer_messages -> router.on_message
-    Approve / Deny click (DecisionButton)               -> buttons           -> router.on_click
+    Approve / Deny click (DecisionButton)               -> buttons -> bot.clicks -> router.on_click
     /crash-worker, /refund-… commands                   -> slash_commands    -> bot.commands
+
+The handlers are handed the few parts of refund-bot they use (bot.discord.parts.BotParts: the
+router, the commands, the settings, the click's grant check, the response budget), not this client.
 
 This module owns the client itself: the intents it asks for, the HTTP routing for `api_url`,
 the gateway connection (to `gateway_url` when set), registering buttons and commands at start,
@@ -41,13 +44,15 @@ from discord.utils import MISSING
 from discord.webhook.async_ import AsyncWebhookAdapter, async_context
 
 from agent.activities.authorize import GrantSource
+from bot.clicks import ApprovalCheck, approver_check
 from bot.commands import Commands
-from bot.conversations import ConversationRouter
-from bot.discord.buttons import ApprovalCheck, DecisionButton, approver_check
+from bot.conversations import Router
+from bot.discord.buttons import DecisionButton
 from bot.discord.commands_spec import load_manifest, mismatches, register_commands
 from bot.discord.customer_messages import is_from_a_person, route_customer_message
 from bot.discord.outbound import RoutedHTTPClient
-from bot.discord.replies import NO_PINGS, RESPONSE_BUDGET
+from bot.discord.parts import BotParts
+from bot.discord.replies import NO_PINGS
 from bot.discord.settings import DiscordSettings
 from bot.discord.slash_commands import build_commands, on_command_error
 from bot.keyed_locks import KeyedLocks
@@ -74,12 +79,12 @@ REFUSED_CLOSE_CODES = {
 
 
 class RefundBotClient(discord.Client):
-    """The gateway client; buttons and slash commands find its state through interaction.client."""
+    """The gateway client; its handlers get `parts` (buttons through interaction.client)."""
 
     def __init__(
         self,
         settings: DiscordSettings,
-        router: ConversationRouter,
+        router: Router,
         commands: Commands,
         can_approve: ApprovalCheck,
         *,
@@ -99,10 +104,7 @@ class RefundBotClient(discord.Client):
         super().__init__(intents=intents, allowed_mentions=NO_PINGS)
         self.settings = settings
         self.support_channel_id: int = settings.support_channel_id
-        self.router = router
-        self.commands = commands
-        self.can_approve = can_approve
-        self.response_budget = RESPONSE_BUDGET
+        self.parts = BotParts(router, commands, settings, settings.support_channel_id, can_approve)
         self._sync_commands = sync_commands
         self._in_arrival_order = KeyedLocks()
         # What the gateway last did; serve() and on_ready() keep it current.
@@ -118,7 +120,7 @@ class RefundBotClient(discord.Client):
         self.tree = app_commands.CommandTree(self)
         self.tree.error(on_command_error)
         manifest = load_manifest()
-        for command in build_commands(self, manifest):
+        for command in build_commands(self.parts, manifest):
             self.tree.add_command(command)
         problems = mismatches(self.tree, manifest)
         if problems:
@@ -240,7 +242,7 @@ class RefundBotClient(discord.Client):
         # opening message is a conversation of its own and waits for no other.
         opening = message.channel.id == self.support_channel_id
         async with self._in_arrival_order.hold(message.id if opening else message.channel.id):
-            await route_customer_message(self, message)
+            await route_customer_message(self.parts, self, message)
 
 
 class _RoutedWebhookAdapter(AsyncWebhookAdapter):
@@ -261,7 +263,7 @@ class _RoutedWebhookAdapter(AsyncWebhookAdapter):
 
 def build_client(
     settings: DiscordSettings,
-    router: ConversationRouter,
+    router: Router,
     commands: Commands,
     *,
     grants: GrantSource | None = None,

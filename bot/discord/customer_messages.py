@@ -11,18 +11,15 @@ deletions as other events, which the client does not listen to).
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
 
 import discord
 
 from agent.models import ThreadRef
 from bot.conversations import NOT_KEPT, NOTICES, InboundMessage, cut
 from bot.discord.actors import actor_for
+from bot.discord.parts import BotParts
 from bot.discord.render import fit_content
 from bot.discord.replies import say
-
-if TYPE_CHECKING:
-    from bot.discord.client import RefundBotClient
 
 log = logging.getLogger(__name__)
 
@@ -45,26 +42,29 @@ def is_from_a_person(message: discord.Message, me: discord.ClientUser | None) ->
     return message.type in HUMAN_MESSAGE_TYPES
 
 
-async def route_customer_message(client: RefundBotClient, message: discord.Message) -> None:
+async def route_customer_message(
+    parts: BotParts, client: discord.Client, message: discord.Message
+) -> None:
     """Hand a message in the support channel or one of its threads to the router.
 
     An opening message gets its thread first; messages anywhere else are left alone. The router's
     notice for the result (if any) goes into the thread.
     """
     assert message.guild is not None
-    if client.router.seen(str(message.id)):
+    support_channel_id = parts.support_channel_id
+    if parts.router.seen(str(message.id)):
         # Redelivered (a RESUME may replay what this client already handled): dropped before any
         # request to Discord, so no second thread is attempted on an opening message.
         log.info("Discord message %s was already routed; the redelivery is dropped", message.id)
         return
     thread: MaybeThread | None
-    if message.channel.id == client.support_channel_id:
+    if message.channel.id == support_channel_id:
         thread = await _open_thread(client, message)
         if thread is None:
             return
         opens_thread = True
     elif isinstance(message.channel, MaybeThread) and (
-        await _parent_of(client, message.channel) == client.support_channel_id
+        await _parent_of(client, message.channel) == support_channel_id
     ):
         thread = message.channel
         opens_thread = False
@@ -76,7 +76,7 @@ async def route_customer_message(client: RefundBotClient, message: discord.Messa
         thread=ThreadRef(
             platform="discord",
             workspace=str(message.guild.id),
-            channel=str(client.support_channel_id),
+            channel=str(support_channel_id),
             thread=str(thread.id),
         ),
         message_id=str(message.id),
@@ -87,7 +87,7 @@ async def route_customer_message(client: RefundBotClient, message: discord.Messa
         opens_thread=opens_thread,
     )
     try:
-        routed = await client.router.on_message(inbound)
+        routed = await parts.router.on_message(inbound)
     except Exception:
         log.exception("could not route Discord message %s", message.id)
         await say(thread, NOT_KEPT)
@@ -97,7 +97,7 @@ async def route_customer_message(client: RefundBotClient, message: discord.Messa
         await say(thread, notice)
 
 
-async def _open_thread(client: RefundBotClient, message: discord.Message) -> MaybeThread | None:
+async def _open_thread(client: discord.Client, message: discord.Message) -> MaybeThread | None:
     assert message.guild is not None
     name = fit_content(f"Refund request from {message.author.display_name}", 100)
     try:
@@ -119,7 +119,7 @@ async def _open_thread(client: RefundBotClient, message: discord.Message) -> May
         return None
 
 
-async def _parent_of(client: RefundBotClient, channel: MaybeThread) -> int | None:
+async def _parent_of(client: discord.Client, channel: MaybeThread) -> int | None:
     if isinstance(channel, discord.Thread):
         return channel.parent_id
     # A channel the cache does not know (rare: GUILD_CREATE lists active threads and

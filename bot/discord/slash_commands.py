@@ -14,7 +14,7 @@ import asyncio
 import logging
 import re
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import discord
 from discord import app_commands
@@ -24,12 +24,10 @@ from bot.commands import CommandReply
 from bot.demo_stage import ChannelRef
 from bot.discord.actors import actor_for
 from bot.discord.commands_spec import command_spec
+from bot.discord.parts import BotParts
 from bot.discord.replies import FAILED, finished_within, tell_privately
 from bot.discord.stage import DiscordStage
 from bot.ids import workflow_id_for
-
-if TYPE_CHECKING:
-    from bot.discord.client import RefundBotClient
 
 log = logging.getLogger(__name__)
 
@@ -44,44 +42,41 @@ OUT_OF_DATE = "This command is out of date here; run `refund-bot discord sync-co
 _LINK = re.compile(r"channels/(\d+)/(\d+)(?:/(\d+))?")
 
 
-def build_commands(client: RefundBotClient, manifest: tuple[dict[str, Any], ...]) -> list[Command]:
+def build_commands(parts: BotParts, manifest: tuple[dict[str, Any], ...]) -> list[Command]:
     """The handlers as discord.py commands, described by the manifest."""
+    commands = parts.commands
 
     async def crash_worker(interaction: discord.Interaction, host: str | None = None) -> None:
         actor = actor_for(interaction.user)
-        await _answer(
-            client, interaction, lambda: client.commands.crash_worker(actor, host), defer=True
-        )
+        await _answer(parts, interaction, lambda: commands.crash_worker(actor, host), defer=True)
 
     async def refund_status(
         interaction: discord.Interaction, conversation: str | None = None
     ) -> None:
         await _answer_for_conversation(
-            client, interaction, conversation, client.commands.refund_status, defer=True
+            parts, interaction, conversation, commands.refund_status, defer=True
         )
 
     async def refund_release(
         interaction: discord.Interaction, conversation: str | None = None
     ) -> None:
         await _answer_for_conversation(
-            client, interaction, conversation, client.commands.refund_release, defer=False
+            parts, interaction, conversation, commands.refund_release, defer=False
         )
 
     async def refund_hold(interaction: discord.Interaction, state: str | None = None) -> None:
         actor = actor_for(interaction.user)
         enabled = None if state is None else state == "on"
-        await _answer(
-            client, interaction, lambda: client.commands.refund_hold(actor, enabled), defer=False
-        )
+        await _answer(parts, interaction, lambda: commands.refund_hold(actor, enabled), defer=False)
 
     async def refund_grant(
         interaction: discord.Interaction, user: discord.User, role: str, limit: str | None = None
     ) -> None:
         actor, target = actor_for(interaction.user), actor_for(user)
         await _answer(
-            client,
+            parts,
             interaction,
-            lambda: client.commands.refund_grant(actor, target, role, limit),
+            lambda: commands.refund_grant(actor, target, role, limit),
             defer=False,
         )
 
@@ -90,9 +85,9 @@ def build_commands(client: RefundBotClient, manifest: tuple[dict[str, Any], ...]
     ) -> None:
         actor, target = actor_for(interaction.user), actor_for(user)
         await _answer(
-            client,
+            parts,
             interaction,
-            lambda: client.commands.refund_revoke(actor, target, role),
+            lambda: commands.refund_revoke(actor, target, role),
             defer=False,
         )
 
@@ -101,7 +96,7 @@ def build_commands(client: RefundBotClient, manifest: tuple[dict[str, Any], ...]
         action: str | None = None,
         seconds: app_commands.Range[float, 0, 60] | None = None,
     ) -> None:
-        channel = demo_channel(interaction)
+        channel, client = demo_channel(interaction), interaction.client
         if channel is None or client.user is None:
             await tell_privately(interaction, WHICH_CHANNEL)
             return
@@ -111,9 +106,9 @@ def build_commands(client: RefundBotClient, manifest: tuple[dict[str, Any], ...]
         # "auto 3", as the other platforms type it; Commands checks the words either way.
         words = (action or "") + (f" {seconds:g}" if seconds is not None else "")
         await _answer(
-            client,
+            parts,
             interaction,
-            lambda: client.commands.refund_demo(actor, words, stage, channel),
+            lambda: commands.refund_demo(actor, words, stage, channel),
             defer=False,
         )
 
@@ -182,7 +177,7 @@ def demo_channel(interaction: discord.Interaction) -> ChannelRef | None:
 
 
 async def _answer(
-    client: RefundBotClient,
+    parts: BotParts,
     interaction: discord.Interaction,
     work: Callable[[], Awaitable[CommandReply]],
     *,
@@ -192,7 +187,7 @@ async def _answer(
     if defer:
         await interaction.response.defer(ephemeral=True, thinking=True)
     task = asyncio.ensure_future(work())
-    if not defer and not await finished_within(task, client.response_budget):
+    if not defer and not await finished_within(task, parts.response_budget):
         await interaction.response.defer(ephemeral=True, thinking=True)
     try:
         reply = await task
@@ -204,19 +199,19 @@ async def _answer(
 
 
 async def _answer_for_conversation(
-    client: RefundBotClient,
+    parts: BotParts,
     interaction: discord.Interaction,
     given: str | None,
     work: Callable[[Actor, str], Awaitable[CommandReply]],
     *,
     defer: bool,
 ) -> None:
-    workflow_id = conversation_for(interaction, given, client.support_channel_id)
+    workflow_id = conversation_for(interaction, given, parts.support_channel_id)
     if workflow_id is None:
         await tell_privately(interaction, WHICH_CONVERSATION)
         return
     actor = actor_for(interaction.user)
-    await _answer(client, interaction, lambda: work(actor, workflow_id), defer=defer)
+    await _answer(parts, interaction, lambda: work(actor, workflow_id), defer=defer)
 
 
 def _workflow_id(guild: str, thread: str, support_channel_id: int) -> str:

@@ -1,9 +1,12 @@
 """The local support channel: a terminal where you type as a customer, support agent or presenter.
 
+    typed line -> router.on_message | 1 or 2 -> bot.clicks.on_click | /command -> bot.commands
+    thread store (the Worker's posts and edits) -> printed lines
+
 It is a chat platform like Slack or Discord, only smaller: what you type goes through the same
-router (and the same slash commands); what the agent posts is read back from the SQLite thread
-store the Worker writes to, so a message posted by a Worker that was killed mid-conversation still
-appears, once.
+router (and the same slash commands, and the same click flow); what the agent posts is read back
+from the SQLite thread store the Worker writes to, so a message posted by a Worker that was killed
+mid-conversation still appears, once.
 """
 
 from __future__ import annotations
@@ -12,18 +15,14 @@ import asyncio
 import shlex
 import sys
 from collections.abc import Callable
-from typing import TextIO
+from dataclasses import dataclass
+from typing import Literal, TextIO
 
+from agent.activities.authorize import GrantSource
 from agent.models import Actor, ThreadRef
+from bot.clicks import APPROVER_ROLE, approver_check, decided_line, on_click
 from bot.commands import CommandReply, Commands
-from bot.conversations import (
-    CLICK_NOTICES,
-    NOTICES,
-    ConversationRouter,
-    InboundClick,
-    InboundMessage,
-    Routed,
-)
+from bot.conversations import NOTICES, InboundClick, InboundMessage, Routed, Router
 from bot.demo_stage import ChannelRef
 from bot.ids import workflow_id_for
 from bot.local.markup import plain
@@ -92,22 +91,53 @@ def render(message: LocalMessage, edited: bool = False) -> str:
     who = "refund-bot" if message.author_is_bot else message.author
     lines = [f"[{message.thread_id}] {who}{' (edited)' if edited else ''}: {message.text}"]
     if message.actions:
-        lines.append(
-            f"[{message.thread_id}]    1) Approve   2) Deny   (a support agent types 1 or 2)"
-        )
+        lines.append(_choices(message.thread_id))
     return "\n".join(lines)
+
+
+def _choices(thread: str) -> str:
+    """The terminal's Approve and Deny buttons."""
+    return f"[{thread}]    1) Approve   2) Deny   (a support agent types 1 or 2)"
+
+
+@dataclass
+class TypedChoice:
+    """The click flow's surface in the terminal (a bot.clicks.ClickSurface): a 1 or 2 typed in a
+    thread, answered with printed lines."""
+
+    say: Callable[[str], None]
+    thread: str
+    click: InboundClick
+    approval_needs: str = APPROVER_ROLE
+
+    async def tell(self, text: str) -> None:
+        self.say(f"(only you can see this) {text}")
+
+    async def checking(self) -> None:
+        self.say(f"[{self.thread}] {decided_line(self.click)}")
+
+    async def restore(self) -> None:
+        self.say(_choices(self.thread))
+
+    async def conclude(self, outcome: str) -> None:
+        self.say(f"[{self.thread}] {decided_line(self.click, outcome)}")
 
 
 class LocalChannel:
     def __init__(
         self,
         threads: LocalThreadStore,
-        router: ConversationRouter,
+        router: Router,
         commands: Commands,
         out: TextIO = sys.stdout,
+        *,
+        grants: GrantSource | None = None,
     ) -> None:
+        """`grants`: the live grant source for the click's pre-check (none: every click goes to
+        the Workflow, whose authorization check says the result in the thread)."""
         self._threads = threads
         self._router = router
+        self._may_approve = approver_check(grants) if grants is not None else None
         self._commands = commands
         self._out = out
         self.me = PEOPLE["customer"]
@@ -252,28 +282,24 @@ class LocalChannel:
         self.thread = thread
         self.say(f"In thread {thread}.")
 
-    async def _click(self, decision: str) -> None:
-        workflow_id = self._workflow_id(None)
-        if workflow_id is None:
+    async def _click(self, decision: Literal["approve", "deny"]) -> None:
+        thread = self.thread
+        if thread is None:
             self.say("! no thread: /thread t1 first")
             return
+        workflow_id = workflow_id_for(thread_ref(thread))
         self._clicks += 1
         click_id = f"{workflow_id}:{self.me.user_id}:{self._clicks}"
         click = InboundClick(
             event_id=click_id,
             workflow_id=workflow_id,
-            decision=decision,  # type: ignore[arg-type]
+            decision=decision,
             actor=self.me,
             click_id=click_id,
             # The numbered choice answers the escalation last shown in this thread.
-            round=self._rounds.get(self.thread or ""),
+            round=self._rounds.get(thread),
         )
-        if (early := await self._router.check_click(click)) is not None:
-            self.say(f"(only you can see this) {CLICK_NOTICES[early]}")
-            return
-        routed = await self._router.on_click(click)
-        verb = "Approved" if decision == "approve" else "Denied"
-        self.say(f"[{self.thread}] {verb} by {self.me.label}, checking authorization ({routed})")
+        await on_click(click, self._may_approve, self._router, TypedChoice(self.say, thread, click))
 
     async def cmd_approve(self) -> None:
         await self._click("approve")

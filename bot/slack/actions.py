@@ -1,17 +1,17 @@
-"""The Approve / Deny buttons: a click becomes the Workflow's `approval` Signal.
+"""Slack's Approve / Deny buttons: each click, acked, goes through the click flow of every platform.
 
-    Approve / Deny button -> ConversationRouter.on_click -> `approval` Signal
+    Approve / Deny button -> ack -> bot.clicks.on_click -> router.on_click -> `approval` Signal
 
-The listener acks first, then (with a live grant source) refuses privately a click from someone
-who may not decide, tells privately a click on buttons whose round has passed (answered already, or
-an earlier escalation's) and leaves the message as it is, replaces the buttons with who decided
-what, and routes the click. If routing fails the buttons come back, so someone can try again. The
-Workflow later replaces "checking authorization" with what happened.
+The listener acks first (everything after may wait on Slack, the grants or Temporal), reads the
+click from the block_actions payload, and hands bot.clicks its Slack surface: the clicked message,
+changed with chat.update (its blocks, the buttons replaced by who decided what), and the clicker,
+told with an ephemeral message. The steps themselves, and why they are safe, are bot.clicks'.
 """
 
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 from typing import Any, Literal
 
 from slack_bolt.async_app import AsyncApp
@@ -22,7 +22,8 @@ from slack_sdk.web.async_client import AsyncWebClient
 
 from agent.activities.authorize import GrantSource
 from agent.models import Actor
-from bot.conversations import CLICK_NOTICES, ConversationRouter, InboundClick, Routed
+from bot.clicks import APPROVER_ROLE, approver_check, decided_line, on_click
+from bot.conversations import InboundClick, Router
 from bot.slack.links import conversation_prefix, thread_workflow_id
 from bot.slack.render import (
     APPROVE_ACTION_ID,
@@ -41,14 +42,11 @@ _DECISIONS: dict[str, Literal["approve", "deny"]] = {
 }
 # The buttons' action ids: each click's listener acks with an empty 200 before its work.
 DECISION_ACTIONS = frozenset(_DECISIONS)
-_CLICK_FAILED = "Your click could not be handled just now; nothing changed. Please try again."
-_CHECKING = "checking authorization"
 
 
-def register_decision_actions(
-    app: AsyncApp, router: ConversationRouter, grants: GrantSource | None
-) -> None:
+def register_decision_actions(app: AsyncApp, router: Router, grants: GrantSource | None) -> None:
     """Route Approve / Deny clicks to `router`; with `grants`, refuse non-approvers privately."""
+    may_approve = approver_check(grants) if grants is not None else None
 
     async def on_decision(
         ack: AsyncAck, body: dict[str, Any], client: AsyncWebClient, respond: AsyncRespond
@@ -58,38 +56,42 @@ def register_decision_actions(
         where = _click_location(body)
         if click is None or where is None:
             return
-
-        async def tell(text: str) -> None:
-            await post_ephemeral(client, respond, where[0], click.actor.user_id, where[2], text)
-
-        if grants is not None:
-            # A courtesy pre-check, so a click that cannot count leaves the buttons for someone
-            # who may decide. The Workflow's authorize_refund reads the grants again and decides.
-            allowed = await _may_decide(grants, click.actor)
-            if not allowed:
-                await tell(_refusal(click.actor) if allowed is False else _CLICK_FAILED)
-                return
-        if (early := await router.check_click(click)) is not None:
-            await tell(CLICK_NOTICES[early])  # the message stays as the Workflow left it
-            return
-        # The buttons go, so nobody presses them twice.
-        await _update_clicked(client, body, decided_blocks(body, click, _CHECKING))
-        try:
-            routed = await router.on_click(click)
-        except Exception:
-            log.exception("could not route the %s click on %s", click.decision, click.workflow_id)
-            await _update_clicked(client, body, (body.get("message") or {}).get("blocks"))
-            await tell(_CLICK_FAILED)
-            return
-        log.info("slack click %s on %s: %s", click.click_id, click.workflow_id, routed)
-        notice = CLICK_NOTICES.get(routed)
-        if notice is not None:
-            if routed in (Routed.CLOSED, Routed.UNKNOWN):
-                await _update_clicked(client, body, decided_blocks(body, click, notice))
-            await tell(notice)
+        surface = ClickedMessage(client, respond, body, where, click)
+        await on_click(click, may_approve, router, surface)
 
     for action_id in DECISION_ACTIONS:
         app.action(action_id)(on_decision)
+
+
+@dataclass
+class ClickedMessage:
+    """The click flow's surface on Slack (a bot.clicks.ClickSurface): the clicked message, as the
+    block_actions payload carries it, and its clicker."""
+
+    client: AsyncWebClient
+    respond: AsyncRespond | None
+    body: dict[str, Any]
+    where: tuple[str, str, str | None]  # channel, message ts, thread root ts
+    click: InboundClick
+    approval_needs: str = APPROVER_ROLE
+
+    async def tell(self, text: str) -> None:
+        channel, _, thread_ts = self.where
+        user = self.click.actor.user_id
+        await post_ephemeral(self.client, self.respond, channel, user, thread_ts, escape(text))
+
+    async def checking(self) -> None:
+        await _update_clicked(self.client, self.body, decided_blocks(self.body, self.click))
+
+    async def restore(self) -> None:
+        await _update_clicked(
+            self.client, self.body, (self.body.get("message") or {}).get("blocks")
+        )
+
+    async def conclude(self, outcome: str) -> None:
+        await _update_clicked(
+            self.client, self.body, decided_blocks(self.body, self.click, outcome)
+        )
 
 
 def inbound_click(body: dict[str, Any]) -> InboundClick | None:
@@ -126,16 +128,18 @@ def inbound_click(body: dict[str, Any]) -> InboundClick | None:
     )
 
 
-def decided_blocks(body: dict[str, Any], click: InboundClick, status: str) -> list[dict[str, Any]]:
-    """The clicked message's blocks with the buttons replaced by who decided what."""
+def decided_blocks(
+    body: dict[str, Any], click: InboundClick, outcome: str | None = None
+) -> list[dict[str, Any]]:
+    """The clicked message's blocks with the buttons replaced by who decided what: "checking
+    authorization" until there is an `outcome`."""
     kept = [
         b
         for b in (body.get("message") or {}).get("blocks") or []
         if b.get("type") != "actions" and b.get("block_id") != DECISION_BLOCK_ID
     ]
-    verb = "Approved" if click.decision == "approve" else "Denied"
-    separator = ", " if status == _CHECKING else ": "
-    line = f"{verb} by <@{click.actor.user_id}>{separator}{escape(status)}"
+    shown = None if outcome is None else escape(outcome)
+    line = decided_line(click, shown, who=f"<@{click.actor.user_id}>")
     return [
         *kept,
         {
@@ -155,22 +159,6 @@ def _click_location(body: dict[str, Any]) -> tuple[str, str, str | None] | None:
     if not channel or not ts:
         return None
     return channel, ts, container.get("thread_ts") or message.get("thread_ts")
-
-
-async def _may_decide(grants: GrantSource, actor: Actor) -> bool | None:
-    """True or False from the live grant source, None when it could not be asked."""
-    try:
-        return await grants.live_grant(actor, "refund_approver") is not None
-    except Exception:
-        log.exception("could not check whether %s may decide refunds", actor.user_id)
-        return None
-
-
-def _refusal(actor: Actor) -> str:
-    return (
-        f"Sorry {escape(actor.label)}, approving or denying a refund needs the refund_approver "
-        "role, and you don't hold it. Nothing changed."
-    )
 
 
 async def _update_clicked(

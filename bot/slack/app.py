@@ -12,9 +12,9 @@ happens after the HTTP 200 (or the envelope ack) has gone back to Slack.
 
     HTTP POST -> signature (401) -> shape (400) -> 200 -> after the burst: bolt -> listener
 
-    customer message in the support channel -> ConversationRouter.on_message -> Signal(-with-start)
-    Approve / Deny button                    -> ConversationRouter.on_click   -> `approval` Signal
-    /refund-… commands, message shortcuts    -> Commands                      -> ephemeral answer
+    customer message in the support channel -> router.on_message            -> Signal(-with-start)
+    Approve / Deny button                    -> bot.clicks -> router.on_click -> `approval` Signal
+    /refund-… commands, message shortcuts    -> Commands                     -> ephemeral answer
 
 This module builds the app and runs it; the listeners live in bot.slack.events (messages),
 bot.slack.actions (the buttons) and bot.slack.commands (commands and shortcuts).
@@ -49,7 +49,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 
 from agent.activities.authorize import GrantSource
 from bot.commands import Commands
-from bot.conversations import ConversationRouter
+from bot.conversations import Router
 from bot.platform_health import PlatformHealth
 from bot.reconnect import DEFAULT_BACKOFF, Backoff, ConnectionLost, Refused, keep_connected
 from bot.slack.actions import DECISION_ACTIONS, register_decision_actions
@@ -98,7 +98,7 @@ _SOCKET_MODE_LOG = logging.getLogger(__name__ + ".socket_mode")
 
 def build_app(
     settings: SlackSettings,
-    router: ConversationRouter,
+    router: Router,
     commands: Commands,
     *,
     client: AsyncWebClient | None = None,

@@ -1,6 +1,6 @@
 """Customer messages: which Slack message events reach the agent, and routing them in order.
 
-    customer message in the support channel -> ConversationRouter.on_message -> Signal(-with-start)
+    customer message in the support channel -> router.on_message -> Signal(-with-start)
 
 `inbound_message` is the filter (pure: other channels, bots, edits and system notices are
 dropped); `register_message_events` adds the listener that routes what passes, one thread at a
@@ -16,7 +16,7 @@ from slack_bolt.async_app import AsyncApp
 from slack_sdk.web.async_client import AsyncWebClient
 
 from agent.models import Actor, ThreadRef
-from bot.conversations import NOT_KEPT, NOTICES, ConversationRouter, InboundMessage
+from bot.conversations import NOT_KEPT, NOTICES, InboundMessage, Router
 from bot.keyed_locks import KeyedLocks
 from bot.slack.replies import post_notice
 
@@ -28,9 +28,7 @@ log = logging.getLogger(__name__)
 HUMAN_SUBTYPES = frozenset({"thread_broadcast", "file_share"})
 
 
-def register_message_events(
-    app: AsyncApp, router: ConversationRouter, support_channel: str
-) -> None:
+def register_message_events(app: AsyncApp, router: Router, support_channel: str) -> None:
     """Route the support channel's customer messages to `router`, each thread in arrival order."""
     thread_locks = KeyedLocks()
 

@@ -1,0 +1,53 @@
+"""A router that records: what an adapter hands the router, with no Temporal behind it.
+
+    adapter -> RecordingRouter.on_message / on_click -> recorded -> the result a test chose
+
+It is a bot.conversations.Router, so an adapter takes it where it takes the real one. A test sets
+what it answers (`message_result`, `click_result`), makes it fail (`message_error`,
+`click_error`), or makes it slow (`gate`: Temporal taking its time).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+
+from bot.conversations import InboundClick, InboundMessage, Routed
+
+
+@dataclass
+class RecordingRouter:
+    # None: STARTED for a message that opens a thread, SIGNALLED for any other.
+    message_result: Routed | None = None
+    click_result: Routed = Routed.SIGNALLED
+    message_error: Exception | None = None  # raised by on_message: the router could not keep it
+    click_error: Exception | None = None  # raised by on_click
+    # While set and not yet open, on_message waits (after `arrived`, before `messages`) ...
+    gate: asyncio.Event | None = None
+    slow_text: str | None = None  # ... only for the message with this text, when set
+    arrived: list[InboundMessage] = field(default_factory=list)  # handed over, in arrival order
+    messages: list[InboundMessage] = field(default_factory=list)  # answered (past the gate)
+    clicks: list[InboundClick] = field(default_factory=list)
+    accepted: set[str] = field(default_factory=set)  # event ids answered without an error
+
+    def seen(self, event_id: str) -> bool:
+        return event_id in self.accepted
+
+    async def on_message(self, message: InboundMessage) -> Routed:
+        self.arrived.append(message)
+        if self.gate is not None and self.slow_text in (None, message.text):
+            await self.gate.wait()
+        self.messages.append(message)
+        if self.message_error is not None:
+            raise self.message_error
+        self.accepted.add(message.event_id)
+        if self.message_result is not None:
+            return self.message_result
+        return Routed.STARTED if message.opens_thread else Routed.SIGNALLED
+
+    async def on_click(self, click: InboundClick) -> Routed:
+        self.clicks.append(click)
+        if self.click_error is not None:
+            raise self.click_error
+        self.accepted.add(click.event_id)
+        return self.click_result
