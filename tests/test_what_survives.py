@@ -1,9 +1,9 @@
-"""What survives, read from Event History alone, at every point of a conversation, old and new.
+"""What survives, read from Event History alone, at every point of a conversation.
 
-Since issue 10 the offline policy's decide step is a local activity whose input (the working memory)
-is not recorded: the answers come from the customer's Signals and the decide steps' results. Cut a
+The offline policy's decide step is a local activity whose input (the working memory) is not
+recorded: the answers come from the customer's Signals and the decide steps' results. Cut a
 committed history anywhere (a conversation whose Worker died there) and the reading must say what
-the Workflow itself would: for histories recorded before issue 10, before its fewer steps, and now.
+the Workflow itself would.
 """
 
 from __future__ import annotations
@@ -25,13 +25,12 @@ from harness.conversation import SUPPORT, LocalConversation
 from harness.inproc import running_worker
 
 ROOT = Path(__file__).parent / "histories"
-OLD_AND_NEW = ("before-issue-10", "before-fewer-steps", ".")
 BOTH = {"item_opened": "Yes", "damage": "Split seam"}
 ALL_LOOKUPS = ["lookup_order", "lookup_customer_history", "check_refund_policy"]
 
 
-async def _history(folder: str, name: str) -> WorkflowHistory:
-    path = ROOT / folder / f"{name}.json"
+async def _history(name: str) -> WorkflowHistory:
+    path = ROOT / f"{name}.json"
     return await decoded_history(WorkflowHistory.from_json(name, path.read_text()), TEST_CONVERTER)
 
 
@@ -65,9 +64,8 @@ def _cut(history: WorkflowHistory, end: int) -> Survivors:
     )
 
 
-@pytest.mark.parametrize("folder", OLD_AND_NEW)
-async def test_an_escalated_conversation_read_back_at_every_stage(folder: str) -> None:
-    history = await _history(folder, "escalated")  # order 4500, held before the refund
+async def test_an_escalated_conversation_read_back_at_every_stage() -> None:
+    history = await _history("escalated")  # order 4500, held before the refund
     events = list(history.events)
     yes, click, release = _signal("customer_message", 2), _signal("approval"), _signal("release")
 
@@ -92,14 +90,13 @@ async def test_an_escalated_conversation_read_back_at_every_stage(folder: str) -
     in_flight = _cut(history, _refund_scheduled(events) + 1)
     assert in_flight.refund.state == "in flight"
     assert in_flight.next_action == "issue refund (in flight)"
-    # Since the order and the history are read in one turn, one decide call fewer.
-    assert in_flight.decide_calls == (5 if folder == "." else 6)
+    # Two questions, the two lookups together, the policy check, then the decision.
+    assert in_flight.decide_calls == 5
     assert in_flight.customer_signals == 3
 
 
-@pytest.mark.parametrize("folder", OLD_AND_NEW)
-async def test_a_click_on_an_earlier_round_leaves_the_conversation_waiting(folder: str) -> None:
-    history = await _history(folder, "stale_click")
+async def test_a_click_on_an_earlier_round_leaves_the_conversation_waiting() -> None:
+    history = await _history("stale_click")
     events = list(history.events)
     # Round 1 approved by someone without a grant (refused, round 2 posted), then a late click on
     # round 1's buttons: dropped. Round 2's approval is the third click.
@@ -108,9 +105,8 @@ async def test_a_click_on_an_earlier_round_leaves_the_conversation_waiting(folde
     assert _cut(history, _signal("approval", 3)(events) + 1).next_action == "issue refund"
 
 
-@pytest.mark.parametrize("folder", OLD_AND_NEW)
-async def test_a_deny_click_is_not_read_as_an_approval(folder: str) -> None:
-    history = await _history(folder, "declined")
+async def test_a_deny_click_is_not_read_as_an_approval() -> None:
+    history = await _history("declined")
     events = list(history.events)
     click = _signal("approval")(events)
     assert _cut(history, click).next_action == "wait for a support agent's approval"
@@ -118,10 +114,9 @@ async def test_a_deny_click_is_not_read_as_an_approval(folder: str) -> None:
     assert denied == "check the Deny click's grant, then tell the customer the refund is denied"
 
 
-@pytest.mark.parametrize("folder", OLD_AND_NEW)
 @pytest.mark.parametrize("name", ["auto_approved", "escalated", "reoffered", "declined"])
-async def test_every_cut_reads_and_answers_only_grow(folder: str, name: str) -> None:
-    history = await _history(folder, name)
+async def test_every_cut_reads_and_answers_only_grow(name: str) -> None:
+    history = await _history(name)
     known: dict[str, str] = {}
     for end in range(1, len(history.events) + 1):
         survivors = _cut(history, end)
