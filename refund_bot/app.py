@@ -49,6 +49,7 @@ from bot.local import thread_store as threads_store
 from bot.local.terminal import LocalChannel
 from bot.platform_health import PlatformHealth
 from bot.slack.settings import SlackSettings
+from demo.worker_hold import WorkerHold
 from refund_bot.ops import Ops, OpsRefused, serving_ops
 from refund_bot.side_by_side import SideBySideDemos, StoryParts
 from refund_bot.status import first_status, log_status_every, say
@@ -172,6 +173,7 @@ async def running_stack(
             log_path=data_dir / "worker.log",
             host=host,
             workers=workers,
+            control=WorkerHold,
         )
         async with supervisor, running_router(client, temporal, settings, worker_env) as stack:
             stack.supervisor, stack.server, stack.web_ui = supervisor, server, server.ui_url

@@ -95,6 +95,7 @@ async def _worker(cfg: Config, standby: bool = False, metrics_slot: int = 0) -> 
 async def _supervised_worker(cfg: Config) -> None:
     from agent.codec_keys import codec_keys
     from agent.temporal_client import connect
+    from demo.worker_hold import WorkerHold
     from worker.supervisor import WorkerSupervisor
 
     keys = codec_keys(cfg.agent)
@@ -102,8 +103,13 @@ async def _supervised_worker(cfg: Config) -> None:
         raise NoCodecKey
     client = await connect(cfg.temporal, keys=keys)
     # The child inherits this environment (its settings, WORKER_METRICS_ADDRESS included).
+    # The presenter's paused restart is served beside /crash-worker's, on any host.
     async with WorkerSupervisor(
-        cfg.temporal, client=client, host=cfg.process.host, workers=cfg.process.workers
+        cfg.temporal,
+        client=client,
+        host=cfg.process.host,
+        workers=cfg.process.workers,
+        control=WorkerHold,
     ) as supervisor:
         log.info(
             "Supervising Worker pid %s on %s; /crash-worker %s restarts it",

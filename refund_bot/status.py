@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from bot.platform_health import PlatformHealth
-from worker.supervisor import other_workers
+from worker.pollers import other_workers
 
 if TYPE_CHECKING:
     from refund_bot.app import Stack
