@@ -64,6 +64,7 @@ async def _promoted() -> None:
 async def _worker(cfg: Config, standby: bool = False, metrics_slot: int = 0) -> None:
     from agent.codec_keys import codec_keys
     from agent.temporal_client import connect
+    from demo.drill import drill_interceptors
     from refund_bot.wiring import grant_sources, outbound_posters
     from worker.runner import run_worker
     from worker.settings import slot_address
@@ -89,6 +90,7 @@ async def _worker(cfg: Config, standby: bool = False, metrics_slot: int = 0) -> 
             grant_sources(cfg.agent, cfg.slack, cfg.discord, closing=connections),
             host=cfg.process.host,
             go=_promoted() if standby else None,
+            interceptors=drill_interceptors(cfg.drill),
         )
 
 
