@@ -191,13 +191,19 @@ async def _bot(cfg: Config) -> None:
 
 
 async def _demo(cfg: Config, side_by_side: bool) -> int:
-    if side_by_side:
-        from refund_bot.side_by_side import unattended
+    from refund_bot.app import running_stack
+    from refund_bot.wiring import SupervisorInProcess
 
-        return await unattended(cfg.temporal, cfg.agent)
-    from refund_bot.demo import demo
+    async with running_stack(cfg.temporal, cfg.agent) as stack:
+        assert stack.supervisor is not None  # running_stack always has one
+        if side_by_side:
+            from demo.terminal import side_by_side as story
 
-    return await demo(cfg.temporal, cfg.agent)
+            workers = SupervisorInProcess(stack.supervisor)
+            return await story(stack, cfg.agent, workers)
+        from demo.crash_and_resume import crash_and_resume
+
+        return await crash_and_resume(stack, cfg.agent)
 
 
 async def _discord_sync(cfg: Config) -> None:

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from typing import TextIO
 
 from agent.models import Actor, ThreadRef
-from bot.commands import CommandReply, Commands
+from bot.commands import ChannelRef, CommandReply, Commands, DemoStage, DemoStages
 from bot.conversations import (
     CLICK_NOTICES,
     NOTICES,
@@ -24,10 +24,8 @@ from bot.conversations import (
     InboundMessage,
     Routed,
 )
-from bot.demo_stage import ChannelRef
 from bot.ids import workflow_id_for
 from bot.local.markup import plain
-from bot.local.stage import LocalStage
 from bot.local.thread_store import LOCAL_WORKSPACE, LocalMessage, LocalThreadStore
 
 CHANNEL = "support"
@@ -300,7 +298,9 @@ class LocalChannel:
         self._reply(await self._commands.refund_release(self.me, workflow_id))
 
     async def cmd_refund_demo(self, *words: str) -> None:
-        stage = LocalStage(self._threads)
+        def stage(stages: DemoStages) -> DemoStage:
+            return stages.local(self._threads)
+
         channel = ChannelRef(platform="local", workspace=LOCAL_WORKSPACE, channel=CHANNEL)
         self._reply(await self._commands.refund_demo(self.me, " ".join(words), stage, channel))
 
