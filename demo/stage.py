@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
-from agent.models import Actor, Platform, ThreadRef
+from agent.models import Actor, ThreadRef
 from bot.commands import ChannelRef, DemoStage
 
 
@@ -50,10 +50,7 @@ class Frame:
 
 @runtime_checkable
 class Stage(DemoStage, Protocol):
-    """A chat platform as the two-thread demo uses it."""
-
-    @property
-    def platform(self) -> Platform: ...
+    """A chat platform as the two-thread demo uses it (and, as every DemoStage, its platform)."""
 
     async def open_thread(
         self, channel: ChannelRef, title: str, author: Actor, text: str
