@@ -136,9 +136,6 @@ class AgentSettings(BaseSettings):
 
     # Whether new conversations wait for /refund-release before the refund (the demo hold).
     hold_before_refund: bool = Field(default=False, alias="REFUND_HOLD_BEFORE_REFUND")
-    # DEMO DRILL: on attempt 1 of issue_refund, stop after the ledger accepted the refund and
-    # before the Activity completes, so a presenter (or a test) can kill the Worker there.
-    drill_pause_after_effect: bool = Field(default=False, alias="REFUND_DRILL_PAUSE_AFTER_EFFECT")
 
     @field_validator("codec_keys")
     @classmethod

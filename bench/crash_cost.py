@@ -46,9 +46,9 @@ from bench import run_benchmark
 from bench.server import embedded_server
 from bench.workers import refund_bot_worker, wait_polling
 from bot.local.thread_store import LocalThreadStore
+from demo.parts import ANSWERS, place_demo_customer
 from harness.codec import TEST_CONVERTER, with_test_keys
 from harness.conversation import LocalConversation
-from refund_bot.demo_parts import ANSWERS, place_demo_customer
 from refund_bot.wiring import local_thread_store
 from worker.lifecycle import spawn_child, terminate
 from worker.runner import prepare_stores

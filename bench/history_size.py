@@ -38,10 +38,10 @@ from agent.workflow import MAX_TURNS
 from bench import run_benchmark
 from bench.plot import axes, default_path, save
 from bench.server import embedded_server
+from demo.parts import ANSWERS, fresh_demo_account, place_demo_customer
 from harness.codec import TEST_CONVERTER, all_payloads, with_test_keys
 from harness.conversation import SUPPORT, LocalConversation
 from harness.inproc import running_worker
-from refund_bot.demo_parts import ANSWERS, fresh_demo_account, place_demo_customer
 from refund_bot.wiring import local_thread_store
 
 HISTORIES = Path(__file__).parent.parent / "tests" / "histories"
@@ -69,7 +69,7 @@ class Size:
 
 async def measure(name: str, history: WorkflowHistory, turns: int | None = None) -> Size:
     """`turns`: the story's decide turns; by default counted from the history's decide steps
-    (Activities, or local activities since issue 10)."""
+    (Activities, or local activities in the newer histories)."""
     turns = turns or step_names(list(history.events)).count("decide_next_step")
     plain = payload_bytes(await decoded_history(history, TEST_CONVERTER))
     size = Size(name, turns, len(history.events), payload_bytes(history), plain)

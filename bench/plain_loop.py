@@ -1,4 +1,4 @@
-"""refund-bot's agent as a plain in-process loop (refund_bot/plain_loop.py) in the local channel.
+"""refund-bot's agent as a plain in-process loop (demo/plain_loop.py) in the local channel.
 
     python -m bench.plain_loop --data-dir D --thread T --customer ID --opening TEXT
         [--crash-after K] --calls FILE
@@ -18,7 +18,7 @@ from pathlib import Path
 
 from agent.models import Actor, ThreadRef
 from agent.settings import AgentSettings
-from refund_bot.plain_loop import CustomerLine, PlainLoop, loop_parts
+from demo.plain_loop import CustomerLine, PlainLoop, loop_parts
 from refund_bot.wiring import local_thread_store
 from worker.runner import prepare_stores
 

@@ -38,7 +38,7 @@ from harness.conversation import LocalConversation
 from harness.crowd import place_crowd
 from harness.dev_server import start_dev_server
 from harness.stack import supervised_stack
-from refund_bot.app import Stack
+from refund_bot.stack import Stack
 from refund_bot.wiring import local_thread_store
 from worker.control import request_worker_restart, worker_identity
 

@@ -49,9 +49,9 @@ from bench.plot import axes, default_path, save
 from bench.proc import Sampler, wait_idle
 from bench.server import embedded_server
 from bench.workers import reference_worker, refund_bot_worker, wait_polling
+from demo.parts import ANSWERS, place_demo_customer
 from harness.codec import TEST_CONVERTER
 from harness.owner import refunds_made
-from refund_bot.demo_parts import ANSWERS, place_demo_customer
 from refund_bot.wiring import local_thread_store
 from worker.lifecycle import terminate
 from worker.runner import prepare_stores

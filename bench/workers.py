@@ -24,7 +24,7 @@ from temporalio.client import Client
 from harness.cli_process import clean_environment
 from harness.codec import TEST_CODEC_ENV
 from worker.lifecycle import spawn_child
-from worker.supervisor import workflow_pollers
+from worker.pollers import workflow_pollers
 
 START_TIMEOUT = 120.0
 

@@ -10,7 +10,8 @@ from __future__ import annotations
 import asyncio
 import re
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Protocol
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Protocol
 
 from pydantic import BaseModel
 from temporalio.client import Client, WorkflowFailureError
@@ -19,12 +20,17 @@ from temporalio.service import RPCError, RPCStatusCode
 from agent.codec import CodecError
 from agent.effect_owner import refunds_at_owner
 from agent.history import what_survives
-from agent.models import Actor, Role
+from agent.models import Actor, Platform, Role
 from agent.settings import AgentSettings
 from agent.stores.grants import GrantStore
-from bot.demo_stage import ChannelRef, DemoStage
 from bot.hold import HoldSwitch
 from bot.untrusted import quoted
+
+if TYPE_CHECKING:
+    from discord.http import HTTPClient
+    from slack_sdk.web.async_client import AsyncWebClient
+
+    from bot.local.thread_store import LocalThreadStore
 
 GRANTABLE_ROLES: tuple[Role, ...] = ("refund_approver", "presenter", "admin")
 _MONEY = re.compile(r"^\$?(\d{1,9})(?:\.(\d{1,2}))?$")
@@ -53,13 +59,53 @@ class WorkerControl(Protocol):
         """SIGKILL and replace host's Worker (any supervisor's when None). With while_down: it is
         awaited after the old Worker is dead and before a new one polls (no Worker of that
         supervisor is alive while it runs), then the new Worker starts. Over Temporal the pause
-        is bounded (worker.control.PAUSE_LIMIT): past it the Worker comes back regardless. If
-        while_down raises, the Worker still comes back and the error propagates."""
+        is bounded (demo.paused_restart.PAUSE_LIMIT): past it the Worker comes back regardless.
+        If while_down raises, the Worker still comes back and the error propagates."""
         ...
 
 
+@dataclass(frozen=True)
+class ChannelRef:
+    """A support channel, where a command was run: /refund-demo opens its threads there."""
+
+    platform: Platform
+    workspace: str
+    channel: str
+
+
+class DemoStage(Protocol):
+    """/refund-demo's stage on one platform: the story posts through it. bot/ never builds one:
+    each adapter asks the injected DemoStages for its platform's, and hands it on."""
+
+    @property
+    def platform(self) -> Platform: ...
+
+
+class DemoStages(Protocol):
+    """A stage for each platform, from what its adapter already holds (demo/ implements it)."""
+
+    def slack(self, client: AsyncWebClient) -> DemoStage:
+        """The request's Web API client (its credentials, its connections)."""
+        ...
+
+    def discord(self, http: HTTPClient, bot_user_id: int) -> DemoStage:
+        """The gateway client's logged-in REST client, and the bot's own user id."""
+        ...
+
+    def local(self, threads: LocalThreadStore) -> DemoStage:
+        """The terminal channel's thread store."""
+        ...
+
+
+# How an adapter names its platform's stage: called only for a command that will run.
+StageFor = Callable[[DemoStages], DemoStage]
+
+
 class SideBySideDemo(Protocol):
-    """/refund-demo's story (refund_bot/side_by_side.py implements it, injected here)."""
+    """/refund-demo's story (demo/ implements it; the composition root injects it here)."""
+
+    @property
+    def stages(self) -> DemoStages: ...
 
     async def command(
         self, action: str, stage: DemoStage, channel: ChannelRef, seconds: float | None = None
@@ -186,10 +232,10 @@ class Commands:
         return CommandReply(text=text)
 
     async def refund_demo(
-        self, actor: Actor, action: str, stage: DemoStage, channel: ChannelRef
+        self, actor: Actor, action: str, stage: StageFor, channel: ChannelRef
     ) -> CommandReply:
-        """/refund-demo: the two demos side by side in `channel`, on the platform `stage` posts
-        to. Presenters only: anyone else is told so, and nothing starts."""
+        """/refund-demo: the two demos side by side in `channel`, on the platform whose stage
+        `stage` picks. Presenters only: anyone else is told so, and nothing starts."""
         if refusal := await self._refusal(actor, "presenter"):
             return refusal
         words = action.strip().lower().split()
@@ -207,7 +253,8 @@ class Commands:
             return CommandReply(ok=False, text=f"Usage: {DEMO_USAGE}")
         if self._demos is None:
             return CommandReply(ok=False, text="This process does not run the side-by-side demo.")
-        return await self._demos.command(words[0] if words else "", stage, channel, seconds)
+        action = words[0] if words else ""
+        return await self._demos.command(action, stage(self._demos.stages), channel, seconds)
 
     async def refund_status(self, actor: Actor, workflow_id: str) -> CommandReply:
         if refusal := await self._refusal(actor, "presenter", "refund_approver"):

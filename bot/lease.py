@@ -7,7 +7,7 @@ taken over by another process once it expires.
 
 Its clock is the database's rows, written with each process's wall clock: hosts that share it keep
 their clocks in sync (NTP), as they must for Temporal's timers too. Held by: the Discord gateway of
-a token (bot/discord/gateway_lease.py), the running /refund-demo story (bot/demo_pace.py).
+a token (bot/discord/gateway_lease.py), the running /refund-demo story (demo/pace.py).
 """
 
 from __future__ import annotations

@@ -41,7 +41,7 @@ from harness.crowd import Shopper, place_crowd
 from harness.stack import supervised_stack
 from refund_bot.wiring import local_thread_store
 from worker.control import request_worker_restart, worker_identity
-from worker.supervisor import worker_is_polling
+from worker.pollers import worker_is_polling
 
 KINDS = ("auto", "escalated", "denied", "revoked")
 EXPECTED = {"auto": "refunded", "escalated": "refunded", "denied": "denied", "revoked": "declined"}

@@ -16,7 +16,8 @@ from temporalio.testing import WorkflowEnvironment
 
 from agent.settings import AgentSettings, TemporalSettings
 from harness.codec import TEST_CODEC_ENV, with_test_keys
-from refund_bot.app import Stack, running_stack
+from refund_bot.app import running_stack
+from refund_bot.stack import Stack
 
 # The child inherits this process's environment: blank out anything a developer's shell or .env
 # could bring in, so a test's Worker serves exactly the platforms the test asks for.

@@ -1,1 +1,1 @@
-"""The composition root: the one package that wires agent/, bot/ and worker/ together."""
+"""The composition root: the one package that wires agent/, bot/, worker/ and demo/ together."""

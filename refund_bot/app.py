@@ -34,12 +34,11 @@ from agent.settings import AgentSettings, TemporalSettings
 from agent.stores.database import database_for
 from agent.stores.grants import GrantStore
 from agent.temporal_client import connect
-from bot import demo_pace, lease
 from bot import hold as hold_store
 from bot import inbox as inbox_store
+from bot import lease
 from bot.commands import Commands
 from bot.conversations import RPC_TIMEOUT
-from bot.demo_pace import DemoPace
 from bot.discord.gateway_lease import DatabaseLease, lease_name, serve_holding_lease
 from bot.discord.settings import DiscordSettings
 from bot.draining_router import DrainingRouter
@@ -49,8 +48,13 @@ from bot.local import thread_store as threads_store
 from bot.local.terminal import LocalChannel
 from bot.platform_health import PlatformHealth
 from bot.slack.settings import SlackSettings
+from demo import pace as demo_pace
+from demo.command import SideBySideDemos
+from demo.pace import DemoPace
+from demo.side_by_side import StoryParts
+from demo.worker_hold import WorkerHold
 from refund_bot.ops import Ops, OpsRefused, serving_ops
-from refund_bot.side_by_side import SideBySideDemos, StoryParts
+from refund_bot.stack import Stack
 from refund_bot.status import first_status, log_status_every, say
 from refund_bot.wiring import SupervisorsOverTemporal, grant_sources, local_thread_store
 from worker.lifecycle import to_the_end
@@ -65,24 +69,6 @@ log = logging.getLogger(__name__)
 # How long a stop waits for router calls in flight: one Temporal call's timeout, then the router
 # keeps the message in the inbox instead.
 DRAIN_TIMEOUT = RPC_TIMEOUT.total_seconds() + 1.0
-
-
-@dataclass
-class Stack:
-    """Everything a platform adapter needs, running. `run` has a server and a supervisor; `bot`
-    has neither (its Workers run elsewhere)."""
-
-    temporal: TemporalSettings
-    settings: AgentSettings
-    client: Client
-    router: DrainingRouter
-    commands: Commands
-    inbox: Inbox
-    supervisor: WorkerSupervisor | None = None
-    server: EmbeddedTemporal | None = None
-    web_ui: str | None = None
-    host: str | None = None  # REFUND_BOT_HOST
-    ops: str | None = None  # where /healthz is served, for the status line
 
 
 @contextlib.asynccontextmanager
@@ -172,6 +158,7 @@ async def running_stack(
             log_path=data_dir / "worker.log",
             host=host,
             workers=workers,
+            control=WorkerHold,
         )
         async with supervisor, running_router(client, temporal, settings, worker_env) as stack:
             stack.supervisor, stack.server, stack.web_ui = supervisor, server, server.ui_url

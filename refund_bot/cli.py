@@ -67,6 +67,7 @@ async def _promoted() -> None:
 async def _worker(cfg: Config, standby: bool = False, metrics_slot: int = 0) -> None:
     from agent.codec_keys import codec_keys
     from agent.temporal_client import connect
+    from demo.drill import drill_interceptors
     from refund_bot.wiring import grant_sources, outbound_posters
     from worker.runner import run_worker
     from worker.settings import slot_address
@@ -92,12 +93,14 @@ async def _worker(cfg: Config, standby: bool = False, metrics_slot: int = 0) -> 
             grant_sources(cfg.agent, cfg.slack, cfg.discord, closing=connections),
             host=cfg.process.host,
             go=_promoted() if standby else None,
+            interceptors=drill_interceptors(cfg.drill),
         )
 
 
 async def _supervised_worker(cfg: Config) -> None:
     from agent.codec_keys import codec_keys
     from agent.temporal_client import connect
+    from demo.worker_hold import WorkerHold
     from worker.supervisor import WorkerSupervisor
 
     keys = codec_keys(cfg.agent)
@@ -105,8 +108,13 @@ async def _supervised_worker(cfg: Config) -> None:
         raise NoCodecKey
     client = await connect(cfg.temporal, keys=keys)
     # The child inherits this environment (its settings, WORKER_METRICS_ADDRESS included).
+    # The presenter's paused restart is served beside /crash-worker's, on any host.
     async with WorkerSupervisor(
-        cfg.temporal, client=client, host=cfg.process.host, workers=cfg.process.workers
+        cfg.temporal,
+        client=client,
+        host=cfg.process.host,
+        workers=cfg.process.workers,
+        control=WorkerHold,
     ) as supervisor:
         log.info(
             "Supervising Worker pid %s on %s; /crash-worker %s restarts it",
@@ -206,13 +214,19 @@ async def _bot(cfg: Config) -> None:
 
 
 async def _demo(cfg: Config, side_by_side: bool) -> int:
-    if side_by_side:
-        from refund_bot.side_by_side import unattended
+    from refund_bot.app import running_stack
+    from refund_bot.wiring import SupervisorInProcess
 
-        return await unattended(cfg.temporal, cfg.agent)
-    from refund_bot.demo import demo
+    async with running_stack(cfg.temporal, cfg.agent) as stack:
+        assert stack.supervisor is not None  # running_stack always has one
+        if side_by_side:
+            from demo.terminal import side_by_side as story
 
-    return await demo(cfg.temporal, cfg.agent)
+            workers = SupervisorInProcess(stack.supervisor)
+            return await story(stack, cfg.agent, workers)
+        from demo.crash_and_resume import crash_and_resume
+
+        return await crash_and_resume(stack, cfg.agent)
 
 
 async def _discord_sync(cfg: Config) -> None:

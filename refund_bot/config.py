@@ -23,6 +23,7 @@ from pydantic_settings import BaseSettings
 from agent.settings import AgentSettings, CodecServerSettings, TemporalSettings
 from bot.discord.settings import DiscordSettings
 from bot.slack.settings import SlackSettings
+from demo.drill import DrillSettings
 from worker.settings import ProcessSettings
 
 # A Slack channel id: public (C…) or private (G…). A name ("#support") can change; an id cannot.
@@ -41,6 +42,7 @@ class Config:
     slack: SlackSettings
     discord: DiscordSettings
     process: ProcessSettings
+    drill: DrillSettings
 
 
 # Every settings class, by its Config field: what `load` reads, and all a process can be given.
@@ -51,6 +53,7 @@ SETTINGS: tuple[tuple[str, type[BaseSettings]], ...] = (
     ("slack", SlackSettings),
     ("discord", DiscordSettings),
     ("process", ProcessSettings),
+    ("drill", DrillSettings),
 )
 
 

@@ -18,13 +18,10 @@ import contextlib
 import logging
 import time
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
 
 from bot.platform_health import PlatformHealth
-from worker.supervisor import other_workers
-
-if TYPE_CHECKING:
-    from refund_bot.app import Stack
+from refund_bot.stack import Stack
+from worker.pollers import other_workers
 
 log = logging.getLogger(__name__)
 

@@ -20,8 +20,10 @@ from agent.stores.grants import GrantStore
 from bot.discord.settings import DiscordSettings
 from bot.local.thread_store import LocalThreadStore
 from bot.slack.settings import SlackSettings
-from worker.control import RestartReport, paused_worker_restart, request_worker_restart
-from worker.supervisor import WorkerSupervisor, supervisor_hosts
+from demo.paused_restart import paused_worker_restart
+from worker.control import RestartReport, request_worker_restart
+from worker.pollers import supervisor_hosts
+from worker.supervisor import WorkerSupervisor
 
 # A platform's SDK (discord.py, slack_sdk) is imported only when that platform is configured: a
 # Worker's start-up, the cost of every crash, does not pay for SDKs it will not use.
@@ -93,7 +95,7 @@ def grant_sources(
 @dataclass(frozen=True)
 class SupervisorsOverTemporal:
     """bot.commands.WorkerControl through Temporal: the supervisors on any host, by their control
-    task queues (worker.control)."""
+    task queues (worker.control; a restart that waits is the demo's paused restart)."""
 
     client: Client
     temporal: TemporalSettings

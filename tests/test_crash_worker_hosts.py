@@ -31,7 +31,8 @@ from harness.codec import TEST_CODEC_ENV, TEST_KEY
 from harness.conditions import wait_for
 from refund_bot.wiring import SupervisorsOverTemporal
 from worker.lifecycle import alive
-from worker.supervisor import WorkerSupervisor, supervisor_hosts
+from worker.pollers import supervisor_hosts
+from worker.supervisor import WorkerSupervisor
 
 CHILD = [sys.executable, "-m", "tests.support.dummy_worker"]
 PRESENTER = PEOPLE["presenter"]

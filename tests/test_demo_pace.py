@@ -7,8 +7,8 @@ once -> the story stops reporting -> after STALE_AFTER the lease is free; releas
 from __future__ import annotations
 
 from agent.stores.database import Database
-from bot.demo_pace import SCHEMA, DemoPace
 from bot.lease import SCHEMA as LEASE_SCHEMA
+from demo.pace import SCHEMA, DemoPace
 from harness.conditions import wait_for
 
 

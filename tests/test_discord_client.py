@@ -26,18 +26,19 @@ from agent.models import Actor, MessageKey, OutboundMessage, ThreadRef
 from agent.settings import AgentSettings
 from agent.stores.grants import GrantStore
 from agent.stores.sqlite import SqliteDatabase
-from bot.commands import GRANTABLE_ROLES, CommandReply, Commands
+from bot.commands import GRANTABLE_ROLES, ChannelRef, CommandReply, Commands
 from bot.conversations import MAX_SIGNAL_TEXT, NOTICES, InboundClick, Routed
-from bot.demo_stage import ChannelRef, DemoStage, Frame
 from bot.discord import replies, slash_commands
 from bot.discord.client import RefundBotClient, build_client
 from bot.discord.commands_spec import MANIFEST_PATH, load_manifest, mismatches, sync_commands
 from bot.discord.grants import DiscordRoleGrants
 from bot.discord.outbound import DiscordThreadPoster
 from bot.discord.settings import DEFAULT_APPROVER_ROLE_LIMIT_CENTS, DiscordSettings
-from bot.discord.stage import DiscordStage
 from bot.hold import HoldSwitch
 from bot.ids import workflow_id_for
+from demo.discord_stage import DiscordStage
+from demo.stage import Frame, Stage
+from demo.stages import PlatformStages
 from harness.conditions import wait_for
 from harness.fakes.discord_api import (
     CALLBACK_ROUTE,
@@ -141,10 +142,11 @@ class StagingDemos:
     at the channel's top level through the stage it was handed, as the story's first moment
     posts in the channel; so a command that reached it shows in Discord."""
 
-    calls: list[tuple[str, DemoStage, ChannelRef]] = field(default_factory=list)
+    calls: list[tuple[str, Stage, ChannelRef]] = field(default_factory=list)
+    stages: PlatformStages = field(default_factory=PlatformStages)
 
     async def command(
-        self, action: str, stage: DemoStage, channel: ChannelRef, seconds: float | None = None
+        self, action: str, stage: Stage, channel: ChannelRef, seconds: float | None = None
     ) -> CommandReply:
         self.calls.append((action, stage, channel))
         await stage.post_frame(channel, Frame(f"DEMO {action or 'start'}"))

@@ -17,14 +17,14 @@ from temporalio.testing import WorkflowEnvironment
 
 from agent.models import Actor, MessageKey, MessageKind, OutboundMessage, ThreadRef
 from agent.policy import QUESTIONS
-from bot.demo_stage import ChannelRef, Column, Frame
+from bot.commands import ChannelRef
 from bot.discord.outbound import DiscordThreadPoster, RoutedHTTPClient
-from bot.discord.render import TONE_COLOURS
-from bot.discord.stage import MESSAGES_PAGE_SIZE, DiscordStage
 from bot.ids import workflow_id_for
+from demo.discord_stage import MESSAGES_PAGE_SIZE, TONE_COLOURS, DiscordStage
+from demo.side_by_side import Pace, SideBySide, StoryParts
+from demo.stage import Column, Frame
 from harness.fakes.discord_api import MESSAGES_ROUTE, THREADS_ROUTE, FakeDiscordAPI
 from harness.stack import child_env, supervised_stack
-from refund_bot.side_by_side import Pace, SideBySide, StoryParts
 from refund_bot.wiring import SupervisorInProcess
 from tests.support.discord_guild import CUSTOMER, GUILD, SUPPORT, seed_guild
 

@@ -38,8 +38,9 @@ from harness.conditions import wait_for
 from harness.fakes.slack_api import FakeSlackApi, SlackSender, signed_headers
 from worker.control import worker_identity
 from worker.lifecycle import alive, record_server, stop_left_behind
+from worker.pollers import worker_is_polling
 from worker.server import temporal_answers
-from worker.supervisor import WorkerSupervisor, worker_is_polling
+from worker.supervisor import WorkerSupervisor
 
 SECRET = "lifecycle-signing-secret"
 CHANNEL = "C0SUPPORT"

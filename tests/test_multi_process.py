@@ -36,7 +36,7 @@ from harness.conditions import wait_for
 from harness.fakes.slack_api import Delivery, FakeSlackApi, SlackSender, signed_headers
 from tests.support.shared_database import SharedDatabase
 from worker.control import worker_identity
-from worker.supervisor import worker_is_polling
+from worker.pollers import worker_is_polling
 
 SECRET = "multi-process-signing-secret"
 TEAM, CHANNEL = "T0MULTI", "C0SUPPORT"

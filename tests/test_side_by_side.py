@@ -19,18 +19,20 @@ from agent.models import Actor
 from agent.policy import QUESTIONS
 from agent.stores.database import database_for
 from agent.stores.grants import GrantStore
-from bot.demo_pace import DemoPace
-from bot.demo_stage import ChannelRef, Frame
-from bot.local.stage import LocalStage
+from bot.commands import ChannelRef
 from bot.local.terminal import PEOPLE, LocalChannel
 from bot.local.thread_store import LocalMessage, LocalThreadStore
 from bot.slack.render import metadata_payload
-from bot.slack.stage import SlackStage
+from demo.command import SideBySideDemos
+from demo.local_stage import LocalStage
+from demo.pace import DemoPace
+from demo.side_by_side import StoryParts
+from demo.slack_stage import SlackStage
+from demo.stage import Frame
 from harness.conditions import wait_for
 from harness.fakes.slack_api import FakeSlackApi
 from harness.owner import refunds_made
 from harness.stack import supervised_stack
-from refund_bot.side_by_side import SideBySideDemos, StoryParts
 from refund_bot.wiring import SupervisorsOverTemporal, local_thread_store
 from tests.support.slack_e2e import ADMIN, CHANNEL, STRANGER, slack_e2e
 
@@ -48,7 +50,7 @@ def _plain_loops_of(data_dir: Path) -> list[int]:
             argv = (entry / "cmdline").read_bytes().split(b"\0")
         except OSError:
             continue
-        if b"refund_bot.plain_loop" in argv and any(str(data_dir).encode() in a for a in argv):
+        if b"demo.plain_loop" in argv and any(str(data_dir).encode() in a for a in argv):
             found.append(int(entry.name))
     return found
 

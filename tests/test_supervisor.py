@@ -26,7 +26,8 @@ from worker.control import (
     worker_identity,
 )
 from worker.lifecycle import alive
-from worker.supervisor import WorkerSupervisor, worker_is_polling
+from worker.pollers import worker_is_polling
+from worker.supervisor import WorkerSupervisor
 
 CHILD = [sys.executable, "-m", "tests.support.dummy_worker"]
 # Every restart these tests make, for the seconds_to_ready figure printed at teardown.

@@ -20,6 +20,8 @@ from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Replayer
 
 from agent.history import what_survives
+from demo.paused_restart import PausedRestartWorker
+from demo.worker_hold import WorkerHold
 from harness import queue_settings
 from harness.codec import TEST_CODEC_ENV, TEST_CONVERTER
 from harness.conditions import wait_for
@@ -28,7 +30,8 @@ from harness.stack import supervised_stack
 from refund_bot.wiring import SupervisorInProcess, SupervisorsOverTemporal, local_thread_store
 from worker.control import RestartReport, RestartWorker, worker_identity
 from worker.lifecycle import alive
-from worker.supervisor import WorkerSupervisor, worker_is_polling, workflow_pollers
+from worker.pollers import worker_is_polling, workflow_pollers
+from worker.supervisor import WorkerSupervisor
 
 CHILD = [sys.executable, "-m", "tests.support.dummy_worker"]
 HISTORIES = Path(__file__).parent / "control_histories"
@@ -46,7 +49,7 @@ async def supervisor(temporal_env: WorkflowEnvironment) -> AsyncIterator[WorkerS
         client=temporal_env.client,
         env=TEST_CODEC_ENV,
         ready_timeout=20,
-        pause_limit=LIMIT,
+        control=lambda supervisor: WorkerHold(supervisor, limit=LIMIT),
     )
     async with sup:
         yield sup
@@ -62,9 +65,12 @@ async def polling(sup: WorkerSupervisor, pid: int) -> bool:
     "path", sorted(HISTORIES.rglob("*.json")), ids=lambda p: str(p.relative_to(HISTORIES))
 )
 async def test_a_recorded_restart_replays(path: Path) -> None:
-    """before-pause/ was recorded before RestartWorker took a PauseRequest: a /crash-worker
-    running at the deploy must take the same command on the new code."""
-    replayer = Replayer(workflows=[RestartWorker], data_converter=TEST_CONVERTER)
+    """before-pause/ was recorded before RestartWorker took a PauseRequest, restart_worker.json
+    while it still did: a /crash-worker running at the deploy must take the same command on the
+    new code."""
+    replayer = Replayer(
+        workflows=[RestartWorker, PausedRestartWorker], data_converter=TEST_CONVERTER
+    )
     result = await replayer.replay_workflow(_read(path), raise_on_replay_failure=False)
     assert result.replay_failure is None
 

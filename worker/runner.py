@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Mapping
+from collections.abc import Awaitable, Mapping, Sequence
 from datetime import timedelta
 
 from temporalio.client import Client
-from temporalio.worker import Worker
+from temporalio.worker import Interceptor, Worker
 
 from agent.activities.authorize import AuthorizeActivities, GrantSource
 from agent.activities.decide import DecideActivities
@@ -84,8 +84,10 @@ async def build_worker(
     grant_sources: Mapping[str, GrantSource] | None = None,
     *,
     host: str | None = None,
+    interceptors: Sequence[Interceptor] = (),
 ) -> Worker:
-    """`host`: the name in this Worker's identity (REFUND_BOT_HOST; default the hostname)."""
+    """`host`: the name in this Worker's identity (REFUND_BOT_HOST; default the hostname).
+    `interceptors`: the composition root's own (the crash drill's pause, demo/drill.py)."""
     keep_bytecode(RefundConversation)
     domain, grants, ledger = await prepare_stores(settings)
     lookups = LookupActivities(domain, effect_owner(settings, ledger))
@@ -106,6 +108,7 @@ async def build_worker(
             notify.post_to_thread,
             notify.edit_thread_message,
         ],
+        interceptors=interceptors,
         workflow_runner=CompiledOnceSandboxRunner(),
         sticky_queue_schedule_to_start_timeout=STICKY_TIMEOUT,
         max_concurrent_workflow_tasks=MAX_CONCURRENT_WORKFLOW_TASKS,
@@ -122,6 +125,7 @@ async def run_worker(
     *,
     host: str | None = None,
     go: Awaitable[None] | None = None,
+    interceptors: Sequence[Interceptor] = (),
 ) -> None:
     """Run until cancelled, then shut down gracefully (in-flight Activities get 5 s).
 
@@ -132,7 +136,13 @@ async def run_worker(
     a SIGKILL is not graceful, and that is the drill.
     """
     worker = await build_worker(
-        client, temporal.task_queue, settings, posters, grant_sources, host=host
+        client,
+        temporal.task_queue,
+        settings,
+        posters,
+        grant_sources,
+        host=host,
+        interceptors=interceptors,
     )
     # Before polling: conversations this code cannot replay are named now, in one line, not found
     # later as failing workflow tasks (docs/versioning.md).

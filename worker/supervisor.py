@@ -9,21 +9,18 @@ shared one and its host's own (worker.control), so a presenter can name the host
 takes only its own conversations' caches with it: the sticky reset sends only the conversations it
 held to the other Workers, which replay them, while the survivor's carry on from its cache.
 
-A warm standby (`refund-bot worker --standby`) waits beside the active children, imported, connected
-and with its stores open: when the active child dies (/crash-worker, or killed unannounced) the
-standby is told to poll (a line on its stdin) and a new standby is prepared once it does, so a crash
-costs a poller's start, not a Python start-up.
+A warm standby (worker/standby.py) waits beside the active children: when the active child dies
+(/crash-worker, or killed unannounced) the standby is told to poll, and a new standby is prepared
+once it does.
 
     active dies -> standby told "go" + sticky reset (of what it held) -> standby polls
         -> new standby spawned
     /crash-worker -> every active SIGKILLed -> standby + new children -> sticky reset of all
 
-A paused restart (worker.control.paused_worker_restart) is `restart(kill=True, while_down=...)`
-split across two control Activities: kill_worker runs it with a while_down that waits for
-start_worker's resume, or for `pause_limit` on this process's own clock, whichever comes first.
-
-    kill_worker -> SIGKILL, held (no standby promoted, no death restart) -> start_worker / limit
-        -> the restart carries on as any other
+A restart can wait: `restart(kill=True, while_down=...)` awaits `while_down` once the old Worker is
+dead and before a new one polls (the presenter's story reads Event History there). More work for
+the control queues (the presenter's paused restart, demo/) comes from whoever builds the
+supervisor, as a `ControlService`.
 
 Each child is tied to the supervisor's life (worker.lifecycle.spawn_child): if the supervisor's
 process dies, even by SIGKILL, its Worker exits too. Before the first child starts, Workers of other
@@ -37,42 +34,33 @@ import collections
 import contextlib
 import logging
 import os
-import re
 import signal
 import socket
 import sys
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass
-from datetime import timedelta
 from pathlib import Path
 from types import TracebackType
+from typing import Any, Protocol
 
 from temporalio import activity
-from temporalio.api.enums.v1 import TaskQueueKind, TaskQueueType
-from temporalio.api.taskqueue.v1 import PollerInfo, TaskQueue
-from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
 from temporalio.client import Client
-from temporalio.exceptions import ApplicationError
 from temporalio.worker import Worker
 
 from agent.settings import TemporalSettings
 from agent.temporal_client import connect
 from worker.control import (
-    KILL_ACTIVITY,
-    PAUSE_LIMIT,
     RESTART_ACTIVITY,
-    START_ACTIVITY,
-    PauseRequest,
     RestartReport,
     RestartWorker,
-    WorkerDown,
     host_control_queue,
     reset_sticky_queues,
     supervisor_identity,
     worker_identity,
 )
-from worker.lifecycle import alive, spawn_child, terminate, to_the_end
+from worker.lifecycle import spawn_child, terminate, to_the_end
+from worker.pollers import other_workers, worker_is_polling, workflow_pollers
+from worker.standby import WarmStandby
 
 log = logging.getLogger(__name__)
 
@@ -82,87 +70,25 @@ _DEATH_WINDOW = 60.0
 _BACKOFF_BASE = 0.5
 _BACKOFF_MAX = 10.0
 _POLL_INTERVAL = 0.1
-_DESCRIBE_TIMEOUT = timedelta(seconds=5)
-# Temporal lists a poller for minutes after its last poll; a live one polls again within about a
-# minute (the long-poll timeout), so one not seen for longer is gone.
-_POLLER_SEEN_WITHIN = 120.0
-# "refund-bot-worker-4242@host" (ours), "4242@host" (the SDKs' default identity).
-_IDENTITY = re.compile(r"(\d+)@([^@\s]+)")
-_SUPERVISOR = re.compile(r"^refund-bot-supervisor-\d+@([^@\s]+)$")
 
 
 class WorkerStartError(RuntimeError):
     """The Worker child exited, or did not poll its task queue, before the deadline."""
 
 
-async def workflow_pollers(client: Client, namespace: str, task_queue: str) -> list[PollerInfo]:
-    """The workflow-task pollers Temporal lists on `task_queue` (recent ones, maybe not live)."""
-    response = await client.workflow_service.describe_task_queue(
-        DescribeTaskQueueRequest(
-            namespace=namespace,
-            task_queue=TaskQueue(name=task_queue, kind=TaskQueueKind.TASK_QUEUE_KIND_NORMAL),
-            task_queue_type=TaskQueueType.TASK_QUEUE_TYPE_WORKFLOW,
-        ),
-        # Bounded: a slow server must not hold a start-up deadline or a status line for long.
-        timeout=_DESCRIBE_TIMEOUT,
-    )
-    return list(response.pollers)
+class ControlService(Protocol):
+    """More work for a supervisor's control queues, served beside RestartWorker by its control
+    Workers (the composition root adds the presenter's paused restart this way)."""
 
+    @property
+    def workflows(self) -> Sequence[type]: ...
 
-async def worker_is_polling(client: Client, namespace: str, task_queue: str, identity: str) -> bool:
-    """Whether Temporal lists a workflow-task poller with `identity` on `task_queue`."""
-    pollers = await workflow_pollers(client, namespace, task_queue)
-    return any(poller.identity == identity for poller in pollers)
-
-
-async def supervisor_hosts(client: Client, namespace: str, control_task_queue: str) -> list[str]:
-    """The hosts whose Worker supervisors poll `control_task_queue` now, sorted."""
-    now = time.time()
-    hosts = set()
-    for poller in await workflow_pollers(client, namespace, control_task_queue):
-        match = _SUPERVISOR.match(poller.identity)
-        if match and now - poller.last_access_time.ToSeconds() <= _POLLER_SEEN_WITHIN:
-            hosts.add(match.group(1))
-    return sorted(hosts)
-
-
-@dataclass(frozen=True)
-class OtherWorker:
-    """A Worker of another process on the task queue, as its poller identity names it."""
-
-    identity: str
-    host: str | None
-    pid: int | None
-    seconds_since_poll: float
-
-    def __str__(self) -> str:
-        where = f"pid {self.pid} on {self.host}" if self.pid is not None else "unknown pid"
-        return f"{where} ({self.identity!r}, polled {self.seconds_since_poll:.0f} s ago)"
-
-
-async def other_workers(
-    client: Client, namespace: str, task_queue: str, *, this_host: str | None = None
-) -> list[OtherWorker]:
-    """The Workers of other processes that poll `task_queue` now.
-
-    Temporal keeps listing a poller for minutes after it stopped, so a poller not seen lately, or
-    one on this host whose process is gone (an earlier run's Worker), does not count.
-    """
-    this_host = this_host or socket.gethostname()
-    now = time.time()
-    found = []
-    for poller in await workflow_pollers(client, namespace, task_queue):
-        ago = max(0.0, now - poller.last_access_time.ToSeconds())
-        match = _IDENTITY.search(poller.identity)
-        pid, host = (int(match.group(1)), match.group(2)) if match else (None, None)
-        if ago > _POLLER_SEEN_WITHIN or (host == this_host and pid is not None and not alive(pid)):
-            continue
-        found.append(OtherWorker(poller.identity, host, pid, ago))
-    return found
+    @property
+    def activities(self) -> Sequence[Callable[..., Any]]: ...
 
 
 class ControlActivities:
-    """The control queues' Activities, bound to the supervisor that serves them."""
+    """The control queues' Activity, bound to the supervisor that serves them."""
 
     def __init__(self, supervisor: WorkerSupervisor) -> None:
         self._supervisor = supervisor
@@ -170,29 +96,6 @@ class ControlActivities:
     @activity.defn(name=RESTART_ACTIVITY)
     async def restart_worker(self) -> RestartReport:
         return await self._supervisor.restart(kill=True)
-
-    @activity.defn(name=KILL_ACTIVITY)
-    async def kill_worker(self, pause: PauseRequest) -> WorkerDown:
-        # The restart Workflow's id names the pause: its start_worker finds the same one.
-        return await self._supervisor.kill_and_hold(activity.info().workflow_id, pause.max_seconds)
-
-    @activity.defn(name=START_ACTIVITY)
-    async def start_worker(self) -> RestartReport:
-        try:
-            return await self._supervisor.resume(activity.info().workflow_id)
-        except LookupError as err:
-            raise ApplicationError(str(err), non_retryable=True) from err
-
-    def all(self) -> list[Callable[..., Awaitable[object]]]:
-        return [self.restart_worker, self.kill_worker, self.start_worker]
-
-
-@dataclass
-class _Pause:
-    """A paused restart: `resume` set lets it carry on; `restart` is the whole restart."""
-
-    resume: asyncio.Event
-    restart: asyncio.Task[RestartReport]
 
 
 class WorkerSupervisor:
@@ -202,9 +105,9 @@ class WorkerSupervisor:
     `connect(settings)`. `env` is added to the child's environment on top of this process's
     environment and the TEMPORAL_ADDRESS / _NAMESPACE / _TASK_QUEUE derived from `settings`.
     `host` is the name this host goes by (REFUND_BOT_HOST; default the machine's hostname): in
-    the child's identity, the host control queue and the restart reports. `pause_limit` bounds
-    how long a paused restart holds the Worker down (tests shorten it). `workers`: how many
+    the child's identity, the host control queue and the restart reports. `workers`: how many
     children poll at once (REFUND_BOT_WORKERS); a restart replaces them all, a death only itself.
+    `control`: more work for the control queues, built for this supervisor.
     """
 
     def __init__(
@@ -221,8 +124,8 @@ class WorkerSupervisor:
         reset_sticky: bool = True,
         host: str | None = None,
         standby: bool | None = None,
-        pause_limit: float = PAUSE_LIMIT.total_seconds(),
         workers: int = 1,
+        control: Callable[[WorkerSupervisor], ControlService] | None = None,
     ) -> None:
         if workers < 1:
             raise ValueError(f"workers={workers}: a supervisor runs at least one Worker")
@@ -240,12 +143,12 @@ class WorkerSupervisor:
         # stand-in command takes neither.
         self._real_worker = command is None
         self.standby = self._real_worker if standby is None else standby
-        self.pause_limit = pause_limit
         self.workers = workers
+        self._more_control = control(self) if control is not None else None
         self.last_report: RestartReport | None = None
         self._client = client
         self._procs: list[asyncio.subprocess.Process] = []  # EXECUTION STATE: the polling ones
-        self._standby: asyncio.subprocess.Process | None = None  # EXECUTION STATE: the next Worker
+        self._standby = WarmStandby(lambda: self._spawn(standby=True))
         # EXECUTION STATE: each live child's slot (`--metrics-slot`: its metrics port is
         # WORKER_METRICS_ADDRESS's plus the slot). A new child takes the lowest free one, so a
         # host's Workers and standby always serve metrics on the same workers + 1 ports.
@@ -257,7 +160,6 @@ class WorkerSupervisor:
         self._background: set[asyncio.Task[None]] = set()
         self._control: list[Worker] = []
         self._control_tasks: list[asyncio.Task[None]] = []
-        self._pauses: dict[str, _Pause] = {}  # EXECUTION STATE: by restart Workflow id
 
     @property
     def pid(self) -> int | None:
@@ -272,8 +174,7 @@ class WorkerSupervisor:
     @property
     def standby_pid(self) -> int | None:
         """The warm standby's pid, while one waits (see `start`)."""
-        standby = self._standby
-        return standby.pid if standby and standby.returncode is None else None
+        return self._standby.pid
 
     async def polling(self) -> bool:
         """Whether Temporal lists a workflow-task poller for every current child (one request)."""
@@ -318,13 +219,17 @@ class WorkerSupervisor:
             if self.serve_control:
                 # Any supervisor takes a request on the shared queue; only this one on its host's.
                 shared = self.settings.control_task_queue
+                more = self._more_control
                 for queue in (shared, host_control_queue(shared, self.host)):
                     control = Worker(
                         self._client,
                         task_queue=queue,
                         identity=supervisor_identity(self.host),
-                        workflows=[RestartWorker],
-                        activities=ControlActivities(self).all(),
+                        workflows=[RestartWorker, *(more.workflows if more else ())],
+                        activities=[
+                            ControlActivities(self).restart_worker,
+                            *(more.activities if more else ()),
+                        ],
                     )
                     task = asyncio.create_task(control.run())
                     task.add_done_callback(self._control_done)
@@ -357,10 +262,9 @@ class WorkerSupervisor:
 
     async def _stop(self) -> None:
         self._stopping = True
+        # A restart's while_down among them: a held restart gives the lock up at once.
         for task in list(self._background):
             task.cancel()
-        for pause in self._pauses.values():
-            pause.restart.cancel()  # a held restart gives the lock up at once
         controls, self._control = self._control, []
         tasks, self._control_tasks = self._control_tasks, []
         for control in controls:
@@ -370,7 +274,7 @@ class WorkerSupervisor:
             with contextlib.suppress(Exception):  # already logged by _control_done
                 await task
         async with self._lock:
-            standby, self._standby = self._standby, None
+            standby = self._standby.take()
             procs, self._procs = self._procs, []
             stops = [*procs, *([standby] if standby is not None else [])]
             codes = await asyncio.gather(*(terminate(p, self.stop_timeout) for p in stops))
@@ -383,75 +287,14 @@ class WorkerSupervisor:
         """Replace the child: SIGKILL it (kill=False: stop it gracefully), start a new one.
 
         `while_down` runs after the old child is dead and before the new one starts: the demo
-        reads what survives from Event History there, while no Worker is alive.
+        reads what survives from Event History there, while no Worker is alive. A stop() does not
+        wait for it: it is cancelled, and this restart with it.
         """
         async with self._lock:
             # Checked under the lock: a stop() may have begun while this waited for it.
             if self._stopping:
                 raise RuntimeError("WorkerSupervisor is not running")
             return await self._replace_locked(kill=kill, while_down=while_down)
-
-    async def kill_and_hold(self, pause_id: str, max_seconds: float) -> WorkerDown:
-        """The first half of a paused restart: SIGKILL the Worker and hold it down (no standby
-        promoted, no restart on its death) until `resume(pause_id)`, or for at most
-        min(max_seconds, pause_limit) s, after which it restarts by itself. Returns once the old
-        Worker is dead."""
-        held = min(max_seconds, self.pause_limit)
-        resume = asyncio.Event()
-        down: asyncio.Future[int | None] = asyncio.get_running_loop().create_future()
-
-        async def restart() -> RestartReport:
-            async with self._lock:
-                if self._stopping:
-                    raise RuntimeError("WorkerSupervisor is not running")
-                old_pid = self.pid  # under the lock: the child _replace_locked kills
-
-                async def while_down() -> None:
-                    down.set_result(old_pid)
-                    try:
-                        # Bounded on this clock: a bot that died mid-pause never leaves it down.
-                        await asyncio.wait_for(resume.wait(), held)
-                    except TimeoutError:
-                        log.warning(
-                            "Paused restart %s not resumed within %.0f s: restarting the Worker",
-                            pause_id, held,
-                        )  # fmt: skip
-
-                return await self._replace_locked(kill=True, while_down=while_down)
-
-        # Finished pauses are kept until the next one, for a late resume to read its report.
-        self._pauses = {k: p for k, p in self._pauses.items() if not p.restart.done()}
-        task = asyncio.create_task(restart(), name=f"paused restart {pause_id}")
-        task.add_done_callback(self._pause_done)
-        self._pauses[pause_id] = _Pause(resume, task)
-        await asyncio.wait([down, task], return_when=asyncio.FIRST_COMPLETED)
-        if not down.done():
-            await task  # it failed before the kill: raise why
-        log.info("Worker pid %s down for paused restart %s", down.result(), pause_id)
-        return WorkerDown(
-            old_pid=down.result(),
-            host=self.host,
-            supervisor_pid=os.getpid(),
-            resume_queue=host_control_queue(self.settings.control_task_queue, self.host),
-            held_seconds=held,
-        )
-
-    async def resume(self, pause_id: str) -> RestartReport:
-        """The second half of a paused restart: let it start the new Worker; returns its report
-        (the same report again for a late or repeated resume)."""
-        pause = self._pauses.get(pause_id)
-        if pause is None:
-            raise LookupError(
-                f"no paused restart {pause_id} on {self.host}: its Worker was restarted already"
-            )
-        pause.resume.set()
-        # Shielded: a cancelled Activity must not cut a restart short halfway.
-        return await asyncio.shield(pause.restart)
-
-    def _pause_done(self, task: asyncio.Task[RestartReport]) -> None:
-        # Nobody may await it (the Workflow died): its failure is logged here, once.
-        if not task.cancelled() and task.exception() is not None:
-            log.error("A paused restart failed", exc_info=task.exception())
 
     async def _replace_locked(
         self,
@@ -474,14 +317,20 @@ class WorkerSupervisor:
             else:
                 await terminate(old, self.stop_timeout)
         if while_down is not None:
-            await while_down()
+            waiting = asyncio.ensure_future(while_down())
+            self._background.add(waiting)  # stop() cancels it
+            waiting.add_done_callback(self._background.discard)
+            try:
+                await waiting
+            finally:
+                waiting.cancel()  # this restart was cancelled: so is the wait
             paused = time.monotonic() - started
         # The standby starts its pollers while the sticky queues are reset: conversations reach
         # the normal queue (and it) once both are done, so neither waits for the other.
         survivors = len(self._procs)
         new: list[asyncio.subprocess.Process] = []
         while len(self._procs) < self.workers:
-            promoted = None if new else await self._promote_standby()
+            promoted = None if new else await self._standby.promote()
             proc = promoted or await self._spawn()
             self._procs.append(proc)  # at once: a death from here on is its watcher's to handle
             new.append(proc)
@@ -512,32 +361,17 @@ class WorkerSupervisor:
         await self._prepare_standby()
         return report
 
-    async def _promote_standby(self) -> asyncio.subprocess.Process | None:
-        """Tell the standby to poll and make it the active child; None if none is alive. One
-        still starting up polls once ready (the line waits in its stdin): sooner than a new one."""
-        standby, self._standby = self._standby, None
-        if standby is None or standby.returncode is not None or standby.stdin is None:
-            return None
-        try:
-            standby.stdin.write(b"go\n")
-            await standby.stdin.drain()
-        except (BrokenPipeError, ConnectionResetError):  # it died just now: its watcher saw it
-            return None
-        log.info("Standby pid %s promoted", standby.pid)
-        return standby
-
     async def _prepare_standby(self) -> None:
-        if not self.standby or self._stopping or self._standby is not None:
-            return
-        self._standby = await self._spawn(standby=True)
-        log.info("Standby Worker pid %s preparing", self._standby.pid)
+        if self.standby and not self._stopping:
+            await self._standby.prepare()
 
     def _command(self, slot: int, standby: bool) -> list[str]:
         slotted = [f"--metrics-slot={slot}"] if self._real_worker else []
         return [*self.command, *slotted, *(["--standby"] if standby else [])]
 
     def _free_slot(self) -> int:
-        live = [p for p in (*self._procs, self._standby) if p is not None and p.returncode is None]
+        procs = (*self._procs, self._standby.proc)
+        live = [p for p in procs if p is not None and p.returncode is None]
         taken = {self._slots.get(p.pid) for p in live}
         return next(slot for slot in range(len(live) + 1) if slot not in taken)
 
@@ -659,7 +493,7 @@ class WorkerSupervisor:
         self._slots.pop(proc.pid, None)  # its port is free for the next child
         if self._stopping:
             return
-        if proc is self._standby:
+        if self._standby.holds(proc):
             await self._standby_died(proc, code)
             return
         if proc not in self._procs:
@@ -691,7 +525,6 @@ class WorkerSupervisor:
         )
         await asyncio.sleep(delay)
         async with self._lock:
-            if self._standby is proc:
-                self._standby = None
+            self._standby.forget(proc)
             if self.running:  # otherwise the next restart prepares one
                 await self._prepare_standby()

@@ -12,7 +12,6 @@ refund as the owner records it, so the losing conversation tells its customer so
 
 from __future__ import annotations
 
-import asyncio
 from typing import TYPE_CHECKING, Literal
 
 from temporalio import activity
@@ -62,12 +61,6 @@ class RefundActivities:
                 count("refunds_issued", owner=result.mode)
             elif result.status == ALREADY_REFUNDED:
                 count("refusals", reason="already_refunded")
-            if self._settings.drill_pause_after_effect and info.attempt == 1:
-                # DEMO DRILL (the later loss): the owner has accepted the refund and nothing on our
-                # side has recorded it. Stop here until the Worker is killed; attempt 2 then sends
-                # the same key and gets the same refund back.
-                activity.logger.warning("DRILL | refund accepted, pausing before completion")
-                await asyncio.Event().wait()
         return result.model_copy(update={"attempt": info.attempt})
 
     async def _ledger_refund(self, request: RefundRequest) -> RefundResult:

@@ -19,7 +19,6 @@ from typing import Any, Literal, NamedTuple, get_args
 import discord
 
 from agent.models import MessageEdit, MessageKey, OutboundMessage
-from bot.demo_stage import Frame
 
 Action = Literal["approve", "deny"]
 ACTIONS: tuple[Action, ...] = get_args(Action)
@@ -98,13 +97,13 @@ def fit_content(text: str, limit: int = MAX_CONTENT) -> str:
     Counted in UTF-16 code units, which is never fewer than code points: whichever way Discord
     counts, a cut message is accepted instead of failing the post with a 400.
     """
-    if _utf16_len(text) <= limit:
+    if utf16_len(text) <= limit:
         return text
-    budget = limit - _utf16_len(ELLIPSIS)
+    budget = limit - utf16_len(ELLIPSIS)
     out: list[str] = []
     used = 0
     for char in text:
-        width = _utf16_len(char)
+        width = utf16_len(char)
         if used + width > budget:
             break
         out.append(char)
@@ -157,60 +156,5 @@ def edit_payload_for(edit: MessageEdit) -> dict[str, Any]:
     }
 
 
-def _utf16_len(text: str) -> int:
+def utf16_len(text: str) -> int:
     return len(text.encode("utf-16-le")) // 2
-
-
-# /refund-demo's frames and lines (bot/demo_stage.py, bot/discord/stage.py). A frame is one embed:
-# Discord's documented limits are a title of 256 characters, a description of 4096, at most 25
-# fields of 256 (name) and 1024 (value), and 6000 characters in all; each part is cut to fit.
-EMBED_TITLE_LIMIT = 256
-EMBED_DESCRIPTION_LIMIT = 4096
-EMBED_FIELD_NAME_LIMIT = 256
-EMBED_FIELD_VALUE_LIMIT = 1024
-EMBED_MAX_FIELDS = 25
-EMBED_TOTAL_LIMIT = 6000
-# One colour per tone, Discord's own palette: red, blurple, green; a neutral frame has none.
-TONE_COLOURS = {"gone": 0xED4245, "survives": 0x5865F2, "good": 0x57F287}
-_TONE_EMOJI = {"gone": "💥 ", "survives": "📜 ", "good": "✅ "}
-# Slack mrkdwn's bold (`*bold*`) is Discord's italic; `_italic_` and `code` read the same in both.
-_SLACK_BOLD = re.compile(r"(?<![*\w])\*(?=\S)([^*\n]+?)(?<=\S)\*(?![*\w])")
-
-
-def discord_markdown(mrkdwn: str) -> str:
-    """A frame's line, written in Slack's mrkdwn (bot.demo_stage.Frame), as Discord markdown."""
-    return _SLACK_BOLD.sub(r"**\1**", mrkdwn)
-
-
-def frame_embed(frame: Frame) -> dict[str, Any]:
-    """A frame as one embed: the title, the lines as its description, each column an inline
-    field (Discord sets inline fields side by side), and the tone's colour."""
-    title = fit_content(_TONE_EMOJI.get(frame.tone, "") + frame.title, EMBED_TITLE_LIMIT)
-    embed: dict[str, Any] = {"type": "rich", "title": title}
-    fields = [
-        {
-            "name": fit_content(column.heading, EMBED_FIELD_NAME_LIMIT),
-            "value": fit_content(
-                "\n".join(discord_markdown(line) for line in column.lines) or "-",
-                EMBED_FIELD_VALUE_LIMIT,
-            ),
-            "inline": True,
-        }
-        for column in frame.columns[:EMBED_MAX_FIELDS]
-    ]
-    if frame.lines:
-        # The description gets what the title and the fields leave of the embed's 6000.
-        used = _utf16_len(title) + sum(_utf16_len(f["name"] + f["value"]) for f in fields)
-        budget = min(EMBED_DESCRIPTION_LIMIT, EMBED_TOTAL_LIMIT - used)
-        description = "\n".join(discord_markdown(line) for line in frame.lines)
-        embed["description"] = fit_content(description, budget)
-    if fields:
-        embed["fields"] = fields
-    if frame.tone in TONE_COLOURS:
-        embed["color"] = TONE_COLOURS[frame.tone]
-    return embed
-
-
-def line_content(author: str, text: str) -> str:
-    """A person's line the bot posts for them (/refund-demo's demo customer): bold name, text."""
-    return fit_content(f"**{discord.utils.escape_markdown(author)}:** {text}")

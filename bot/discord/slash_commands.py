@@ -1,7 +1,7 @@
 """The slash commands' handlers: /crash-worker and /refund-…, answered privately to the caller.
 
     /crash-worker, /refund-… -> bot.commands.Commands -> ephemeral answer
-    /refund-demo             -> Commands.refund_demo(actor, action, DiscordStage, this channel)
+    /refund-demo             -> Commands.refund_demo(actor, action, Discord's stage, this channel)
 
 Names, descriptions, choices and permissions come from the manifest (commands_spec); here are only
 the handlers, whose parameters commands_spec.mismatches checks against it. Every answer is
@@ -20,13 +20,11 @@ import discord
 from discord import app_commands
 
 from agent.models import Actor, ThreadRef
-from bot.commands import CommandReply
-from bot.demo_stage import ChannelRef
+from bot.commands import ChannelRef, CommandReply, DemoStage, DemoStages
 from bot.discord.actors import actor_for
 from bot.discord.commands_spec import command_spec
 from bot.discord.parts import BotParts
 from bot.discord.replies import FAILED, finished_within, tell_privately
-from bot.discord.stage import DiscordStage
 from bot.ids import workflow_id_for
 
 log = logging.getLogger(__name__)
@@ -101,8 +99,12 @@ def build_commands(parts: BotParts, manifest: tuple[dict[str, Any], ...]) -> lis
             await tell_privately(interaction, WHICH_CHANNEL)
             return
         actor = actor_for(interaction.user)
-        # The gateway client's own HTTPClient: logged in, rate limits handled, routed to api_url.
-        stage = DiscordStage(client.http, client.user.id)
+        me = client.user.id
+
+        def stage(stages: DemoStages) -> DemoStage:
+            # The gateway client's own HTTPClient: logged in, rate limits handled, api_url's.
+            return stages.discord(client.http, me)
+
         # "auto 3", as the other platforms type it; Commands checks the words either way.
         words = (action or "") + (f" {seconds:g}" if seconds is not None else "")
         await _answer(

@@ -21,12 +21,10 @@ from typing import Literal, TextIO
 from agent.activities.authorize import GrantSource
 from agent.models import Actor, ThreadRef
 from bot.clicks import APPROVER_ROLE, approver_check, decided_line, on_click
-from bot.commands import CommandReply, Commands
+from bot.commands import ChannelRef, CommandReply, Commands, DemoStage, DemoStages
 from bot.conversations import NOTICES, InboundClick, InboundMessage, Routed, Router
-from bot.demo_stage import ChannelRef
 from bot.ids import workflow_id_for
 from bot.local.markup import plain
-from bot.local.stage import LocalStage
 from bot.local.thread_store import LOCAL_WORKSPACE, LocalMessage, LocalThreadStore
 
 CHANNEL = "support"
@@ -326,7 +324,9 @@ class LocalChannel:
         self._reply(await self._commands.refund_release(self.me, workflow_id))
 
     async def cmd_refund_demo(self, *words: str) -> None:
-        stage = LocalStage(self._threads)
+        def stage(stages: DemoStages) -> DemoStage:
+            return stages.local(self._threads)
+
         channel = ChannelRef(platform="local", workspace=LOCAL_WORKSPACE, channel=CHANNEL)
         self._reply(await self._commands.refund_demo(self.me, " ".join(words), stage, channel))
 

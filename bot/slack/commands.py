@@ -21,8 +21,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 
 from agent.codec import CodecError
 from agent.models import Actor
-from bot.commands import CommandReply, Commands
-from bot.demo_stage import ChannelRef
+from bot.commands import ChannelRef, CommandReply, Commands, DemoStage, DemoStages
 from bot.slack.links import (
     FindByOrder,
     conversation_prefix,
@@ -33,7 +32,6 @@ from bot.slack.links import (
 )
 from bot.slack.render import escape, unescape
 from bot.slack.replies import post_ephemeral
-from bot.slack.stage import SlackStage
 
 log = logging.getLogger(__name__)
 
@@ -134,7 +132,12 @@ def register_commands(app: AsyncApp, commands: Commands, find_by_order: FindByOr
 
     async def demo(actor: Actor, text: str, where: Where) -> CommandReply:
         channel = ChannelRef(platform="slack", workspace=where.team_id, channel=where.channel_id)
-        return await commands.refund_demo(actor, text, SlackStage(where.client), channel)
+
+        def stage(stages: DemoStages) -> DemoStage:
+            # The request's client: its credentials, and the app's kept-alive connections.
+            return stages.slack(where.client)
+
+        return await commands.refund_demo(actor, text, stage, channel)
 
     for name, work in (
         (REFUND_DEMO, demo),

@@ -8,7 +8,6 @@ from __future__ import annotations
 from typing import Any
 
 from agent.models import MessageEdit, OutboundMessage
-from bot.demo_stage import Frame
 
 # Button ids: the inbound adapter registers handlers for these; a click's `value` is the Workflow
 # ID and the escalation round, `<workflow id>#<round>`, so routing the click back needs no lookup
@@ -178,52 +177,3 @@ def metadata_key(slack_message: dict[str, Any]) -> str | None:
     """The message key a Slack message object carries in its metadata, or None."""
     key = metadata_payload(slack_message).get("key")
     return key if isinstance(key, str) else None
-
-
-# /refund-demo's frames (bot/demo_stage.py): a header, then the lines, then the two sides as a
-# section's fields, which Slack lays out in two columns. A header is plain text, at most 150
-# characters; a section's fields are at most 10, each at most 2000 characters.
-HEADER_TEXT_LIMIT = 150
-FIELD_TEXT_LIMIT = 2000
-_TONE_EMOJI = {"gone": ":boom: ", "survives": ":scroll: ", "good": ":white_check_mark: "}
-
-
-def frame_blocks(frame: Frame) -> list[dict[str, Any]]:
-    """A frame as Block Kit: a header, a section of its lines, a section of its columns."""
-    title = (_TONE_EMOJI.get(frame.tone, "") + frame.title)[:HEADER_TEXT_LIMIT]
-    blocks: list[dict[str, Any]] = [
-        {"type": "header", "text": {"type": "plain_text", "text": title, "emoji": True}}
-    ]
-    if frame.lines:
-        # Escaped line by line: a line may quote a customer's answer; our marks survive it.
-        blocks += _text_blocks_marked("\n".join(escape(line) for line in frame.lines))
-    if frame.columns:
-        fields = [
-            {
-                "type": "mrkdwn",
-                "text": "\n".join(
-                    [f"*{escape(column.heading)}*", *(escape(line) for line in column.lines)]
-                )[:FIELD_TEXT_LIMIT],
-            }
-            for column in frame.columns[:10]
-        ]
-        blocks.append({"type": "section", "fields": fields})
-    return blocks
-
-
-def _text_blocks_marked(text: str) -> list[dict[str, Any]]:
-    """Section blocks of already-escaped mrkdwn whose marks should render."""
-    return [
-        {"type": "section", "text": {"type": "mrkdwn", "text": text[i : i + SECTION_TEXT_LIMIT]}}
-        for i in range(0, len(text), SECTION_TEXT_LIMIT)
-    ]
-
-
-def line_blocks(author: str, text: str) -> list[dict[str, Any]]:
-    """A person's line the bot posts for them (/refund-demo's demo customer): name, then text."""
-    return [
-        {
-            "type": "section",
-            "text": {"type": "mrkdwn", "text": f"*{escape(author)}:* {escape(text)}"},
-        }
-    ]

@@ -1,5 +1,6 @@
-"""Record the control Workflow's (RestartWorker's) Event Histories that tests/test_worker_pause.py
-replays: the Workflow a `/crash-worker` request runs on a supervisor.
+"""Record the control Workflows' Event Histories that tests/test_worker_pause.py replays: the
+RestartWorker a `/crash-worker` request runs on a supervisor, and the presenter's paused restart
+(demo/paused_restart.py).
 
     uv run python -m tests.control_histories.record [name ...]      (no names: every scenario)
 
@@ -19,10 +20,12 @@ from pathlib import Path
 
 from temporalio.client import Client, WorkflowHandle
 
+from demo.paused_restart import paused_worker_restart
+from demo.worker_hold import WorkerHold
 from harness import queue_settings
 from harness.codec import TEST_CODEC_ENV
 from harness.dev_server import start_dev_server
-from worker.control import paused_worker_restart, request_worker_restart
+from worker.control import request_worker_restart
 from worker.supervisor import WorkerSupervisor
 
 HERE = Path(__file__).parent
@@ -43,7 +46,8 @@ async def paused(client: Client, control_task_queue: str) -> WorkflowHandle:
         pass  # what the caller does here leaves nothing in this history
 
     await paused_worker_restart(client, control_task_queue, None, read)
-    [restart] = [wf async for wf in client.list_workflows("WorkflowType = 'RestartWorker'")]
+    query = "WorkflowType = 'PausedRestartWorker'"
+    [restart] = [wf async for wf in client.list_workflows(query)]
     return client.get_workflow_handle(restart.id)
 
 
@@ -59,7 +63,9 @@ async def record(names: list[str]) -> None:
         env = await start_dev_server()
         async with env:
             settings = queue_settings(env.client, "record")
-            async with WorkerSupervisor(settings, CHILD, client=env.client, env=TEST_CODEC_ENV):
+            async with WorkerSupervisor(
+                settings, CHILD, client=env.client, env=TEST_CODEC_ENV, control=WorkerHold
+            ):
                 handle = await SCENARIOS[name](env.client, settings.control_task_queue)
                 history = await handle.fetch_history()
         (HERE / f"{name}.json").write_text(history.to_json())

@@ -33,7 +33,7 @@ from harness import NO_PROXY
 from harness.conditions import wait_for
 from harness.fakes.slack_api import Delivery, FakeSlackApi, SlackSender, signed_headers
 from harness.stack import supervised_stack
-from refund_bot.app import Stack
+from refund_bot.stack import Stack
 
 SECRET = "e2e-signing-secret-0123456789abcdef"
 TEAM = "T0E2E"

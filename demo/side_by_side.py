@@ -1,17 +1,17 @@
-"""`/refund-demo`: the docs page's two demos side by side, in one support channel.
+"""The docs page's two demos side by side, in one support channel: the story, moment by moment.
 
-    /refund-demo -> two threads, one customer request, the same answers:
-      "Without Temporal": the agent loop as a plain process (refund_bot/plain_loop.py)
+    two threads, one customer request, the same answers:
+      "Without Temporal": the agent loop as a plain process (demo/plain_loop.py)
       "With Temporal":    the same loop as RefundConversation
-    -> both choose "issue the refund" -> /refund-demo crash: SIGKILL both processes at once
+    -> both choose "issue the refund" -> the crash: SIGKILL both processes at once
     -> PROCESS GONE | WORKER GONE + what survives (Event History, read with no Worker alive)
     -> a new plain process has no answers and asks the customer to start over | a new Worker resumes
     -> the summary, counted from the owners: the threads, the call log, Event History, the ledger
 
-Each moment waits for the presenter (`/refund-demo next`) or, after `/refund-demo auto`, for a
-timer. The story runs in the bot process that took the command: it is the presenter's own show,
-not durable itself (if that process stops, the story stops; its conversation carries on in
-Temporal like any other). `refund-bot demo --side-by-side` tells it unattended in the terminal.
+Each moment waits for its Pace: the presenter's `/refund-demo next` (demo/command.py) or a timer
+(`/refund-demo auto`, and `refund-bot demo --side-by-side`, demo/terminal.py). The story is the
+presenter's own show, not durable itself: if its process stops, the story stops, and its
+conversation carries on in Temporal like any other.
 """
 
 from __future__ import annotations
@@ -25,7 +25,6 @@ from collections import Counter
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from temporalio.client import Client
 
@@ -33,13 +32,11 @@ from agent.effect_owner import refunds_at_owner
 from agent.history import what_survives
 from agent.models import Actor, ConversationOutcome, OrderDetails, ThreadRef
 from agent.settings import AgentSettings, TemporalSettings
-from bot.commands import CommandReply, RestartReport, WorkerControl
+from bot.commands import ChannelRef, RestartReport, WorkerControl
 from bot.conversations import ConversationRouter, InboundMessage, Routed
-from bot.demo_pace import DemoPace
-from bot.demo_stage import ChannelRef, Column, DemoStage, Frame
 from bot.ids import workflow_id_for
 from bot.inbox import Inbox
-from refund_bot.demo_parts import (
+from demo.parts import (
     ANSWERS,
     LOOP_STEPS,
     DemoFailed,
@@ -47,11 +44,9 @@ from refund_bot.demo_parts import (
     history_counts,
     place_demo_customer,
 )
-from refund_bot.plain_loop import CustomerLine
-from refund_bot.plain_process import PlainProcess
-
-if TYPE_CHECKING:
-    from bot.local.terminal import LocalChannel
+from demo.plain_loop import CustomerLine
+from demo.plain_process import PlainProcess
+from demo.stage import Column, Frame, Stage
 
 log = logging.getLogger(__name__)
 
@@ -59,8 +54,6 @@ WITHOUT = "Without Temporal"
 WITH = "With Temporal"
 FOLLOW_UP = "What happened to my refund?"
 STEP_TIMEOUT = 60.0  # one moment's waits: a post, a question, a Worker restart
-PRESS_POLL = 0.25  # how often the story reads the presenter's presses
-REPORT_EVERY = 1.0  # and renews its claim (bot.demo_pace.STALE_AFTER is far longer)
 IDLE_TIMEOUT = 30 * 60.0  # a story nobody advances ends, and its plain process with it
 LOOKUPS = tuple(step for step in LOOP_STEPS if step != "decide_next_step")
 
@@ -171,7 +164,7 @@ class SideBySide:
     def __init__(
         self,
         parts: StoryParts,
-        stage: DemoStage,
+        stage: Stage,
         channel: ChannelRef,
         pace: Pace,
     ) -> None:
@@ -520,145 +513,3 @@ class SideBySide:
 
 def _asked_twice(questions: list[str]) -> int:
     return sum(count - 1 for count in Counter(questions).values())
-
-
-class SideBySideDemos:
-    """bot.commands.SideBySideDemo: one story at a time per database, run in the bot process that
-    took `/refund-demo` and paced by presses that any bot process may take (bot/demo_pace.py)."""
-
-    def __init__(self, parts: StoryParts, board: DemoPace, auto_delay: float = 4.0) -> None:
-        self.parts = parts
-        self.board = board
-        self.auto_delay = auto_delay
-        self._tasks: set[asyncio.Task[None]] = set()
-
-    async def command(
-        self, action: str, stage: DemoStage, channel: ChannelRef, seconds: float | None = None
-    ) -> CommandReply:
-        if action in ("", "start"):
-            return await self._start(stage, channel)
-        running = await self.board.running()
-        if running is None:
-            return CommandReply(
-                ok=False, text="No side-by-side demo is running: /refund-demo starts one."
-            )
-        if action == "crash" and not running.upcoming.startswith("the crash"):
-            return CommandReply(
-                ok=False,
-                text=f"The crash comes once both agents chose the refund; now: {running.moment}. "
-                "/refund-demo next moves on.",
-            )
-        await self.board.press(running.story_id, action, seconds)
-        if action == "stop":
-            return CommandReply(text="The side-by-side demo stops.")
-        if action == "auto":
-            every = f"{seconds:g} s" if seconds is not None else "timer"
-            return CommandReply(text=f"Running the rest on a {every} (now: {running.moment}).")
-        return CommandReply(text=f"Next: {running.upcoming or 'the end'}.")
-
-    async def aclose(self) -> None:
-        """End the stories this process tells (their plain processes stop, their claims go)."""
-        tasks = list(self._tasks)
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
-
-    async def _start(self, stage: DemoStage, channel: ChannelRef) -> CommandReply:
-        story = SideBySide(self.parts, stage, channel, Pace(self.auto_delay))
-        where = f"{channel.platform} {channel.channel}"
-        if (running := await self.board.claim(story.story_id, where, story.moment)) is not None:
-            return CommandReply(
-                ok=False,
-                text=f"A side-by-side demo is already running in {running.channel} (now: "
-                f"{running.moment}). /refund-demo next, auto, crash or stop.",
-            )
-        task = asyncio.create_task(self._tell(story), name=f"side-by-side {story.story_id}")
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-        return CommandReply(
-            text="Two threads open in this channel: *Without Temporal* and *With "
-            "Temporal*, one customer, the same answers. Each `/refund-demo next` moves "
-            "both on one moment; `/refund-demo auto [seconds]` runs the rest on a timer; "
-            "`/refund-demo crash` SIGKILLs both processes once both chose the refund."
-        )
-
-    async def _tell(self, story: SideBySide) -> None:
-        """The story, and beside it the presses it takes and its reports, until it ends."""
-        telling = asyncio.create_task(story.run())
-        follow = asyncio.create_task(self._follow(story, telling))
-        try:
-            await telling
-        except asyncio.CancelledError:
-            log.info("side-by-side demo %s stopped", story.story_id)
-            if (me := asyncio.current_task()) is not None and me.cancelling():
-                raise  # this process is stopping (aclose), not only the story (`stop`)
-        except DemoFailed as err:
-            log.warning("side-by-side demo %s ended early: %s", story.story_id, err)
-        finally:
-            follow.cancel()
-            await asyncio.gather(follow, return_exceptions=True)
-            await self.board.release(story.story_id)
-
-    async def _follow(self, story: SideBySide, telling: asyncio.Task[Summary]) -> None:
-        seen: set[str] = set()
-        reported: tuple[str, str] | None = None
-        renewed = 0.0
-        while True:
-            try:
-                # Its moment when it changes, and its lease renewed every second in any case.
-                now, state = time.monotonic(), (story.moment, story.upcoming)
-                if state != reported or now - renewed >= REPORT_EVERY:
-                    await self.board.report(story.story_id, *state)
-                    reported, renewed = state, now
-                for press in await self.board.presses(story.story_id, seen):
-                    if press.action == "stop":
-                        telling.cancel()
-                    elif press.action == "auto":
-                        story.pace.go_auto(press.seconds)
-                    else:  # next, and crash (checked against the story's moment when pressed)
-                        story.pace.next()
-            except Exception:  # the database hiccuped: the next round reads the presses again
-                log.exception("side-by-side demo %s: reading the presses failed", story.story_id)
-            await asyncio.sleep(PRESS_POLL)
-
-
-async def unattended(temporal: TemporalSettings, settings: AgentSettings) -> int:
-    """`refund-bot demo --side-by-side`: the story in the terminal, every moment in turn; exit
-    status 0 only if every count is the docs page's."""
-    from bot.local.stage import LocalStage
-    from bot.local.terminal import CHANNEL, LocalChannel
-    from bot.local.thread_store import LOCAL_WORKSPACE
-    from refund_bot.app import running_stack
-    from refund_bot.wiring import SupervisorInProcess, local_thread_store
-
-    threads = local_thread_store(settings)
-    async with running_stack(temporal, settings) as stack:
-        print(f"Temporal at {stack.temporal.address}; Web UI: {stack.web_ui}", flush=True)
-        assert stack.supervisor is not None  # running_stack always has one
-        workers = SupervisorInProcess(stack.supervisor)
-        parts = StoryParts(stack.client, stack.temporal, settings, stack.inbox, workers)
-        channel = ChannelRef(platform="local", workspace=LOCAL_WORKSPACE, channel=CHANNEL)
-        story = SideBySide(parts, LocalStage(threads), channel, Pace(0.0, auto=True))
-        # The terminal channel's own printer shows every post as it lands, frames included.
-        printer = LocalChannel(threads, stack.router, stack.commands)
-        await printer.catch_up()
-        tail = asyncio.create_task(_tail(printer))
-        try:
-            summary = await story.run()
-        except DemoFailed as err:
-            print(f"FAIL the story stopped: {err}", flush=True)
-            return 1
-        finally:
-            tail.cancel()
-            await asyncio.gather(tail, return_exceptions=True)
-            await printer.show_new()
-    problems = summary.problems()
-    for problem in problems:
-        print(f"FAIL {problem}", flush=True)
-    return 1 if problems else 0
-
-
-async def _tail(channel: LocalChannel) -> None:
-    while True:
-        await channel.show_new()
-        await asyncio.sleep(0.2)

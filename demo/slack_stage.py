@@ -10,12 +10,15 @@ SlackThreadPoster writes on every agent post.
 
 from __future__ import annotations
 
+from typing import Any
+
 from slack_sdk.web.async_client import AsyncWebClient
 
 from agent.models import Actor, Platform, ThreadRef
-from bot.demo_stage import ChannelRef, Frame
+from bot.commands import ChannelRef
 from bot.slack.outbound import REPLIES_PAGE_SIZE, BoundedRateLimitRetryHandler
-from bot.slack.render import escape, frame_blocks, line_blocks, metadata_payload
+from bot.slack.render import SECTION_TEXT_LIMIT, escape, metadata_payload
+from demo.stage import Frame
 
 # The story posts a few dozen messages in a minute, over chat.postMessage's one-per-second
 # channel limit: a 429 is waited out (Retry-After) rather than ending the story.
@@ -98,3 +101,52 @@ class SlackStage:
             cursor = (response.get("response_metadata") or {}).get("next_cursor") or None
             if cursor is None:
                 return found
+
+
+# A frame (demo/stage.py) in Block Kit: a header, then the lines, then the two sides as a
+# section's fields, which Slack lays out in two columns. A header is plain text, at most 150
+# characters; a section's fields are at most 10, each at most 2000 characters.
+HEADER_TEXT_LIMIT = 150
+FIELD_TEXT_LIMIT = 2000
+_TONE_EMOJI = {"gone": ":boom: ", "survives": ":scroll: ", "good": ":white_check_mark: "}
+
+
+def frame_blocks(frame: Frame) -> list[dict[str, Any]]:
+    """A frame as Block Kit: a header, a section of its lines, a section of its columns."""
+    title = (_TONE_EMOJI.get(frame.tone, "") + frame.title)[:HEADER_TEXT_LIMIT]
+    blocks: list[dict[str, Any]] = [
+        {"type": "header", "text": {"type": "plain_text", "text": title, "emoji": True}}
+    ]
+    if frame.lines:
+        # Escaped line by line: a line may quote a customer's answer; our marks survive it.
+        blocks += _text_blocks_marked("\n".join(escape(line) for line in frame.lines))
+    if frame.columns:
+        fields = [
+            {
+                "type": "mrkdwn",
+                "text": "\n".join(
+                    [f"*{escape(column.heading)}*", *(escape(line) for line in column.lines)]
+                )[:FIELD_TEXT_LIMIT],
+            }
+            for column in frame.columns[:10]
+        ]
+        blocks.append({"type": "section", "fields": fields})
+    return blocks
+
+
+def _text_blocks_marked(text: str) -> list[dict[str, Any]]:
+    """Section blocks of already-escaped mrkdwn whose marks should render."""
+    return [
+        {"type": "section", "text": {"type": "mrkdwn", "text": text[i : i + SECTION_TEXT_LIMIT]}}
+        for i in range(0, len(text), SECTION_TEXT_LIMIT)
+    ]
+
+
+def line_blocks(author: str, text: str) -> list[dict[str, Any]]:
+    """A person's line the bot posts for them (/refund-demo's demo customer): name, then text."""
+    return [
+        {
+            "type": "section",
+            "text": {"type": "mrkdwn", "text": f"*{escape(author)}:* {escape(text)}"},
+        }
+    ]

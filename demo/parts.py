@@ -1,6 +1,6 @@
 """What the two demos share: the demo customer and order, the answers, and reading the conversation.
 
-    refund-bot demo (refund_bot/demo.py), /refund-demo (refund_bot/side_by_side.py)
+    refund-bot demo (demo/crash_and_resume.py), /refund-demo (demo/side_by_side.py)
       -> place_demo_customer, ANSWERS -> held_view (the hold) -> history_counts (what ran, per step)
 
 Each telling places a fresh copy of the demo customer (Nyghtowl: the same tenure and one earlier
@@ -17,17 +17,22 @@ import time
 from collections import Counter
 from dataclasses import replace
 from datetime import date, timedelta
+from typing import Protocol
 
 from temporalio.client import Client
 
 from agent.history import step_names
 from agent.models import Actor, ConversationView, OrderDetails, Platform
-from agent.settings import DEMO_CUSTOMER, AgentSettings
+from agent.settings import DEMO_CUSTOMER, AgentSettings, TemporalSettings
 from agent.stores.database import database_for
 from agent.stores.domain import SEED_ORDERS, DomainStore
 from agent.stores.ledger import Ledger, SeedRefund
 from agent.stripe_setup import pay_order
+from bot.commands import Commands
+from bot.conversations import ConversationRouter
+from bot.inbox import Inbox
 from bot.local.terminal import PEOPLE
+from worker.supervisor import WorkerSupervisor
 
 # The docs page's order, and the demo customer's earlier refund: each run places one like each.
 PLUSH_PYTHON = next(order for order in SEED_ORDERS if order.order_number == "1234")
@@ -39,6 +44,32 @@ LOOP_STEPS = ("decide_next_step", "lookup_order", "lookup_customer_history", "ch
 
 class DemoFailed(Exception):
     """The story could not be told to the end; the message says where it stopped."""
+
+
+class RunningStack(Protocol):
+    """What a story told in the terminal uses of the running stack (the composition root's
+    refund_bot.stack.Stack, with its supervised Worker)."""
+
+    @property
+    def temporal(self) -> TemporalSettings: ...
+
+    @property
+    def client(self) -> Client: ...
+
+    @property
+    def router(self) -> ConversationRouter: ...
+
+    @property
+    def commands(self) -> Commands: ...
+
+    @property
+    def inbox(self) -> Inbox: ...
+
+    @property
+    def supervisor(self) -> WorkerSupervisor | None: ...
+
+    @property
+    def web_ui(self) -> str | None: ...
 
 
 async def held_view(client: Client, workflow_id: str, within: float = TIMEOUT) -> ConversationView:

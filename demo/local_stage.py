@@ -9,8 +9,9 @@ is the bot's note, in plain text (the terminal strips the mrkdwn marks when it p
 from __future__ import annotations
 
 from agent.models import Actor, Platform, ThreadRef
-from bot.demo_stage import ChannelRef, Frame
+from bot.commands import ChannelRef
 from bot.local.thread_store import BOT_AUTHOR, LOCAL_WORKSPACE, LocalThreadStore
+from demo.stage import Frame
 
 
 class LocalStage:

@@ -1,29 +1,21 @@
-"""What `/refund-demo` needs of a chat platform: open a thread, post in it, read its questions back.
+"""What /refund-demo's story needs of a chat platform: open a thread, post in it, read it back.
 
-    /refund-demo -> the platform's adapter -> Commands.refund_demo(actor, action, stage, channel)
-        -> the story (refund_bot/side_by_side.py) -> stage.open_thread / post_line / post_frame
+    story (demo/side_by_side.py) -> Stage.open_thread / post_line / post_frame ; questions <- Stage
 
-Each platform implements it beside its outbound half (bot/local/, bot/slack/, bot/discord/): a
-frame is a Block Kit header and sections in Slack, an embed in Discord, plain text in the
-terminal. `questions` reads the agent's questions back from the platform, which owns what was
-posted: the story's counts are read there, not kept beside it.
+Each platform's stage (demo/slack_stage.py, discord_stage.py, local_stage.py) builds on what its
+adapter already holds, handed over through bot.commands.DemoStages: a frame is a Block Kit header
+and sections in Slack, an embed in Discord, plain text in the terminal. `questions` reads the
+agent's questions back from the platform, which owns what was posted: the story's counts are read
+there, not kept beside it.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
-from agent.models import Actor, Platform, ThreadRef
-
-
-@dataclass(frozen=True)
-class ChannelRef:
-    """A support channel: where the demo opens its threads and posts its summary."""
-
-    platform: Platform
-    workspace: str
-    channel: str
+from agent.models import Actor, ThreadRef
+from bot.commands import ChannelRef, DemoStage
 
 
 @dataclass(frozen=True)
@@ -56,11 +48,9 @@ class Frame:
         return "\n".join([f"== {self.title} ==", *body])
 
 
-class DemoStage(Protocol):
-    """A chat platform as the two-thread demo uses it."""
-
-    @property
-    def platform(self) -> Platform: ...
+@runtime_checkable
+class Stage(DemoStage, Protocol):
+    """A chat platform as the two-thread demo uses it (and, as every DemoStage, its platform)."""
 
     async def open_thread(
         self, channel: ChannelRef, title: str, author: Actor, text: str
@@ -80,3 +70,10 @@ class DemoStage(Protocol):
     async def questions(self, thread: ThreadRef) -> list[str]:
         """The questions the agent posted in the thread, oldest first, as the platform has them."""
         ...
+
+
+def story_stage(stage: DemoStage) -> Stage:
+    """The stage a command handed over, as the story posts through it."""
+    if not isinstance(stage, Stage):
+        raise TypeError(f"{stage!r} is not a /refund-demo stage")
+    return stage

@@ -1,4 +1,4 @@
-"""The parent's handle on one plain-loop process (refund_bot/plain_loop.py), for /refund-demo.
+"""The parent's handle on one plain-loop process (demo/plain_loop.py), for /refund-demo.
 
     PlainProcess.start -> the loop, in a process of its own tied to this one
       send(CustomerLine) -> stdin ; expect("asked") <- stdout (LoopEvent) ; kill() -> SIGKILL
@@ -20,8 +20,8 @@ from pathlib import Path
 
 from agent.models import Actor, ThreadRef
 from agent.settings import AgentSettings
-from refund_bot.demo_parts import DemoFailed
-from refund_bot.plain_loop import CustomerLine, LoopEvent
+from demo.parts import DemoFailed
+from demo.plain_loop import CustomerLine, LoopEvent
 from worker.lifecycle import spawn_child, terminate
 
 log = logging.getLogger(__name__)
@@ -54,7 +54,7 @@ class PlainProcess:
         """The plain loop for `thread`, held before its refund, once it says it is ready.
         `child_env` adds to this process's environment (the Worker's: platform settings)."""
         argv = [
-            sys.executable, "-m", "refund_bot.plain_loop",
+            sys.executable, "-m", "demo.plain_loop",
             "--thread", thread.model_dump_json(),
             "--customer", customer.model_dump_json(),
             "--conversation", conversation_id,

@@ -28,16 +28,19 @@ ask in words of its own, they belong in ASKED_TEXTS, or Discord's read-back will
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
+import discord
 from discord.http import HTTPClient, MultipartParameters
 
 from agent.models import Actor, Platform, ThreadRef
 from agent.policy import ASKED_TEXTS
-from bot.demo_stage import ChannelRef, Frame
+from bot.commands import ChannelRef
 from bot.discord.customer_messages import THREAD_ARCHIVE_MINUTES
-from bot.discord.render import fit_content, frame_embed, line_content
+from bot.discord.render import fit_content, utf16_len
 from bot.discord.replies import NO_PINGS
+from demo.stage import Frame
 
 # GET /channels/{id}/messages returns at most 100 messages a page.
 MESSAGES_PAGE_SIZE = 100
@@ -111,3 +114,58 @@ class DiscordStage:
         return await self._http.send_message(
             channel_id, params=MultipartParameters(payload=body, multipart=None, files=None)
         )
+
+
+# A frame (demo/stage.py) is one embed:
+# Discord's documented limits are a title of 256 characters, a description of 4096, at most 25
+# fields of 256 (name) and 1024 (value), and 6000 characters in all; each part is cut to fit.
+EMBED_TITLE_LIMIT = 256
+EMBED_DESCRIPTION_LIMIT = 4096
+EMBED_FIELD_NAME_LIMIT = 256
+EMBED_FIELD_VALUE_LIMIT = 1024
+EMBED_MAX_FIELDS = 25
+EMBED_TOTAL_LIMIT = 6000
+# One colour per tone, Discord's own palette: red, blurple, green; a neutral frame has none.
+TONE_COLOURS = {"gone": 0xED4245, "survives": 0x5865F2, "good": 0x57F287}
+_TONE_EMOJI = {"gone": "💥 ", "survives": "📜 ", "good": "✅ "}
+# Slack mrkdwn's bold (`*bold*`) is Discord's italic; `_italic_` and `code` read the same in both.
+_SLACK_BOLD = re.compile(r"(?<![*\w])\*(?=\S)([^*\n]+?)(?<=\S)\*(?![*\w])")
+
+
+def discord_markdown(mrkdwn: str) -> str:
+    """A frame's line, written in Slack's mrkdwn (demo.stage.Frame), as Discord markdown."""
+    return _SLACK_BOLD.sub(r"**\1**", mrkdwn)
+
+
+def frame_embed(frame: Frame) -> dict[str, Any]:
+    """A frame as one embed: the title, the lines as its description, each column an inline
+    field (Discord sets inline fields side by side), and the tone's colour."""
+    title = fit_content(_TONE_EMOJI.get(frame.tone, "") + frame.title, EMBED_TITLE_LIMIT)
+    embed: dict[str, Any] = {"type": "rich", "title": title}
+    fields = [
+        {
+            "name": fit_content(column.heading, EMBED_FIELD_NAME_LIMIT),
+            "value": fit_content(
+                "\n".join(discord_markdown(line) for line in column.lines) or "-",
+                EMBED_FIELD_VALUE_LIMIT,
+            ),
+            "inline": True,
+        }
+        for column in frame.columns[:EMBED_MAX_FIELDS]
+    ]
+    if frame.lines:
+        # The description gets what the title and the fields leave of the embed's 6000.
+        used = utf16_len(title) + sum(utf16_len(f["name"] + f["value"]) for f in fields)
+        budget = min(EMBED_DESCRIPTION_LIMIT, EMBED_TOTAL_LIMIT - used)
+        description = "\n".join(discord_markdown(line) for line in frame.lines)
+        embed["description"] = fit_content(description, budget)
+    if fields:
+        embed["fields"] = fields
+    if frame.tone in TONE_COLOURS:
+        embed["color"] = TONE_COLOURS[frame.tone]
+    return embed
+
+
+def line_content(author: str, text: str) -> str:
+    """A person's line the bot posts for them (/refund-demo's demo customer): bold name, text."""
+    return fit_content(f"**{discord.utils.escape_markdown(author)}:** {text}")

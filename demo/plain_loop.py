@@ -10,8 +10,8 @@ ActivityEnvironment (an activity context, as a Worker gives) and called in order
 loop. Its working memory is a Python list: when the process dies, nothing of it survives. A new
 process is a new run (new message keys, a new refund idempotency key), as a plain service would be.
 
-`python -m refund_bot.plain_loop` is what `/refund-demo` runs beside the durable conversation
-(refund_bot/side_by_side.py): the customer's messages arrive on stdin, one JSON line each
+`python -m demo.plain_loop` is what `/refund-demo` runs beside the durable conversation
+(demo/side_by_side.py): the customer's messages arrive on stdin, one JSON line each
 (`{"text": …, "message_id": …}`; `{"release": true}` lets a held refund go ahead), and the loop
 reports what it does on stdout, one JSON line each (`LoopEvent`). bench/plain_loop.py runs the same
 loop with the customer's replies read from the local thread.
@@ -57,6 +57,7 @@ from agent.models import (
     Observation,
     OrderLookup,
     OutboundMessage,
+    Platform,
     PolicyInput,
     RefundRequest,
     RulesInput,
@@ -68,6 +69,7 @@ from agent.stores.database import database_for
 from agent.stores.domain import DomainStore
 from agent.stores.grants import GrantStore
 from agent.stores.ledger import Ledger
+from bot.local.thread_store import LocalThreadStore
 
 T = TypeVar("T")
 log = logging.getLogger(__name__)
@@ -322,14 +324,34 @@ def _print(event: LoopEvent) -> None:
     print(event.model_dump_json(), flush=True)
 
 
-async def main(args: argparse.Namespace) -> None:
-    from refund_bot.wiring import outbound_posters
+def thread_poster(
+    platform: Platform, settings: AgentSettings, closing: contextlib.AsyncExitStack
+) -> dict[str, ThreadPoster]:
+    """The outbound half of the one platform the loop's thread is on (its SDK only)."""
+    if platform == "slack":
+        from bot.slack.outbound import SlackThreadPoster
+        from bot.slack.settings import SlackSettings
 
+        slack = SlackThreadPoster.from_settings(SlackSettings())
+        closing.push_async_callback(slack.close)
+        return {"slack": slack}
+    if platform == "discord":
+        from bot.discord.outbound import DiscordThreadPoster
+        from bot.discord.settings import DiscordSettings
+
+        discord = DiscordThreadPoster.from_settings(DiscordSettings())
+        closing.push_async_callback(discord.close)
+        return {"discord": discord}
+    return {"local": LocalThreadStore(database_for(settings))}
+
+
+async def main(args: argparse.Namespace) -> None:
     settings = AgentSettings()
+    thread = ThreadRef.model_validate_json(args.thread)
     async with contextlib.AsyncExitStack() as connections:
         loop = PlainLoop(
-            loop_parts(settings, outbound_posters(settings, closing=connections)),
-            ThreadRef.model_validate_json(args.thread),
+            loop_parts(settings, thread_poster(thread.platform, settings, connections)),
+            thread,
             Actor.model_validate_json(args.customer),
             args.conversation,
             await _stdin_lines(),
