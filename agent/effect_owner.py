@@ -18,7 +18,7 @@ from pydantic import BaseModel
 
 from agent.models import OwnerRefund
 from agent.settings import AgentSettings
-from agent.stores.database import database_for
+from agent.stores.databases import database_for
 from agent.stores.ledger import Ledger
 from agent.stripe_client import stripe_client
 

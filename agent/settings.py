@@ -21,7 +21,7 @@ from pydantic_settings import (
 
 from agent.codec import parse_keys
 from agent.models import Actor
-from agent.stores.database import check_url, sqlite_url
+from agent.stores.urls import check_url, sqlite_url
 
 ENV_FILE = ".env"
 # The seed data's demo customer (agent.stores.domain), whom the local channel's users play.

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from agent.models import OrderDetails
 from agent.settings import AgentSettings
-from agent.stores.database import database_for
+from agent.stores.databases import database_for
 from agent.stores.domain import DomainStore, demo_refunds
 from agent.stores.ledger import SeedRefund
 from agent.stripe_client import stripe_client

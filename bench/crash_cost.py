@@ -40,7 +40,7 @@ from temporalio.client import Client
 from agent.models import Actor, OrderDetails
 from agent.policy import QUESTIONS
 from agent.settings import AgentSettings
-from agent.stores.database import database_for
+from agent.stores.databases import database_for
 from agent.stores.ledger import Ledger
 from bench import run_benchmark
 from bench.server import embedded_server

@@ -31,7 +31,7 @@ from agent.decoded_history import decoded_history
 from agent.history import step_names
 from agent.models import Actor, OrderDetails
 from agent.settings import DEMO_CUSTOMER, AgentSettings
-from agent.stores.database import database_for
+from agent.stores.databases import database_for
 from agent.stores.domain import SEED_ORDERS, DomainStore
 from agent.stores.ledger import Ledger
 from agent.workflow import MAX_TURNS

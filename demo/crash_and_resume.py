@@ -23,7 +23,7 @@ from agent.effect_owner import refunds_at_owner
 from agent.history import what_survives
 from agent.models import Actor
 from agent.settings import AgentSettings
-from agent.stores.database import database_for
+from agent.stores.databases import database_for
 from bot.conversations import ConversationRouter
 from bot.ids import workflow_id_for
 from bot.inbox import Inbox

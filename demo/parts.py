@@ -24,7 +24,7 @@ from temporalio.client import Client
 from agent.history import step_names
 from agent.models import Actor, ConversationView, OrderDetails, Platform
 from agent.settings import DEMO_CUSTOMER, AgentSettings, TemporalSettings
-from agent.stores.database import database_for
+from agent.stores.databases import database_for
 from agent.stores.domain import SEED_ORDERS, DomainStore
 from agent.stores.ledger import Ledger, SeedRefund
 from agent.stripe_setup import pay_order

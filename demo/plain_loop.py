@@ -65,7 +65,7 @@ from agent.models import (
 )
 from agent.policy import order_number_from
 from agent.settings import AgentSettings
-from agent.stores.database import database_for
+from agent.stores.databases import database_for
 from agent.stores.domain import DomainStore
 from agent.stores.grants import GrantStore
 from agent.stores.ledger import Ledger

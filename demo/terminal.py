@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 
 from agent.settings import AgentSettings
-from agent.stores.database import database_for
+from agent.stores.databases import database_for
 from bot.commands import ChannelRef, WorkerControl
 from bot.local.terminal import CHANNEL, LocalChannel
 from bot.local.thread_store import LOCAL_WORKSPACE, LocalThreadStore

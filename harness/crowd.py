@@ -15,7 +15,7 @@ from datetime import date, timedelta
 from agent.models import Actor
 from agent.settings import AgentSettings
 from agent.stores import domain
-from agent.stores.database import database_for
+from agent.stores.databases import database_for
 from agent.stores.ledger import Ledger
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 from temporalio.client import Client
 
 from agent.settings import AgentSettings
-from agent.stores.database import database_for
+from agent.stores.databases import database_for
 from bot.local.thread_store import LocalThreadStore
 from harness.dev_server import start_dev_server
 from worker.runner import build_worker

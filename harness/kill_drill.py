@@ -30,7 +30,7 @@ from temporalio.testing import WorkflowEnvironment
 
 from agent.decoded_history import decoded_history
 from agent.models import Actor, CustomerMessage
-from agent.stores.database import database_for
+from agent.stores.databases import database_for
 from agent.stores.grants import GrantStore
 from agent.stores.ledger import Ledger
 from bot.local.thread_store import LocalMessage

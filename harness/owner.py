@@ -7,7 +7,7 @@ from datetime import date, timedelta
 from agent.models import Actor, OrderDetails
 from agent.settings import DEMO_CUSTOMER, AgentSettings
 from agent.stores import domain
-from agent.stores.database import database_for
+from agent.stores.databases import database_for
 from agent.stores.domain import DomainStore
 from agent.stores.ledger import Ledger, LedgerRefund
 

@@ -33,7 +33,7 @@ from typing import Any
 
 import asyncpg
 
-from agent.stores.database import close_database
+from agent.stores.databases import close_database
 from harness.conditions import wait_for
 from worker.lifecycle import spawn_child, terminate
 

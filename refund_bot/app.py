@@ -31,7 +31,7 @@ from temporalio.client import Client
 from agent.codec import NoCodecKey
 from agent.codec_keys import codec_keys, ensure_codec_key, key_file
 from agent.settings import AgentSettings, TemporalSettings
-from agent.stores.database import database_for
+from agent.stores.databases import database_for
 from agent.stores.grants import GrantStore
 from agent.temporal_client import connect
 from bot import hold as hold_store

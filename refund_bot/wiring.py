@@ -15,7 +15,7 @@ from temporalio.client import Client
 from agent.activities.authorize import GrantSource
 from agent.activities.notify import ThreadPoster
 from agent.settings import AgentSettings, TemporalSettings
-from agent.stores.database import database_for
+from agent.stores.databases import database_for
 from agent.stores.grants import GrantStore
 from bot.discord.settings import DiscordSettings
 from bot.local.thread_store import LocalThreadStore

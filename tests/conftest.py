@@ -10,13 +10,9 @@ from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
 
 from agent.settings import AgentSettings
-from agent.stores.database import (
-    Database,
-    close_database,
-    close_databases,
-    open_database,
-    sqlite_url,
-)
+from agent.stores.database import Database
+from agent.stores.databases import close_database, close_databases, open_database
+from agent.stores.urls import sqlite_url
 from harness.dev_server import start_dev_server
 from harness.postgres import PostgresServer
 from worker.exit import exit_now

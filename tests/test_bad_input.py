@@ -11,7 +11,7 @@ from pydantic import ValidationError
 
 from agent.models import MAX_TEXT_CHARS, Actor
 from agent.settings import AgentSettings
-from agent.stores.database import database_for
+from agent.stores.databases import database_for
 from agent.workflow import FINISHED
 from bot.local.thread_store import LocalThreadStore
 from harness.conditions import wait_for

@@ -27,7 +27,7 @@ from temporalio.client import Client
 from agent.codec import ENCODING, AesGcmCodec, CodecKey
 from agent.models import CustomerMessage
 from agent.settings import AgentSettings, CodecServerSettings, TemporalSettings
-from agent.stores.database import database_for
+from agent.stores.databases import database_for
 from bot.local.thread_store import LocalThreadStore
 from harness import free_port
 from harness.codec import TEST_KEY, TEST_KEYS

@@ -6,7 +6,7 @@ import pytest
 
 from agent.models import Actor, ConversationOutcome
 from agent.settings import AgentSettings
-from agent.stores.database import database_for
+from agent.stores.databases import database_for
 from agent.stores.grants import GrantStore
 from agent.stores.ledger import Ledger
 from bot.local.thread_store import LocalThreadStore

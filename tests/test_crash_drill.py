@@ -10,7 +10,7 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.client import WorkflowHandle
 
 from agent.history import local_activity, what_survives
-from agent.stores.database import database_for
+from agent.stores.databases import database_for
 from agent.stores.ledger import Ledger
 from harness.conditions import wait_for
 from harness.conversation import LocalConversation

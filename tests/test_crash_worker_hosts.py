@@ -20,7 +20,7 @@ import pytest
 from temporalio.testing import WorkflowEnvironment
 
 from agent.settings import AgentSettings, TemporalSettings
-from agent.stores.database import database_for
+from agent.stores.databases import database_for
 from agent.stores.grants import GrantStore
 from agent.temporal_client import connect
 from bot.commands import Commands

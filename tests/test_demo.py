@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 from agent.settings import AgentSettings, TemporalSettings
-from agent.stores.database import database_for
+from agent.stores.databases import database_for
 from agent.stores.ledger import Ledger
 from agent.workflow import RefundConversation
 from harness import free_port

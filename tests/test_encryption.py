@@ -23,7 +23,7 @@ from agent.decoded_history import decoded_history
 from agent.history import posted_message, steps_of, survivors_from_history, what_survives
 from agent.models import Actor, CustomerMessage
 from agent.settings import AgentSettings, TemporalSettings
-from agent.stores.database import database_for
+from agent.stores.databases import database_for
 from agent.stores.grants import GrantStore
 from agent.temporal_client import connect
 from agent.workflow import RefundConversation

@@ -22,7 +22,7 @@ from agent.history import what_survives
 from agent.models import Actor, ConversationOutcome, Outcome
 from agent.rules import Verdict, dispose
 from agent.settings import AgentSettings
-from agent.stores.database import database_for
+from agent.stores.databases import database_for
 from agent.stores.domain import SEED_ORDERS, SeedOrder
 from agent.stores.ledger import Ledger
 from bot.local.thread_store import LocalThreadStore

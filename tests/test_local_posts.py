@@ -15,7 +15,7 @@ from agent.decoded_history import decoded_history
 from agent.history import posted_message, steps_of
 from agent.models import MessageEdit, OutboundMessage, PostedMessage
 from agent.settings import AgentSettings
-from agent.stores.database import database_for
+from agent.stores.databases import database_for
 from bot.local.thread_store import LocalThreadStore
 from harness.conversation import LocalConversation
 from harness.owner import refunds_made

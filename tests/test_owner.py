@@ -20,7 +20,7 @@ from agent.models import (
     LookupOrderInput,
 )
 from agent.settings import AgentSettings
-from agent.stores.database import database_for
+from agent.stores.databases import database_for
 from agent.stores.domain import DomainStore
 from agent.stores.ledger import Ledger
 from agent.workflow import REFUND_FAILED

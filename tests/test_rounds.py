@@ -15,7 +15,7 @@ from temporalio.client import Client, Interceptor, OutboundInterceptor
 
 from agent.models import Actor, MessageEdit, MessageKey, OutboundMessage
 from agent.settings import AgentSettings
-from agent.stores.database import database_for
+from agent.stores.databases import database_for
 from agent.stores.grants import GrantStore
 from agent.stores.sqlite import SqliteDatabase
 from bot.clicks import approver_check, on_click

@@ -17,7 +17,7 @@ from temporalio.testing import WorkflowEnvironment
 
 from agent.models import Actor
 from agent.policy import QUESTIONS
-from agent.stores.database import database_for
+from agent.stores.databases import database_for
 from agent.stores.grants import GrantStore
 from bot.commands import ChannelRef
 from bot.local.terminal import PEOPLE, LocalChannel

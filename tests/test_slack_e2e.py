@@ -18,7 +18,7 @@ from temporalio.testing import WorkflowEnvironment
 
 from agent.history import what_survives
 from agent.models import ConversationOutcome
-from agent.stores.database import database_for
+from agent.stores.databases import database_for
 from agent.stores.grants import GrantStore
 from agent.stores.ledger import Ledger
 from bot.conversations import Routed

@@ -17,7 +17,7 @@ from temporalio.worker import Worker
 from agent.activities.decide import DecideActivities
 from agent.activities.notify import NotifyActivities
 from agent.models import HistoryLookup, LookupCustomerInput, LookupOrderInput, OrderLookup
-from agent.stores.database import database_for
+from agent.stores.databases import database_for
 from agent.workflow import SOMETHING_WENT_WRONG, RefundConversation
 from bot.local.thread_store import LocalThreadStore
 from harness.conversation import LocalConversation

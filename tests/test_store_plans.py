@@ -15,7 +15,7 @@ import sqlite3
 from pathlib import Path
 
 from agent.settings import AgentSettings
-from agent.stores.database import close_database, database_for
+from agent.stores.databases import close_database, database_for
 from bot.local.thread_store import LocalThreadStore
 from harness.conversation import SUPPORT, LocalConversation
 from harness.inproc import running_worker

@@ -23,7 +23,8 @@ from agent.settings import DEMO_CUSTOMER, AgentSettings
 from agent.stores import domain as domain_store
 from agent.stores import grants as grants_store
 from agent.stores import ledger as ledger_store
-from agent.stores.database import Database, Schema, close_database, new_database
+from agent.stores.database import Database, Schema
+from agent.stores.databases import close_database, new_database
 from agent.stores.domain import SEED_ORDERS, DomainStore
 from agent.stores.grants import SEED_GRANTS, GrantStore
 from agent.stores.ledger import (

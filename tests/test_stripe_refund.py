@@ -11,7 +11,7 @@ from agent.activities.refund import RefundActivities
 from agent.effect_owner import effect_owner, refunds_at_owner
 from agent.models import ALREADY_REFUNDED, LookupCustomerInput, RefundRequest
 from agent.settings import AgentSettings
-from agent.stores.database import database_for
+from agent.stores.databases import database_for
 from agent.stores.domain import DomainStore
 from agent.stores.ledger import Ledger
 from agent.stores.sqlite import SqliteDatabase

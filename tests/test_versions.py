@@ -17,7 +17,7 @@ from temporalio.testing import WorkflowEnvironment
 
 from agent import versions
 from agent.models import Actor, ConversationStart, CustomerMessage, ThreadRef
-from agent.stores.database import database_for
+from agent.stores.databases import database_for
 from agent.stores.ledger import Ledger
 from agent.versions import (
     PATCHES,

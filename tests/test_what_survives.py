@@ -18,7 +18,7 @@ from temporalio.client import WorkflowHistory
 
 from agent.decoded_history import decoded_history
 from agent.history import Survivors, survivors_from_history, what_survives
-from agent.stores.database import database_for
+from agent.stores.databases import database_for
 from bot.local.thread_store import LocalThreadStore
 from harness.codec import TEST_CONVERTER
 from harness.conversation import SUPPORT, LocalConversation

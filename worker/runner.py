@@ -26,7 +26,7 @@ from agent.settings import AgentSettings, TemporalSettings
 from agent.stores import domain as domain_store
 from agent.stores import grants as grants_store
 from agent.stores import ledger as ledger_store
-from agent.stores.database import database_for
+from agent.stores.databases import database_for
 from agent.stores.domain import DomainStore, demo_refunds
 from agent.stores.grants import GrantStore
 from agent.stores.ledger import Ledger

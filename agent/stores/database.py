@@ -22,12 +22,10 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, Protocol
-from urllib.parse import urlsplit, urlunsplit
 
 if TYPE_CHECKING:
-    from agent.settings import AgentSettings
+    pass
 
 log = logging.getLogger(__name__)
 
@@ -36,10 +34,6 @@ Row = Mapping[str, Any]
 
 class DatabaseUnavailable(Exception):
     """The database at DATABASE_URL cannot be reached or opened; the message is one line."""
-
-
-class DatabaseUrlError(ValueError):
-    """DATABASE_URL is not a URL refund-bot can use; the message says what to write instead."""
 
 
 # ------------------------------------------------------------------------------------------------
@@ -234,96 +228,3 @@ def lock_key(name: str) -> int:
 # ------------------------------------------------------------------------------------------------
 # DATABASE_URL
 # ------------------------------------------------------------------------------------------------
-
-URL_FORMS = "sqlite:///<directory> (e.g. sqlite:///.data) or postgresql://user:password@host/db"
-
-
-def sqlite_url(directory: Path) -> str:
-    """The URL of the SQLite stores in `directory` (a relative path keeps three slashes)."""
-    return f"sqlite:///{directory}"
-
-
-def parse_sqlite_url(url: str) -> Path:
-    """`sqlite:///<directory>` -> the directory holding one file per store."""
-    directory = url.removeprefix("sqlite:///")
-    if directory == url or not directory:
-        raise DatabaseUrlError(f"DATABASE_URL={url!r} names no directory: write {URL_FORMS}")
-    path = Path(directory)
-    if path.is_file() or path.suffix in (".sqlite", ".sqlite3", ".db"):
-        raise DatabaseUrlError(
-            f"DATABASE_URL={url!r} names a file: a sqlite URL names the directory that holds "
-            "one file per store, e.g. sqlite:///.data"
-        )
-    return path
-
-
-def shown(url: str) -> str:
-    """The URL as logs and messages may show it: the password replaced by ***."""
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    host = parts.hostname or ""
-    if parts.port is not None:
-        host = f"{host}:{parts.port}"
-    netloc = f"{parts.username}:***@{host}" if parts.username else f":***@{host}"
-    return urlunsplit(parts._replace(netloc=netloc))
-
-
-def check_url(url: str) -> str:
-    """`url` if refund-bot can use it; DatabaseUrlError (one line, no password) otherwise."""
-    scheme = url.partition("://")[0].lower()
-    if scheme == "sqlite":
-        parse_sqlite_url(url)
-        return url
-    if scheme in ("postgresql", "postgres"):
-        parts = urlsplit(url)
-        if not (parts.path.strip("/") or "dbname=" in parts.query or "database=" in parts.query):
-            raise DatabaseUrlError(
-                f"DATABASE_URL={shown(url)!r} names no database: add it after the host, e.g. "
-                "postgresql://refund_bot:password@db.example.com:5432/refund_bot"
-            )
-        return url
-    raise DatabaseUrlError(
-        f"DATABASE_URL={shown(url)!r} is not a database refund-bot supports: write {URL_FORMS}"
-    )
-
-
-_databases: dict[str, Database] = {}
-
-
-def open_database(url: str) -> Database:
-    """The process's one Database for `url` (a PostgreSQL pool is shared by every store)."""
-    if url not in _databases:
-        _databases[url] = new_database(url)
-    return _databases[url]
-
-
-def new_database(url: str) -> Database:
-    """A Database of its own for `url` (its own pool): what another process would have."""
-    check_url(url)
-    if url.startswith("sqlite"):
-        from agent.stores.sqlite import SqliteDatabase
-
-        return SqliteDatabase(parse_sqlite_url(url))
-    from agent.stores.postgres import PostgresDatabase
-
-    return PostgresDatabase(url)
-
-
-def database_for(settings: AgentSettings) -> Database:
-    """The database DATABASE_URL names; by default the SQLite files in DATA_DIR."""
-    return open_database(settings.store_url)
-
-
-async def close_database(url: str) -> None:
-    """Close and forget the process's Database for `url`, if it has one."""
-    database = _databases.pop(url, None)
-    if database is not None:
-        await database.close()
-
-
-async def close_databases() -> None:
-    """Close and forget every Database of this process: their idle connections and open files go
-    (a test's end; the next open_database makes a new one)."""
-    for url in list(_databases):
-        await close_database(url)

@@ -26,8 +26,8 @@ from agent.stores.database import (
     Schema,
     apply_migrations,
     lock_key,
-    shown,
 )
+from agent.stores.urls import shown
 
 # Connections per process. A Worker runs many Activities at once, but each holds a connection
 # only for a few statements.

@@ -24,14 +24,8 @@ from typing import Any
 import aiosqlite
 from aiosqlite.core import _STOP_RUNNING_SENTINEL  # ends a connection's thread: see __del__
 
-from agent.stores.database import (
-    SQLITE,
-    DatabaseUnavailable,
-    Row,
-    Schema,
-    apply_migrations,
-    sqlite_url,
-)
+from agent.stores.database import SQLITE, DatabaseUnavailable, Row, Schema, apply_migrations
+from agent.stores.urls import sqlite_url
 
 # How long a writer waits for another process's write lock before failing.
 BUSY_TIMEOUT_S = 10.0

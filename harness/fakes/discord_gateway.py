@@ -44,14 +44,25 @@ import json
 import uuid
 import zlib
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from aiohttp import WSMsgType, web
 
-if TYPE_CHECKING:
-    from harness.fakes.discord_api import FakeDiscordAPI
-
 GATEWAY_PATH = "/gateway"
+
+
+class Guilds(Protocol):
+    """What the gateway reads of the REST fake's state (FakeDiscordAPI has it all)."""
+
+    token: str
+    bot_user: dict[str, Any]
+    application: dict[str, Any]
+
+    def guild_ids(self) -> list[int]: ...
+
+    def guild_create_event(self, guild_id: int) -> dict[str, Any]: ...
+
+
 # What Discord says in READY; resolvable only on the internet, so a client that resumes there
 # instead of at its configured gateway URL fails loudly in a test.
 RESUME_GATEWAY_URL = "wss://gateway-us-east1-c.discord.gg"
@@ -121,7 +132,7 @@ class _Session:
 class FakeDiscordGateway:
     """The websocket at FakeDiscordAPI.gateway_url; state (guilds, messages) is the API's."""
 
-    def __init__(self, api: FakeDiscordAPI, *, heartbeat_interval_ms: int = HEARTBEAT_INTERVAL_MS):
+    def __init__(self, api: Guilds, *, heartbeat_interval_ms: int = HEARTBEAT_INTERVAL_MS):
         self.api = api
         self.heartbeat_interval_ms = heartbeat_interval_ms
         self.identifies: list[dict[str, Any]] = []  # IDENTIFY payloads, token left out

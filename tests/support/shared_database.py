@@ -16,7 +16,7 @@ from pathlib import Path
 
 from agent.models import OrderDetails
 from agent.settings import AgentSettings
-from agent.stores.database import database_for
+from agent.stores.databases import database_for
 from agent.stores.domain import SeedOrder
 from agent.stores.ledger import Ledger, LedgerRefund
 from worker.runner import prepare_stores

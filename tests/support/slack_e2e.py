@@ -24,7 +24,7 @@ from temporalio.testing import WorkflowEnvironment
 
 from agent.models import Actor
 from agent.settings import DEMO_CUSTOMER
-from agent.stores.database import database_for
+from agent.stores.databases import database_for
 from agent.stores.grants import GrantStore
 from bot.conversations import ConversationRouter, InboundClick, InboundMessage, Routed
 from bot.slack.app import build_app, http_web_app
