@@ -493,7 +493,7 @@ async def test_migrations_run_at_once_by_many_processes_apply_once(database_url)
     script = (  # only the stores' modules: a process that starts fast
         "import asyncio, sys\n"
         "from agent.stores import domain, grants, ledger\n"
-        "from agent.stores.database import new_database\n"
+        "from agent.stores.databases import new_database\n"
         "from bot import hold, inbox\n"
         "from bot.local import thread_store\n"
         "schemas = [m.SCHEMA for m in (domain, grants, ledger, inbox, hold, thread_store)]\n"
