@@ -236,8 +236,9 @@ class RefundConversation:
     @workflow.run
     async def run(self, start: ConversationStart) -> ConversationOutcome:
         # Which code started this conversation, for the Worker that must one day replay it. The
-        # starter sets it (agent.versions.version_attributes); set here only if it did not.
-        if workflow.info().typed_search_attributes.get(VERSION_ATTRIBUTE) != WORKFLOW_VERSION:
+        # starter sets it (agent.versions.version_attributes); set here only if it did not. Never
+        # compared with this code's version: a later release replays this same command.
+        if workflow.info().typed_search_attributes.get(VERSION_ATTRIBUTE) is None:
             workflow.upsert_search_attributes([VERSION_ATTRIBUTE.value_set(WORKFLOW_VERSION)])
         try:
             decision = await self._dispose(await self._agent_loop(start))
