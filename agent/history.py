@@ -17,6 +17,7 @@ import asyncio
 import contextlib
 import json
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from itertools import groupby
 from typing import Any, get_args
 
@@ -43,6 +44,7 @@ from agent.models import (
     PostedMessage,
     QuestionId,
     RefundResult,
+    Takeover,
     ThreadRef,
 )
 
@@ -78,6 +80,12 @@ class Survivors(BaseModel):
     # for a customer (None with the offline policy).
     model_note: str | None = None
     thread: ThreadRef | None = None  # where the conversation lives
+    # The soonest timer the conversation waits on and what it is for ("remind the customer at …").
+    next_deadline: str | None = None
+    # Who has taken the conversation over (/refund-takeover), and since when; None: the agent.
+    taken_over: str | None = None
+    # A step waiting out a dependency's outage: which, since when, its attempts and last failure.
+    waiting_on: str | None = None
 
 
 @dataclass
@@ -110,6 +118,7 @@ class _Signals:
     clicks: list[Click] = field(default_factory=list)
     customer_messages: int = 0  # every customer_message Signal, taken or not
     start: ConversationStart | None = None  # the Workflow's input
+    taken_over: str | None = None  # who holds it now and since when, from takeover Signals
 
 
 _INPUT_TYPES: dict[str, type] = {"post_to_thread": OutboundMessage}
@@ -210,6 +219,7 @@ def _signals(events: list[HistoryEvent], converter: DataConverter) -> _Signals:
     found = _Signals()
     start: ConversationStart | None = None
     seen: list[str] = []
+    held: list[str] | None = None  # while taken over: the customer's messages wait here
     for event in events:
         if event.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_STARTED:
             attrs = event.workflow_execution_started_event_attributes
@@ -221,6 +231,15 @@ def _signals(events: list[HistoryEvent], converter: DataConverter) -> _Signals:
                 click = _decode(converter, attrs.input.payloads, Approval)
                 if remember(seen, f"click:{click.click_id}"):  # clicks share the window of ids
                     found.clicks.append(Click(event.event_id, click.round, click.decision))
+            elif attrs.signal_name == "takeover":
+                change = _decode(converter, attrs.input.payloads, Takeover)
+                since = event.event_time.ToDatetime().strftime("%Y-%m-%d %H:%M UTC")
+                if change.taken and held is None:
+                    held, found.taken_over = [], f"{change.actor.label} since {since}"
+                elif not change.taken and held is not None:
+                    # Handed back: what was written meanwhile is taken then, in order.
+                    found.answers += held
+                    held, found.taken_over = None, None
             elif attrs.signal_name == "customer_message":
                 found.customer_messages += 1
                 message = _decode(converter, attrs.input.payloads, CustomerMessage)
@@ -229,7 +248,7 @@ def _signals(events: list[HistoryEvent], converter: DataConverter) -> _Signals:
                 if from_customer(message, start.customer) and (text := answer_text(message)):
                     # The Workflow's inbox bound (MAX_QUEUED_MESSAGES, 20) never drops one of
                     # the first 20 taken, and a run asks at most MAX_TURNS (10) questions.
-                    found.answers.append(text)
+                    (found.answers if held is None else held).append(text)
     return found
 
 
@@ -303,7 +322,63 @@ def survivors_from_history(
         decision=decision,
         model_note=model_note,
         thread=signals.start.thread if signals.start else None,
+        next_deadline=None if closed else _next_deadline(events, converter),
+        taken_over=None if closed else signals.taken_over,
     )
+
+
+def _next_deadline(events: list[HistoryEvent], converter: DataConverter) -> str | None:
+    """The soonest running timer: when it fires and what for (its summary, never customer text)."""
+    running: dict[int, tuple[datetime, str]] = {}
+    for event in events:
+        if event.event_type == EventType.EVENT_TYPE_TIMER_STARTED:
+            attrs = event.timer_started_event_attributes
+            fires = (
+                event.event_time.ToDatetime(tzinfo=UTC) + attrs.start_to_fire_timeout.ToTimedelta()
+            )
+            summary = "a timer"
+            if event.user_metadata.HasField("summary"):
+                summary = _decode(converter, [event.user_metadata.summary], str) or summary
+            running[event.event_id] = (fires, summary)
+        elif event.event_type == EventType.EVENT_TYPE_TIMER_FIRED:
+            running.pop(event.timer_fired_event_attributes.started_event_id, None)
+        elif event.event_type == EventType.EVENT_TYPE_TIMER_CANCELED:
+            running.pop(event.timer_canceled_event_attributes.started_event_id, None)
+    if not running:
+        return None
+    fires, summary = min(running.values())
+    return f"{summary} at {fires:%Y-%m-%d %H:%M:%S} UTC"
+
+
+# What each step waits on, as an operator names it.
+DEPENDENCIES = {
+    "decide_next_step": "the model",
+    "lookup_order": "the order store and the refunds' owner",
+    "lookup_customer_history": "the order store and the refunds' owner",
+    "check_refund_policy": "the order store",
+    "authorize_refund": "the role grants",
+    "issue_refund": "the refund's owner (Stripe or the ledger)",
+    "post_to_thread": "the chat platform",
+    "edit_thread_message": "the chat platform",
+}
+
+
+def _waiting_on(pending: list[Any]) -> str | None:
+    """A pending Activity that has failed at least once: what it waits on, since when, how often
+    it was tried and its last failure's first line."""
+    for activity in pending:
+        if activity.attempt < 2 and not activity.HasField("last_failure"):
+            continue
+        name = activity.activity_type.name
+        since = activity.scheduled_time.ToDatetime().strftime("%Y-%m-%d %H:%M:%S UTC")
+        failure = (
+            activity.last_failure.message.splitlines()[0] if activity.last_failure.message else ""
+        )
+        return (
+            f"{DEPENDENCIES.get(name, name)} ({name}) since {since}, attempt {activity.attempt}"
+            + (f": {failure[:160]}" if failure else "")
+        )
+    return None
 
 
 def _latest_result(steps: list[Step], name: str) -> Any:
@@ -347,6 +422,8 @@ def _next_action(
 ) -> str:
     if closed:
         return f"none: closed ({outcome.status if outcome else 'not completed'})"
+    if signals.taken_over:
+        return f"wait for {signals.taken_over.split(' since ')[0]} to hand the conversation back"
     at = max((i for i, s in enumerate(steps) if s.name == "decide_next_step"), default=None)
     if at is None or not steps[at].completed:
         return "decide next step"
@@ -400,15 +477,12 @@ async def what_survives(client: Client, workflow_id: str) -> Survivors:
         raw = await handle.fetch_history()
     history = await decoded_history(raw, client.data_converter)
     description = await handle.describe()
+    pending = list(description.raw_description.pending_activities)
     attempts = max(
-        (
-            p.attempt
-            for p in description.raw_description.pending_activities
-            if p.activity_type.name == "issue_refund"
-        ),
-        default=0,
+        (p.attempt for p in pending if p.activity_type.name == "issue_refund"), default=0
     )
-    return survivors_from_history(history, client.data_converter, attempts)
+    survivors = survivors_from_history(history, client.data_converter, attempts)
+    return survivors.model_copy(update={"waiting_on": _waiting_on(pending)})
 
 
 async def _event_after(handle: WorkflowHandle, event_id: int) -> None:

@@ -7,7 +7,7 @@ free of secrets (keys live in settings, read inside Activities).
 
 from __future__ import annotations
 
-from datetime import date
+from datetime import date, timedelta
 from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -49,6 +49,26 @@ class Actor(_Frozen):
 AGENT_PRINCIPAL = Actor(platform="agent", user_id="refund-bot", display_name="refund-bot")
 
 
+class Timing(_Frozen):
+    """How long a conversation waits, and when it speaks up: settings (agent.settings), recorded
+    with the conversation at its start so that replay never reads a changed setting. Every wait is
+    also bounded by agent.versions.MAX_CONVERSATION_AGE."""
+
+    # A silent customer: one reminder in the thread, then the request is closed.
+    customer_reminder: timedelta = timedelta(days=1)
+    customer_idle: timedelta = timedelta(days=3)
+    # An escalation nobody decides: the approvers reminded once, then the request is closed.
+    approval_reminder: timedelta = timedelta(hours=1)
+    approval_timeout: timedelta = timedelta(days=7)
+    # The presenter's hold before the refund, if no /refund-release comes.
+    hold_timeout: timedelta = timedelta(hours=1)
+    # A step whose dependency fails: its own quick retries for this long, then the thread is told
+    # the request waits on something on our side, and the step is retried with backoff for
+    # outage_patience more before the conversation gives up.
+    quick_retry: timedelta = timedelta(seconds=30)
+    outage_patience: timedelta = timedelta(hours=6)
+
+
 class ConversationStart(BaseModel):
     """The Workflow's input: the thread, its customer and the message that opened it."""
 
@@ -61,6 +81,7 @@ class ConversationStart(BaseModel):
     hold_before_refund: bool = False
     # Recorded at start, so a replacement Worker never switches deciders mid-conversation.
     decider: Literal["policy", "openai"] = "policy"
+    timing: Timing = Timing()
 
 
 class CustomerMessage(BaseModel):
@@ -80,6 +101,14 @@ class Approval(BaseModel):
     # The escalation round whose buttons were clicked (OutboundMessage.round). None from buttons
     # posted before rounds existed: such a click counts for the round open when it arrives.
     round: int | None = None
+
+
+class Takeover(BaseModel):
+    """Signal: a support agent takes the conversation over (/refund-takeover) or hands it back
+    (/refund-handback). While it is taken over the agent says nothing; approvals still count."""
+
+    actor: Actor
+    taken: bool  # True: taken over; False: handed back
 
 
 # ---------------------------------------------------------------------------------------------
@@ -351,6 +380,9 @@ class OutboundMessage(BaseModel):
     # The escalation round these buttons answer; the platform puts it in each button, so a click
     # names the round it was made on (None: posted before rounds existed).
     round: int | None = None
+    # Whom the platform mentions with it: the refund approvers (their Slack user group or Discord
+    # role, where one is configured), in a reminder of an escalation nobody has decided.
+    mention: Literal["approvers"] | None = None
 
 
 class PostedMessage(BaseModel):
@@ -417,6 +449,7 @@ class ConversationView(BaseModel):
     queued_messages: int
     # The round whose buttons a click may answer now; None when no escalation is waiting.
     escalation_round: int | None = None
+    taken_over_by: Actor | None = None
 
 
 class ConversationOutcome(BaseModel):

@@ -2,10 +2,11 @@
 
     opening text + working memory -> ask | look up | the refund rules' decision (agent.rules)
 
-Pure and deterministic. It asks for the order number unless the opening text has one, then whether
-the package was opened and what was damaged, then looks up the order and the customer's history
-(together), and decides as the rules say. Tool arguments are never chosen here: the Workflow takes
-them from the conversation.
+Pure and deterministic. It asks for the order number unless the customer gave one, looks up the
+order and the customer's history (together), answers at once when the rules refuse the order, asks
+whether the package was opened and what was damaged only where the customer's own words do not say
+(agent/known_answers.py), and decides as the rules say. Tool arguments are never chosen here: the
+Workflow takes them from the conversation.
 """
 
 from __future__ import annotations
@@ -15,7 +16,15 @@ from collections.abc import Sequence
 from datetime import date
 
 from agent import rules
-from agent.models import AgentStep, Answer, HistoryLookup, Observation, OrderLookup, PolicyLookup
+from agent.known_answers import known_answers
+from agent.models import (
+    AgentStep,
+    Answer,
+    HistoryLookup,
+    Observation,
+    OrderLookup,
+    PolicyLookup,
+)
 
 # After this many answers without an order number, the agent stops asking and says so.
 MAX_ORDER_NUMBER_ASKS = 3
@@ -53,11 +62,17 @@ def find_order_number(text: str) -> str | None:
 
 
 def order_number_from(opening_text: str, memory: Sequence[Observation]) -> str | None:
+    """The order the customer named: in the opening message, or the latest answer naming one."""
     found = find_order_number(opening_text)
     for obs in memory:
         if isinstance(obs, Answer) and obs.question_id == "order_number":
             found = find_order_number(obs.text) or found
     return found
+
+
+def customer_words(opening_text: str, memory: Sequence[Observation]) -> list[str]:
+    """Everything the customer wrote that the conversation kept, earliest first."""
+    return [opening_text, *(o.text for o in memory if isinstance(o, Answer))]
 
 
 def _answered(memory: Sequence[Observation], question_id: str) -> list[Answer]:
@@ -73,16 +88,15 @@ def _ask(question_id: str, question: str | None = None) -> AgentStep:
 def next_step(
     opening_text: str, memory: Sequence[Observation], asked_on: date | None = None
 ) -> AgentStep:
-    """The next step: a question, the lookups, or the refund rules' decision (agent.rules)."""
+    """The next step: the order number if it is missing, then the lookups, then an answer at once
+    if the rules refuse the order, then the questions the customer has not answered yet, then the
+    refund rules' decision (agent.rules)."""
     order_number = order_number_from(opening_text, memory)
     if order_number is None:
         asked = _answered(memory, "order_number")
         if len(asked) >= MAX_ORDER_NUMBER_ASKS:
             return _decide(rules.verdict(None, None, None, asked_on or date.today()))
         return _ask("order_number", ORDER_NUMBER_RETRY if asked else None)
-    for question_id in ("item_opened", "damage"):
-        if not _answered(memory, question_id):
-            return _ask(question_id)
 
     order_lookup = next((o for o in memory if isinstance(o, OrderLookup)), None)
     history_lookup = next((o for o in memory if isinstance(o, HistoryLookup)), None)
@@ -95,6 +109,13 @@ def next_step(
         return AgentStep(action="lookup", tool="lookup_customer_history")  # the model read one
     history = history_lookup.history if history_lookup else None
     found = rules.verdict(order_lookup.order_number, order, history, asked_on or date.today())
+    if found.outcome == "deny":
+        return _decide(found)  # no question can change it: said at once
+
+    known = known_answers(customer_words(opening_text, memory))
+    for question_id in ("item_opened", "damage"):
+        if not _answered(memory, question_id) and question_id not in known:
+            return _ask(question_id)
     if found.outcome == "escalate" and not any(isinstance(o, PolicyLookup) for o in memory):
         # A person will decide: the policy's eligibility check and whether a return is required,
         # for them to read in the conversation's record.

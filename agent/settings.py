@@ -6,10 +6,12 @@ Workflow or Activity arguments and are never logged. `.env.example` documents ev
 
 from __future__ import annotations
 
+import re
+from datetime import timedelta
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import Field, SecretStr, field_validator
+from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic.fields import FieldInfo
 from pydantic_settings import (
     BaseSettings,
@@ -20,10 +22,14 @@ from pydantic_settings import (
 )
 
 from agent.codec import parse_keys
-from agent.models import Actor
+from agent.models import Actor, Timing
 from agent.stores.urls import check_url, sqlite_url
+from agent.versions import MAX_CONVERSATION_AGE
 
 ENV_FILE = ".env"
+# A span in a setting: a number and its unit (seconds without one).
+_SPAN = re.compile(r"(\d+(?:\.\d+)?)\s*([smhd]?)")
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 # The seed data's demo customer (agent.stores.domain), whom the local channel's users play.
 DEMO_CUSTOMER = "cus_nyghtowl"
 
@@ -136,6 +142,69 @@ class AgentSettings(BaseSettings):
 
     # Whether new conversations wait for /refund-release before the refund (the demo hold).
     hold_before_refund: bool = Field(default=False, alias="REFUND_HOLD_BEFORE_REFUND")
+
+    # How long a conversation waits, and when it speaks up (agent.models.Timing). Each takes a
+    # number with a unit (90s, 30m, 1h, 3d; seconds without one) or an ISO 8601 duration (P3D);
+    # a conversation keeps the values it started with.
+    customer_reminder: timedelta = Field(
+        default=Timing().customer_reminder, alias="REFUND_CUSTOMER_REMINDER"
+    )
+    customer_idle: timedelta = Field(default=Timing().customer_idle, alias="REFUND_CUSTOMER_IDLE")
+    approval_reminder: timedelta = Field(
+        default=Timing().approval_reminder, alias="REFUND_APPROVAL_REMINDER"
+    )
+    approval_timeout: timedelta = Field(
+        default=Timing().approval_timeout, alias="REFUND_APPROVAL_TIMEOUT"
+    )
+    hold_timeout: timedelta = Field(default=Timing().hold_timeout, alias="REFUND_HOLD_TIMEOUT")
+    quick_retry: timedelta = Field(default=Timing().quick_retry, alias="REFUND_QUICK_RETRY")
+    outage_patience: timedelta = Field(
+        default=Timing().outage_patience, alias="REFUND_OUTAGE_PATIENCE"
+    )
+
+    @field_validator(
+        "customer_reminder",
+        "customer_idle",
+        "approval_reminder",
+        "approval_timeout",
+        "hold_timeout",
+        "quick_retry",
+        "outage_patience",
+        mode="before",
+    )
+    @classmethod
+    def _span(cls, value: Any) -> Any:
+        if isinstance(value, str) and (match := _SPAN.fullmatch(value.strip())):
+            number, unit = match.groups()
+            return timedelta(seconds=float(number) * _UNITS[unit or "s"])
+        return value
+
+    def timing(self) -> Timing:
+        return Timing(
+            customer_reminder=self.customer_reminder,
+            customer_idle=self.customer_idle,
+            approval_reminder=self.approval_reminder,
+            approval_timeout=self.approval_timeout,
+            hold_timeout=self.hold_timeout,
+            quick_retry=self.quick_retry,
+            outage_patience=self.outage_patience,
+        )
+
+    @model_validator(mode="after")
+    def _timing_fits(self) -> AgentSettings:
+        """Every wait must fit in a conversation's life (docs/versioning.md), and a reminder must
+        come before the end it reminds of."""
+        limit = MAX_CONVERSATION_AGE
+        for name in ("customer_idle", "approval_timeout", "hold_timeout", "outage_patience"):
+            if not timedelta() < getattr(self, name) <= limit:
+                raise ValueError(f"{name} must be more than 0 and at most {limit.days} days")
+        if not timedelta() < self.customer_reminder < self.customer_idle:
+            raise ValueError("customer_reminder must come before customer_idle")
+        if not timedelta() < self.approval_reminder:
+            raise ValueError("approval_reminder must be more than 0")
+        if not timedelta() < self.quick_retry <= self.outage_patience:
+            raise ValueError("quick_retry must be more than 0 and at most outage_patience")
+        return self
 
     @field_validator("codec_keys")
     @classmethod

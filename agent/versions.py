@@ -16,9 +16,8 @@ from datetime import date, timedelta
 
 from temporalio.client import Client
 from temporalio.common import SearchAttributePair, TypedSearchAttributes
-from temporalio.service import RPCError, RPCStatusCode
 
-from agent.visibility import VERSION_ATTRIBUTE
+from agent.visibility import VERSION_ATTRIBUTE, check_registered
 
 # The version a conversation records when it starts: bumped with every release that changes the
 # Workflow's commands. A new baseline (the major number) drops every branch older than it.
@@ -65,11 +64,6 @@ def unsupported_query(workflow_type: str) -> str:
     )
 
 
-class VersionAttributeMissing(Exception):
-    """The namespace does not know RefundBotVersion: every new conversation's first task would
-    fail. One line that says what to do."""
-
-
 @dataclass(frozen=True)
 class Unsupported:
     """Open conversations this code does not replay: how many, and the first of them."""
@@ -82,20 +76,11 @@ async def unsupported_conversations(
     client: Client, workflow_type: str, *, limit: int = 20
 ) -> Unsupported:
     """Ask Temporal's visibility (no Worker, no history read) which open conversations started on
-    a version not in SUPPORTED; raises VersionAttributeMissing when the namespace lacks the
-    search attribute."""
+    a version not in SUPPORTED; raises SearchAttributesMissing when the namespace lacks
+    refund-bot's search attributes."""
+    await check_registered(client)
     query = unsupported_query(workflow_type)
-    try:
-        count = (await client.count_workflows(query)).count
-    except RPCError as err:
-        if err.status == RPCStatusCode.INVALID_ARGUMENT:
-            raise VersionAttributeMissing(
-                f"namespace {client.namespace!r} has no search attribute "
-                f"{VERSION_ATTRIBUTE.name} (Keyword): register it once with `temporal operator "
-                f"search-attribute create --name {VERSION_ATTRIBUTE.name} --type Keyword` "
-                "(docs/versioning.md); refund-bot's embedded server registers it itself"
-            ) from err
-        raise
+    count = (await client.count_workflows(query)).count
     ids: list[str] = []
     if count:
         async for execution in client.list_workflows(query, limit=limit):

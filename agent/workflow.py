@@ -8,7 +8,9 @@ Activity, so after a crash a new Worker replays this code against Event History 
 resumes where it stood. Short steps (the offline decider, the lookups, the rules, the grant read, a
 post's first try) are local activities: they run inside the workflow task that needs them and
 only their results are recorded. What waits on the outside world (the model, the refund, a slow
-platform) is a regular Activity that heartbeats. Every wait is bounded by MAX_CONVERSATION_AGE.
+platform) is a regular Activity that heartbeats. A step whose dependency is down is retried
+quickly, then (the thread told once) patiently as a regular Activity: an outage delays a
+conversation, never ends it. Every wait is bounded by its Timing and by MAX_CONVERSATION_AGE.
 This is Workflow version 1.0 (agent/versions.py); docs/versioning.md says how a change ships.
 """
 
@@ -23,7 +25,7 @@ from typing import Any, TypeVar, cast
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
-from temporalio.exceptions import ActivityError, ApplicationError
+from temporalio.exceptions import ActivityError, ApplicationError, RetryState
 
 with workflow.unsafe.imports_passed_through():
     from agent.activities.authorize import AuthorizeActivities
@@ -67,11 +69,36 @@ with workflow.unsafe.imports_passed_through():
         RefundResult,
         Role,
         RulesInput,
+        Takeover,
     )
     from agent.policy import order_number_from
     from agent.rules import already_refunded
+    from agent.sayings import (
+        DECLINED,
+        FINISHED,
+        HANDED_BACK,
+        HOLD_RAN_OUT,
+        NO_DECISION,
+        NOT_HEARD_BACK,
+        REFUND_FAILED,
+        SOMETHING_WENT_WRONG,
+        WAITING,
+        approvers_reminder,
+        customer_reminder,
+        escalated,
+        money,
+        taken_over,
+    )
     from agent.versions import MAX_CONVERSATION_AGE, WORKFLOW_VERSION
-    from agent.visibility import VERSION_ATTRIBUTE
+    from agent.visibility import (
+        AMOUNT_CENTS,
+        APPROVERS_REMINDED,
+        ORDER,
+        STAGE,
+        VERSION_ATTRIBUTE,
+        WAITING_FOR_APPROVAL,
+        WAITING_SINCE,
+    )
 
 WORKFLOW_TYPE = "RefundConversation"
 
@@ -88,34 +115,27 @@ LOOKUPS: dict[str, Callable[..., Awaitable[Any]]] = {
 # A bound on what Signals may add to workflow state: a flood of messages cannot grow it without end
 # (the ids remembered are bounded by agent.intake.MAX_SEEN_IDS).
 MAX_QUEUED_MESSAGES = 20
-# A customer who does not answer, and an escalation nobody decides, close the conversation.
-CUSTOMER_IDLE_TIMEOUT = timedelta(days=3)
-APPROVAL_TIMEOUT = timedelta(days=7)
-# The presenter's hold before the refund: released by /refund-release, or over after this.
-HOLD_TIMEOUT = timedelta(hours=1)
 
-DECIDE_RETRY = RetryPolicy(
-    initial_interval=timedelta(seconds=1),
-    maximum_interval=timedelta(seconds=20),
-    maximum_attempts=5,
+# A step's own retries, a few within Timing.quick_retry: most failures of a store or an API pass
+# in seconds.
+QUICK_RETRY = RetryPolicy(
+    initial_interval=timedelta(seconds=1), maximum_interval=timedelta(seconds=5), maximum_attempts=3
 )
-LOOKUP_RETRY = RetryPolicy(
-    initial_interval=timedelta(seconds=1),
-    maximum_interval=timedelta(seconds=10),
-    maximum_attempts=5,
+# Then, with the thread told it waits, for Timing.outage_patience: backing off to one attempt every
+# five minutes, never a tight loop.
+PATIENT_RETRY = RetryPolicy(
+    initial_interval=timedelta(seconds=5), maximum_interval=timedelta(minutes=5)
 )
 # A chat platform that is down keeps the message: Temporal retries the post for up to a day.
 POST_RETRY = RetryPolicy(
     initial_interval=timedelta(seconds=1), maximum_interval=timedelta(minutes=1)
 )
-REFUND_RETRY = RetryPolicy(
-    initial_interval=timedelta(seconds=1),
-    maximum_interval=timedelta(seconds=5),
-    maximum_attempts=10,
-)
 # Short steps run locally in a workflow task; a slow store or owner (Stripe) read has this long
 # per attempt (the task is heartbeated meanwhile, so it does not time out).
 SHORT_STEP_TIMEOUT = timedelta(seconds=10)
+# What one attempt of the model's step and of the refund may take.
+MODEL_STEP_TIMEOUT = timedelta(seconds=60)
+REFUND_STEP_TIMEOUT = timedelta(minutes=1)
 # The Worker-loss detection window for Activities that wait on the outside world: they heartbeat
 # every second, so a slow call is not taken for a dead Worker, and a dead Worker's call is retried
 # elsewhere within seconds.
@@ -124,20 +144,10 @@ HEARTBEAT_TIMEOUT = timedelta(seconds=4)
 # answers in tens of milliseconds. A platform slower than this, or failing, ends the try and the
 # regular Activity takes over with its day of retries (POST_RETRY).
 LOCAL_POST_TIMEOUT = timedelta(seconds=5)
+# A timer's summary names what it is for (no customer text): /refund-status shows the next one.
+AGE_LIMIT = "close: the conversation's age limit"
 
 T = TypeVar("T")
-
-# What a customer reads when something broke; the detail goes to the log and Event History.
-REFUND_FAILED = "I couldn't issue this refund; a support agent will follow up."
-SOMETHING_WENT_WRONG = "Something went wrong on our side. A support agent will pick this up."
-# To a customer who writes while the conversation is saying its last word (the same answer the
-# router gives once the conversation has ended).
-FINISHED = "This conversation has finished. Post in the support channel to start a new one."
-NOT_HEARD_BACK = "I haven't heard back, so I've closed this request. Write again any time."
-HOLD_RAN_OUT = (
-    "The hold before this refund ran out, so no refund was made. Write again to start a new "
-    "request."
-)
 
 
 def idempotency_key_for(workflow_id: str, first_run_id: str) -> str:
@@ -148,10 +158,6 @@ def idempotency_key_for(workflow_id: str, first_run_id: str) -> str:
     """
     digest = hashlib.sha256(f"{workflow_id}:{first_run_id}".encode()).hexdigest()
     return f"refund-bot-{digest[:40]}"
-
-
-def _money(cents: int) -> str:
-    return f"${cents / 100:,.2f}"
 
 
 def _cause(err: ActivityError) -> str:
@@ -165,16 +171,21 @@ async def _local_activity(
     *,
     start_to_close: timedelta,
     retry_policy: RetryPolicy,
+    schedule_to_close: timedelta | None = None,
 ) -> T:
     """A local activity that fails as a regular Activity does, with an ActivityError.
 
     The SDK raises a local activity's own ApplicationError when it fails for good (only its
-    timeout is an ActivityError); to this conversation both are a step that failed, and the
-    customer is told so (_say_failed) instead of the run failing with nothing said.
+    timeout is an ActivityError); to this conversation both are a step that failed, permanently
+    when the error says no retry can fix it (_permanent), and the customer is told so.
     """
     try:
         return await workflow.execute_local_activity(
-            activity, arg, start_to_close_timeout=start_to_close, retry_policy=retry_policy
+            activity,
+            arg,
+            start_to_close_timeout=start_to_close,
+            schedule_to_close_timeout=schedule_to_close,
+            retry_policy=retry_policy,
         )
     except ApplicationError as err:
         name = getattr(activity, "__name__", str(activity))
@@ -185,8 +196,17 @@ async def _local_activity(
             identity="",
             activity_type=name,
             activity_id="",
-            retry_state=None,
+            retry_state=RetryState.NON_RETRYABLE_FAILURE
+            if err.non_retryable
+            else RetryState.MAXIMUM_ATTEMPTS_REACHED,
         ) from err
+
+
+def _permanent(err: ActivityError) -> bool:
+    """A failure no retry can fix (a refused key, a request the API rejects): the Activity said so
+    with a non-retryable error. Everything else (timeouts, 5xx, a store that does not answer) is
+    an outage to wait out."""
+    return err.retry_state == RetryState.NON_RETRYABLE_FAILURE
 
 
 def _nothing_usable(step: AgentStep, why: str) -> AgentStep:
@@ -199,7 +219,11 @@ class _Declined(Exception):
 
 
 class _Idle(Exception):
-    """Nobody answered in time."""
+    """The customer did not answer in time."""
+
+
+class _Undecided(Exception):
+    """No support agent decided the escalation in time."""
 
 
 class _HoldRanOut(Exception):
@@ -213,6 +237,7 @@ class RefundConversation:
         # EXECUTION STATE: everything below is rebuilt by replay after a crash. The input is taken
         # here, not in run(), because signal-with-start delivers its Signal before run() begins.
         self._start = start
+        self._timing = start.timing
         self._memory: list[Observation] = []
         self._phase: Phase = "deciding"
         self._pending_question: str | None = None
@@ -228,6 +253,12 @@ class RefundConversation:
         self._round = 0
         self._escalation: EscalationRound | None = None  # the latest round
         self._settled: dict[int, MessageEdit] = {}  # round -> the edit that says what happened
+        self._stage: str | None = None  # what /refund-queue reads (RefundBotStage)
+        # A person who took the conversation over (/refund-takeover): the agent stays quiet, and
+        # what the customer writes meanwhile waits here, in order, until it is handed back.
+        self._taken_over: Actor | None = None
+        self._held: list[CustomerMessage] = []
+        self._told_waiting = False  # the thread knows a step waits out an outage
 
     # ------------------------------------------------------------------------------------------
     # The loop
@@ -253,13 +284,13 @@ class RefundConversation:
             await self._authorized(order, approver, role)
             return await self._refund_order(order)
         except _Declined:
-            return await self._close(
-                "declined", "A support agent declined this refund.", settled="refund declined."
-            )
+            return await self._close("declined", DECLINED, settled="refund declined.")
         except _Idle:
+            return await self._close("expired", NOT_HEARD_BACK)
+        except _Undecided:
             return await self._close(
                 "expired",
-                NOT_HEARD_BACK,
+                NO_DECISION,
                 settled="no decision was made in time, so this request is closed.",
             )
         except _HoldRanOut:
@@ -274,6 +305,7 @@ class RefundConversation:
         asked_on = workflow.info().workflow_start_time.date()
         step = AgentStep(action="decide", source=start.decider)
         for turn in range(1, MAX_TURNS + 1):
+            await self._while_taken_over()
             self._phase = "deciding"
             step = await self._decide(
                 DecideInput(
@@ -307,12 +339,8 @@ class RefundConversation:
         # MODEL CALL: recorded once in Event History; replay returns it without calling again. The
         # model needs the whole working memory each turn, and an Activity's input is recorded, so
         # this path's history grows with the square of the turns, bounded by MAX_TURNS.
-        return await workflow.execute_activity_method(
-            DecideActivities.decide_next_step,
-            request,
-            start_to_close_timeout=timedelta(seconds=60),
-            heartbeat_timeout=HEARTBEAT_TIMEOUT,
-            retry_policy=DECIDE_RETRY,
+        return await self._step(
+            DecideActivities.decide_next_step, request, start_to_close=MODEL_STEP_TIMEOUT
         )
 
     async def _dispose(self, step: AgentStep) -> Disposition:
@@ -342,6 +370,8 @@ class RefundConversation:
         return decision
 
     async def _ask(self, step: AgentStep) -> Answer:
+        """The customer's answer to the step's question (a person may hold the conversation
+        meanwhile: what the customer wrote to them answers it once it is handed back)."""
         if step.question_id not in KNOWN_QUESTIONS:
             await self._fail(
                 f"the agent asked an unknown question: {step.question_id}", "UnknownQuestion"
@@ -349,7 +379,7 @@ class RefundConversation:
         question = step.question or ""
         await self._post("question", question)
         self._phase, self._pending_question = "waiting_for_customer", question
-        message = await self._next_customer_message()
+        message = await self._next_customer_message(question)
         self._pending_question = None
         return Answer(
             question_id=cast(QuestionId, step.question_id),  # checked against KNOWN_QUESTIONS
@@ -357,11 +387,37 @@ class RefundConversation:
             message_id=message.message_id,
         )
 
-    async def _next_customer_message(self) -> CustomerMessage:
-        # DURABLE WAIT: no Worker needs to stay alive while the customer types.
-        if not await self._wait(lambda: bool(self._inbox), CUSTOMER_IDLE_TIMEOUT):
-            raise _Idle
-        return self._inbox.pop(0)
+    async def _next_customer_message(self, question: str) -> CustomerMessage:
+        """The customer's next message: one reminder if they are silent, closed if still silent.
+        While a person holds the conversation the clock stops, and starts again at the hand-back."""
+        timing = self._timing
+        reminded = False
+        while True:
+            await self._while_taken_over()
+
+            def ready() -> bool:
+                return bool(self._inbox) or self._taken_over is not None
+
+            # DURABLE WAIT: no Worker needs to stay alive while the customer types.
+            if reminded:
+                left = timing.customer_idle - timing.customer_reminder
+                if not await self._wait(ready, left, "close: the customer is silent"):
+                    raise _Idle
+            elif not await self._wait(ready, timing.customer_reminder, "remind the customer"):
+                reminded = True
+                left = timing.customer_idle - timing.customer_reminder
+                await self._post("info", customer_reminder(question, left))
+                continue
+            if self._taken_over is None:
+                return self._inbox.pop(0)
+
+    async def _while_taken_over(self) -> None:
+        """DURABLE WAIT: while a person has the conversation, the agent says and decides nothing.
+        Bounded only by the conversation's age: the person hands it back, or it closes."""
+        if self._taken_over is not None:
+            await self._wait(lambda: self._taken_over is None, MAX_CONVERSATION_AGE, AGE_LIMIT)
+            if self._taken_over is not None:
+                raise _Idle
 
     async def _lookup(self, tool: str) -> Observation:
         # Tool arguments come from the conversation, never from the model.
@@ -386,12 +442,10 @@ class RefundConversation:
     # ------------------------------------------------------------------------------------------
 
     async def _escalate(self, order: OrderDetails, why: str) -> tuple[Actor, Role]:
-        return await self._approved(
-            await self._offer(
-                f"This refund needs a support agent: order {order.order_number} ({order.item}, "
-                f"{_money(order.amount_cents)}). {why}"
-            )
+        text = escalated(
+            order.order_number, order.item, order.amount_cents, why, self._timing.approval_reminder
         )
+        return await self._approved(await self._offer(text))
 
     async def _approved(self, approval: Approval) -> tuple[Actor, Role]:
         """Who approved, once a click approves. A Deny that counts ends the conversation."""
@@ -405,6 +459,7 @@ class RefundConversation:
                 f"{approval.actor.label} can't decline this refund: {check.reason}.",
                 settled=f"not counted ({check.reason}).",
             )
+        self._queued(None)  # decided: off /refund-queue
         return approval.actor, "refund_approver"
 
     async def _offer(self, text: str, settled: str | None = None) -> Approval:
@@ -423,17 +478,29 @@ class RefundConversation:
             number=self._round, key=self._key(), text=text, message_id=posted.platform_message_id
         )
         self._phase = "waiting_for_approval"
+        self._queued(WAITING_FOR_APPROVAL)
         if previous is not None and settled is not None:
             await self._settle(previous, settled)
         return await self._next_approval()
 
     async def _next_approval(self) -> Approval:
-        deadline = workflow.now() + APPROVAL_TIMEOUT
+        """The click that answers the open round. If nobody decides within the reminder's time,
+        the approvers are reminded once in the thread; past the approval timeout, it is closed."""
+        timing = self._timing
+        posted_at = workflow.now()
+        deadline = posted_at + timing.approval_timeout
+        reminded = timing.approval_reminder >= timing.approval_timeout
         while True:
             self._phase = "waiting_for_approval"
+            until = deadline if reminded else posted_at + timing.approval_reminder
+            summary = "close: no decision" if reminded else "remind the approvers"
             # DURABLE WAIT: the escalation may sit for days; no process holds it.
-            if not await self._wait(lambda: bool(self._approvals), deadline - workflow.now()):
-                raise _Idle
+            if not await self._wait(lambda: bool(self._approvals), until - workflow.now(), summary):
+                if reminded:
+                    raise _Undecided
+                reminded = True
+                await self._remind_approvers(workflow.now() - posted_at)
+                continue
             approval = self._approvals.pop(0)
             if approval.round != self._round:
                 # A click on an earlier round's buttons, or a second click on a round already
@@ -451,6 +518,37 @@ class RefundConversation:
             self._escalation.answer = approval
             return approval
 
+    async def _remind_approvers(self, waited: timedelta) -> None:
+        order = self._order()
+        if order is None:
+            return
+        await self._post(
+            "info",
+            approvers_reminder(order.order_number, order.amount_cents, waited),
+            mention="approvers",
+        )
+        workflow.upsert_search_attributes([APPROVERS_REMINDED.value_set(True)])
+
+    def _queued(self, stage: str | None) -> None:
+        """What /refund-queue reads, in visibility: this conversation waits for a decision (order,
+        amount, since when), or no longer does. Only changes are written."""
+        if stage == self._stage:
+            return
+        self._stage = stage
+        order = self._order()
+        if stage is None or order is None:
+            workflow.upsert_search_attributes([STAGE.value_unset()])
+            return
+        workflow.upsert_search_attributes(
+            [
+                STAGE.value_set(stage),
+                ORDER.value_set(order.order_number),
+                AMOUNT_CENTS.value_set(order.amount_cents),
+                WAITING_SINCE.value_set(workflow.now()),
+                APPROVERS_REMINDED.value_set(False),
+            ]
+        )
+
     async def _hold_before_refund(self, order: OrderDetails) -> None:
         if not self._start.hold_before_refund:
             return
@@ -458,11 +556,11 @@ class RefundConversation:
         # no hold and recovers the same way from wherever the Worker died.
         await self._post(
             "info",
-            f"Refund of {_money(order.amount_cents)} approved. Holding before the refund for the "
+            f"Refund of {money(order.amount_cents)} approved. Holding before the refund for the "
             "demo: a presenter releases it with /refund-release.",
         )
         self._phase = "held_before_refund"  # set once nothing is in flight: only the wait remains
-        if not await self._wait(lambda: self._released, HOLD_TIMEOUT):
+        if not await self._wait(lambda: self._released, self._timing.hold_timeout, "end the hold"):
             raise _HoldRanOut
 
     async def _authorized(self, order: OrderDetails, approver: Actor, role: Role) -> None:
@@ -508,8 +606,8 @@ class RefundConversation:
         info = workflow.info()
         self._phase = "refunding"
         try:
-            # EXTERNAL EFFECT: every attempt sends the same idempotency key.
-            result = await workflow.execute_activity_method(
+            # EXTERNAL EFFECT: every attempt, through any outage, sends the same idempotency key.
+            result = await self._step(
                 RefundActivities.issue_refund,
                 RefundRequest(
                     idempotency_key=idempotency_key_for(
@@ -521,10 +619,7 @@ class RefundConversation:
                     amount_cents=order.amount_cents,
                     currency=order.currency,
                 ),
-                start_to_close_timeout=timedelta(minutes=1),
-                heartbeat_timeout=HEARTBEAT_TIMEOUT,
-                schedule_to_close_timeout=timedelta(minutes=10),
-                retry_policy=REFUND_RETRY,
+                start_to_close=REFUND_STEP_TIMEOUT,
             )
         except ActivityError as err:
             workflow.logger.error("EXTERNAL EFFECT | refund failed: %s", _cause(err))
@@ -547,17 +642,15 @@ class RefundConversation:
             )
         if result.status == "succeeded":
             text = (
-                f"Your refund is complete: {_money(result.amount_cents)} for order "
+                f"Your refund is complete: {money(result.amount_cents)} for order "
                 f"{order.order_number} ({order.item}) is on its way back to your original payment "
                 f"method. Reference {result.refund_id}."
             )
-            settled = (
-                f"refund issued ({_money(result.amount_cents)}, reference {result.refund_id})."
-            )
+            settled = f"refund issued ({money(result.amount_cents)}, reference {result.refund_id})."
         else:
             # Say "complete" only when the owner says succeeded.
             text = (
-                f"Your refund of {_money(result.amount_cents)} was accepted and is "
+                f"Your refund of {money(result.amount_cents)} was accepted and is "
                 f"{result.status}. Reference {result.refund_id}."
             )
             settled = f"refund accepted and {result.status} (reference {result.refund_id})."
@@ -567,21 +660,94 @@ class RefundConversation:
     # Helpers
     # ------------------------------------------------------------------------------------------
 
-    async def _wait(self, ready: Callable[[], bool], at_most: timedelta) -> bool:
+    async def _wait(self, ready: Callable[[], bool], at_most: timedelta, summary: str) -> bool:
         """Wait until `ready`, for `at_most` and never past the conversation's age limit
-        (MAX_CONVERSATION_AGE: the window docs/versioning.md counts on). False if time ran out."""
+        (MAX_CONVERSATION_AGE: the window docs/versioning.md counts on). False if time ran out.
+        The timer's summary says what it is for (/refund-status shows the next one)."""
         age_left = workflow.info().workflow_start_time + MAX_CONVERSATION_AGE - workflow.now()
+        if age_left < at_most:
+            at_most, summary = age_left, AGE_LIMIT
         try:
-            await workflow.wait_condition(ready, timeout=max(min(at_most, age_left), timedelta()))
+            await workflow.wait_condition(
+                ready, timeout=max(at_most, timedelta()), timeout_summary=summary
+            )
         except TimeoutError:
             return ready()
         return True
 
     async def _short_step(self, activity: Callable[..., Awaitable[T]], arg: Any) -> T:
-        """A store read, the offline decider or the rules: a local activity."""
-        return await _local_activity(
-            activity, arg, start_to_close=SHORT_STEP_TIMEOUT, retry_policy=LOOKUP_RETRY
+        """A store read, the offline decider or the rules: a local activity, retried quickly; a
+        dependency still down after that is waited out (_outlast)."""
+        try:
+            return await _local_activity(
+                activity,
+                arg,
+                start_to_close=SHORT_STEP_TIMEOUT,
+                retry_policy=QUICK_RETRY,
+                schedule_to_close=self._timing.quick_retry + SHORT_STEP_TIMEOUT,
+            )
+        except ActivityError as err:
+            if _permanent(err):
+                raise
+            failure = _cause(err)
+        return await self._outlast(activity, arg, failure, start_to_close=SHORT_STEP_TIMEOUT)
+
+    async def _step(
+        self, activity: Callable[..., Awaitable[T]], arg: Any, *, start_to_close: timedelta
+    ) -> T:
+        """A step that waits on the outside world (the model, the refund's owner): a regular
+        Activity that heartbeats, retried quickly; a dependency still down is waited out."""
+        try:
+            return await workflow.execute_activity(
+                activity,
+                arg,
+                start_to_close_timeout=start_to_close,
+                heartbeat_timeout=HEARTBEAT_TIMEOUT,
+                schedule_to_close_timeout=self._timing.quick_retry + start_to_close,
+                retry_policy=QUICK_RETRY,
+            )
+        except ActivityError as err:
+            if _permanent(err):
+                raise
+            failure = _cause(err)
+        return await self._outlast(
+            activity, arg, failure, start_to_close=start_to_close, heartbeat=HEARTBEAT_TIMEOUT
         )
+
+    async def _outlast(
+        self,
+        activity: Callable[..., Awaitable[T]],
+        arg: Any,
+        failure: str,
+        *,
+        start_to_close: timedelta,
+        heartbeat: timedelta | None = None,
+    ) -> T:
+        """Wait a dependency's outage out: the thread is told once that the request waits on
+        something on our side, and the step is retried with backoff for Timing.outage_patience,
+        as a regular Activity so that its attempts, its last failure and since when it waits are
+        the server's to show (/refund-status reads them with no Worker alive)."""
+        name = getattr(activity, "__name__", str(activity))
+        workflow.logger.warning(
+            "WAITING | %s still fails after %s (%s); retried for up to %s",
+            name,
+            self._timing.quick_retry,
+            failure,
+            self._timing.outage_patience,
+        )
+        if not self._told_waiting:
+            self._told_waiting = True
+            await self._post("info", WAITING)
+        result: T = await workflow.execute_activity(
+            activity,
+            arg,
+            start_to_close_timeout=start_to_close,
+            heartbeat_timeout=heartbeat,
+            schedule_to_close_timeout=self._timing.outage_patience,
+            retry_policy=PATIENT_RETRY,
+        )
+        self._told_waiting = False  # over: a later outage is told again
+        return result
 
     async def _post(
         self,
@@ -589,6 +755,7 @@ class RefundConversation:
         text: str,
         actions: list | None = None,
         round: int | None = None,
+        mention: str | None = None,
     ) -> PostedMessage:
         self._seq += 1
         message = OutboundMessage(
@@ -598,6 +765,7 @@ class RefundConversation:
             text=text,
             actions=actions or [],
             round=round,
+            mention=mention,  # type: ignore[arg-type]
         )
         try:
             # EXTERNAL EFFECT: the post, tried once inside this workflow task.
@@ -732,7 +900,11 @@ class RefundConversation:
             workflow.logger.info("message %s is not from the thread's customer", message.message_id)
             return
         text = answer_text(message)
-        if not text or len(self._inbox) >= MAX_QUEUED_MESSAGES:
+        if not text or len(self._inbox) + len(self._held) >= MAX_QUEUED_MESSAGES:
+            return
+        if self._taken_over is not None and self._phase != "closed":
+            # For the person now; answers, in order, once it is handed back.
+            self._held.append(message.model_copy(update={"text": text}))
             return
         self._inbox.append(message.model_copy(update={"text": text}))
 
@@ -749,6 +921,21 @@ class RefundConversation:
     def release(self) -> None:
         self._released = True
 
+    # A takeover's sentence is abandoned if the conversation ends while it is being posted.
+    @workflow.signal(unfinished_policy=workflow.HandlerUnfinishedPolicy.ABANDON)
+    async def takeover(self, change: Takeover) -> None:
+        """A person takes the conversation over, or hands it back: said once in the thread. What
+        the customer wrote meanwhile is taken in order at the hand-back, as if it came then, so
+        it answers the question it was waiting for and no question is asked twice. Approvals
+        still count while it is taken over."""
+        if change.taken == (self._taken_over is not None) or self._phase == "closed":
+            return  # already so: a repeated command
+        self._taken_over = change.actor if change.taken else None
+        if not change.taken:
+            self._inbox.extend(self._held)
+            self._held = []
+        await self._post("info", taken_over(change.actor.label) if change.taken else HANDED_BACK)
+
     @workflow.query
     def view(self) -> ConversationView:
         return ConversationView(
@@ -764,6 +951,7 @@ class RefundConversation:
             held=self._phase == "held_before_refund",
             queued_messages=len(self._inbox),
             escalation_round=self._open_round(),
+            taken_over_by=self._taken_over,
         )
 
     def _open_round(self) -> int | None:
@@ -774,6 +962,8 @@ class RefundConversation:
     def _next_action(self) -> str:
         if self._phase == "closed":
             return "none: closed"
+        if self._taken_over is not None:
+            return f"wait for {self._taken_over.label} to hand the conversation back"
         if self._phase == "waiting_for_customer":
             return f"wait for the customer's answer to: {self._pending_question}"
         if self._phase in ("held_before_refund", "authorizing", "refunding"):

@@ -11,6 +11,7 @@ import asyncio
 import re
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Protocol
 
 from pydantic import BaseModel
@@ -20,10 +21,14 @@ from temporalio.service import RPCError, RPCStatusCode
 from agent.codec import CodecError
 from agent.effect_owner import refunds_at_owner
 from agent.history import what_survives
-from agent.models import Actor, Platform, Role
+from agent.models import Actor, Platform, Role, Takeover
+from agent.sayings import duration, money
 from agent.settings import AgentSettings
 from agent.stores.grants import GrantStore
+from agent.visibility import escalations_waiting
+from agent.workflow import RefundConversation
 from bot.hold import HoldSwitch
+from bot.ids import thread_link
 from bot.untrusted import quoted
 
 if TYPE_CHECKING:
@@ -277,18 +282,65 @@ class Commands:
             f"completed lookups: {len(survivors.lookups)} "
             f"({', '.join(survivors.lookups) or 'none'})",
             f"next action: {survivors.next_action}",
+            f"next deadline: {survivors.next_deadline or 'none'}",
             f"decision: {survivors.decision.summary if survivors.decision else 'not yet'}",
             f"refund step: {survivors.refund.state}"
             + (f", attempt {survivors.refund.attempts}" if survivors.refund.attempts else ""),
             f"refund at the {owner.owner}: " + ("; ".join(owner.refunds) or "none"),
         ]
+        if survivors.taken_over:
+            lines.insert(1, f"taken over by {survivors.taken_over}: the agent is quiet")
+        if survivors.waiting_on:
+            lines.insert(1, f"waiting on {survivors.waiting_on}")
         return CommandReply(text="\n".join(lines), model_note=survivors.model_note)
+
+    async def refund_queue(self, actor: Actor) -> CommandReply:
+        """The escalations waiting for a decision, across every thread, oldest first: read from
+        Temporal's visibility (no Worker needed, no copy kept anywhere)."""
+        if refusal := await self._refusal(actor, "refund_approver", "presenter"):
+            return refusal
+        waiting = await escalations_waiting(self._client)
+        if not waiting:
+            return CommandReply(text="No escalation is waiting for a decision.")
+        lines = [f"{len(waiting)} escalation(s) waiting for a decision, oldest first:"]
+        now = datetime.now(UTC)
+        for entry in waiting:
+            reminded = "approvers reminded" if entry.reminded else "not reminded yet"
+            waited = duration(now - entry.since) if entry.since else "?"
+            lines.append(
+                f"• order {entry.order} ({money(entry.amount_cents)}), waiting {waited}, "
+                f"{reminded}: {thread_link(entry.workflow_id)}"
+            )
+        return CommandReply(text="\n".join(lines))
+
+    async def refund_takeover(self, actor: Actor, workflow_id: str, taken: bool) -> CommandReply:
+        """/refund-takeover (taken) and /refund-handback: a support agent holds the conversation;
+        the agent says nothing there until it is handed back. Approvals still count meanwhile."""
+        if refusal := await self._refusal(actor, "refund_approver", "presenter"):
+            return refusal
+        try:
+            await self._client.get_workflow_handle(workflow_id).signal(
+                RefundConversation.takeover, Takeover(actor=actor, taken=taken)
+            )
+        except RPCError as err:
+            if err.status == RPCStatusCode.NOT_FOUND:
+                return CommandReply(ok=False, text=f"No open conversation {workflow_id}.")
+            raise
+        if taken:
+            return CommandReply(
+                text=f"You have taken over {workflow_id}: the agent stays quiet there until "
+                "you hand it back with /refund-handback. Approvals still count meanwhile."
+            )
+        return CommandReply(
+            text=f"Handed {workflow_id} back to the agent: it carries on, with what the customer "
+            "wrote meanwhile."
+        )
 
     async def refund_release(self, actor: Actor, workflow_id: str) -> CommandReply:
         if refusal := await self._refusal(actor, "presenter"):
             return refusal
         try:
-            await self._client.get_workflow_handle(workflow_id).signal("release")
+            await self._client.get_workflow_handle(workflow_id).signal(RefundConversation.release)
         except RPCError as err:
             if err.status == RPCStatusCode.NOT_FOUND:
                 return CommandReply(ok=False, text=f"No open conversation {workflow_id}.")

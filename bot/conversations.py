@@ -44,6 +44,7 @@ from agent.models import (
     ConversationStart,
     CustomerMessage,
     ThreadRef,
+    Timing,
 )
 from agent.versions import version_attributes
 from agent.workflow import RefundConversation
@@ -191,6 +192,7 @@ class ConversationRouter:
         hold_new_conversations: Callable[[], Awaitable[bool]],
         recent: RecentEvents | None = None,
         decider: Literal["policy", "openai"] = "policy",
+        timing: Timing | None = None,
         *,
         max_attempts: int = MAX_ATTEMPTS,
         inbox_retry: Backoff = INBOX_RETRY,
@@ -207,6 +209,7 @@ class ConversationRouter:
         self._hold = hold_new_conversations
         self._recent = recent or RecentEvents()
         self._decider = decider
+        self._timing = timing or Timing()
         self._in_flight: dict[str, asyncio.Future[None]] = {}
         self._wake = asyncio.Event()
         self._delivery_lock = asyncio.Lock()
@@ -231,6 +234,7 @@ class ConversationRouter:
                 opening_text=message.text,
                 hold_before_refund=await self._hold(),
                 decider=self._decider,
+                timing=self._timing,
             )
             return await self._accept(message.event_id, "start", start)
         return await self._accept(message.event_id, "message", message)

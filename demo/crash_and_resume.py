@@ -91,6 +91,7 @@ async def _story(stack: RunningStack, settings: AgentSettings) -> int:
         Inbox(database_for(settings)),
         hold,
         decider=settings.agent_decider,
+        timing=settings.timing(),
     )
     customer, order = await place_demo_customer(settings)
     opening = f"please refund order {order.order_number}"

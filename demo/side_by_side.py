@@ -180,6 +180,7 @@ class SideBySide:
             parts.inbox,
             self._always_hold,
             decider=parts.settings.agent_decider,
+            timing=parts.settings.timing(),
         )
         self.moment = "opening the two threads"
         self.upcoming = "opening the two threads"

@@ -14,6 +14,7 @@ from agent.models import (
     ConversationView,
     CustomerMessage,
     ThreadRef,
+    Timing,
 )
 from agent.versions import version_attributes
 from agent.workflow import RefundConversation
@@ -35,7 +36,12 @@ class LocalConversation:
     _seen_bot: int = field(default=0)
 
     async def open(
-        self, text: str, *, hold: bool = False, decider: str = "policy"
+        self,
+        text: str,
+        *,
+        hold: bool = False,
+        decider: str = "policy",
+        timing: Timing | None = None,
     ) -> WorkflowHandle:
         root = await self.threads.open_thread("support", self.customer.user_id, text)
         self.thread_id = root.thread_id
@@ -48,6 +54,7 @@ class LocalConversation:
             opening_text=text,
             hold_before_refund=hold,
             decider=decider,  # type: ignore[arg-type]
+            timing=timing or Timing(),
         )
         self.handle = await self.client.start_workflow(
             RefundConversation.run,
@@ -95,6 +102,19 @@ class LocalConversation:
         await self.reply("Yes")
         assert (await self.next_bot_message()).text == "What was damaged?"
         await self.reply("Split seam")
+
+    async def answer_until_decided(self, timeout: float = 60.0) -> LocalMessage:
+        """Answer whatever the agent asks (the plush python's answers: "Yes", "Split seam"; an
+        order number's question with none) until it escalates or says the outcome; that message.
+        What it only tells (a reminder, a wait on our side, the hold) is passed over."""
+        answers = {"Was the package opened?": "Yes", "What was damaged?": "Split seam"}
+        while True:
+            message = await self.next_bot_message(timeout=timeout)
+            if message.kind in ("escalation", "outcome"):
+                return message
+            if message.kind != "question":
+                continue
+            await self.reply(answers.get(message.text, "I don't know"))
 
     async def click(self, decision: str, actor: Actor = SUPPORT, round: int | None = None) -> None:
         """A click on the escalation's buttons; `round` as the buttons carry it (None: buttons

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import tempfile
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from pathlib import Path
 
 from temporalio.client import Client
 
+from agent.activities.authorize import GrantSource
 from agent.settings import AgentSettings
 from agent.stores.databases import database_for
 from bot.local.thread_store import LocalThreadStore
@@ -23,10 +24,13 @@ async def running_worker(
     settings: AgentSettings,
     threads: LocalThreadStore,
     task_queue: str | None = None,
+    *,
+    grant_sources: Mapping[str, GrantSource] | None = None,
 ) -> AsyncIterator[str]:
-    """An in-process Worker on `task_queue` (a fresh one unless given); yields the queue."""
+    """An in-process Worker on `task_queue` (a fresh one unless given); yields the queue.
+    `grant_sources`: a platform's live grants (a Slack user group, say), as wiring gives them."""
     task_queue = task_queue or f"test-{uuid.uuid4().hex[:8]}"
-    worker = await build_worker(client, task_queue, settings, {"local": threads})
+    worker = await build_worker(client, task_queue, settings, {"local": threads}, grant_sources)
     async with worker:
         yield task_queue
 

@@ -107,7 +107,8 @@ async def _tell(story: _Story, writes: asyncio.Semaphore, arrives_after: float) 
     # few writers at a time, or hundreds at once fail with "database is locked" in the driver.
     async with writes:
         handle = await conv.open(story.shopper.opening)
-    for answer in ("Yes", "Split seam"):
+    # A final-sale order is refused at once, before any question; the others ask two.
+    for answer in () if story.kind == "denied" else ("Yes", "Split seam"):
         await _post(conv)
         async with writes:
             await conv.reply(answer)

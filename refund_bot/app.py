@@ -100,6 +100,7 @@ async def running_router(
         inbox,
         hold.enabled,
         decider=settings.agent_decider,
+        timing=settings.timing(),
         meter=metric_meter(),
     )
     workers = SupervisorsOverTemporal(client, temporal)

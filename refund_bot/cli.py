@@ -31,7 +31,7 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from agent.codec import CodecError, NoCodecKey
 from agent.stores.database import DatabaseUnavailable
-from agent.versions import VersionAttributeMissing
+from agent.visibility import SearchAttributesMissing
 from refund_bot import config
 from refund_bot.config import Config, ConfigError
 from worker.exit import exit_now
@@ -417,7 +417,7 @@ def main(argv: list[str] | None = None) -> None:
         CodecError,
         DatabaseUnavailable,
         MetricsRefused,
-        VersionAttributeMissing,
+        SearchAttributesMissing,
     ) as err:
         # A codec problem names the key id, never the key; a database, never its password.
         print(f"refund-bot: {err}", file=sys.stderr)

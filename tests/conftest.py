@@ -11,8 +11,9 @@ from temporalio.testing import WorkflowEnvironment
 
 from agent.settings import AgentSettings
 from agent.stores.database import Database
-from agent.stores.databases import close_database, close_databases, open_database
+from agent.stores.databases import close_database, close_databases, database_for, open_database
 from agent.stores.urls import sqlite_url
+from bot.local.thread_store import LocalThreadStore
 from harness.dev_server import start_dev_server
 from harness.postgres import PostgresServer
 from worker.exit import exit_now
@@ -45,6 +46,12 @@ def client(temporal_env: WorkflowEnvironment) -> Client:
 def agent_settings(tmp_path) -> AgentSettings:
     # _env_file=None: a developer's own .env must not leak into a test.
     return AgentSettings(_env_file=None, data_dir=tmp_path)  # type: ignore[call-arg]
+
+
+@pytest.fixture
+def threads(agent_settings: AgentSettings) -> LocalThreadStore:
+    """The local platform's threads in this test's data directory (the agent's posts land here)."""
+    return LocalThreadStore(database_for(agent_settings))
 
 
 @pytest.fixture(scope="session")

@@ -11,19 +11,12 @@ from pydantic import ValidationError
 
 from agent.models import MAX_TEXT_CHARS, Actor
 from agent.settings import AgentSettings
-from agent.stores.databases import database_for
 from agent.workflow import FINISHED
-from bot.local.thread_store import LocalThreadStore
 from harness.conditions import wait_for
 from harness.conversation import LocalConversation
 from harness.inproc import running_worker
 from tests.support.outcome_gate import OutcomeGate
 from worker.runner import build_worker
-
-
-@pytest.fixture
-def threads(agent_settings: AgentSettings) -> LocalThreadStore:
-    return LocalThreadStore(database_for(agent_settings))
 
 
 async def test_duplicate_message_ids_are_applied_once(client, agent_settings, threads) -> None:

@@ -135,7 +135,6 @@ async def test_status_names_the_rule_that_overruled_the_model_and_quotes_its_wor
                 stack.client, local_thread_store(stack.settings), stack.temporal.task_queue
             )
             await conv.open("please refund order 3003", decider="openai")
-            await conv.answer_the_questions()
             outcome = await conv.handle.result()
             await stack.supervisor.stop()
             status = await stack.commands.refund_status(SUPPORT, conv.handle.id)

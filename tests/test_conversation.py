@@ -2,22 +2,13 @@
 
 from __future__ import annotations
 
-import pytest
-
 from agent.models import Actor, ConversationOutcome
-from agent.settings import AgentSettings
 from agent.stores.databases import database_for
 from agent.stores.grants import GrantStore
 from agent.stores.ledger import Ledger
-from bot.local.thread_store import LocalThreadStore
 from harness.conversation import SUPPORT, LocalConversation
 from harness.inproc import running_worker
 from harness.owner import refunds_made
-
-
-@pytest.fixture
-def threads(agent_settings: AgentSettings) -> LocalThreadStore:
-    return LocalThreadStore(database_for(agent_settings))
 
 
 async def test_happy_path_refunds_once(client, agent_settings, threads) -> None:
@@ -43,9 +34,13 @@ async def test_asks_for_the_order_number_when_missing(client, agent_settings, th
         await conv.reply("it's the snake one")  # no number in it: asked again, differently
         assert "couldn't find an order number" in (await conv.next_bot_message()).text
         await conv.reply("#1234")
-        await conv.answer_the_questions()
+        # "arrived torn" already says what was damaged: only whether it was opened is asked.
+        assert (await conv.next_bot_message()).text == "Was the package opened?"
+        await conv.reply("Yes")
         outcome = await handle.result()
     assert outcome.status == "refunded"
+    asked = [m.text for m in await conv.bot_messages() if m.kind == "question"]
+    assert "What was damaged?" not in asked
 
 
 async def test_unknown_order_and_another_customers_order_get_the_same_answer(
@@ -56,9 +51,10 @@ async def test_unknown_order_and_another_customers_order_get_the_same_answer(
         for number in ("9999", "7777"):  # 7777 exists, on Marlow's account
             conv = LocalConversation(client, threads, tq)
             handle = await conv.open(f"refund order {number} please")
-            await conv.answer_the_questions()
             outcome = await handle.result()
             assert outcome.status == "denied"
+            # Answered at once: no question can make it refundable.
+            assert [m.kind for m in await conv.bot_messages()] == ["outcome"]
             answers.append(outcome.message.replace(number, "N"))
     assert answers[0] == answers[1]
     assert "couldn't find order N on your account" in answers[0]
@@ -69,9 +65,9 @@ async def test_final_sale_order_is_denied(client, agent_settings, threads) -> No
     async with running_worker(client, agent_settings, threads) as tq:
         conv = LocalConversation(client, threads, tq)
         handle = await conv.open("refund order 3003")
-        await conv.answer_the_questions()
         outcome = await handle.result()
     assert outcome.status == "denied" and "final-sale" in outcome.message
+    assert [m.kind for m in await conv.bot_messages()] == ["outcome"]  # no question first
 
 
 async def test_escalation_approved_by_a_grant_holder_refunds(

@@ -22,7 +22,7 @@ from agent.codec import ENCODING, KEY_ID_METADATA, CodecKey, MissingCodecKey
 from agent.decoded_history import decoded_history
 from agent.history import posted_message, steps_of, survivors_from_history, what_survives
 from agent.models import Actor, CustomerMessage
-from agent.settings import AgentSettings, TemporalSettings
+from agent.settings import TemporalSettings
 from agent.stores.databases import database_for
 from agent.stores.grants import GrantStore
 from agent.temporal_client import connect
@@ -30,7 +30,6 @@ from agent.workflow import RefundConversation
 from bot.commands import CommandReply, Commands
 from bot.hold import HoldSwitch
 from bot.local.terminal import PEOPLE
-from bot.local.thread_store import LocalThreadStore
 from bot.slack.commands import resolve_conversation
 from harness.codec import TEST_KEY, codec_payloads, raw_bytes
 from harness.conversation import LocalConversation
@@ -38,14 +37,9 @@ from harness.inproc import running_worker
 from worker.runner import prepare_stores
 
 CUSTOMER = Actor(platform="local", user_id="customer", display_name="Ottoline Quimby")
-OPENING = "please refund order 1234, the plush python I got for my nephew tore open"
+OPENING = "please refund order 1234, the plush python I got for my nephew"
 ANSWER = "The left seam split the first time he hugged it"
 ITEM = "plush python"  # order 1234's item, from the domain store
-
-
-@pytest.fixture
-def threads(agent_settings: AgentSettings) -> LocalThreadStore:
-    return LocalThreadStore(database_for(agent_settings))
 
 
 async def _client(client: Client, keys: list[CodecKey]) -> Client:

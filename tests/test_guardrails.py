@@ -112,8 +112,7 @@ async def _converse(
     handle = await conv.open(
         f"please refund order {number}", decider="policy" if decider == "policy" else "openai"
     )
-    await conv.answer_the_questions()
-    last = await conv.next_bot_message(timeout=60)
+    last = await conv.answer_until_decided()
     escalated = last.kind == "escalation"
     if escalated:
         await conv.click("approve", SUPPORT, round=1)

@@ -67,18 +67,44 @@ def test_order_numbers_are_found_in_text(text: str, number: str | None) -> None:
     assert find_order_number(text) == number
 
 
-def test_asks_for_the_order_number_then_the_two_questions_then_looks_up() -> None:
+def test_asks_for_the_order_number_then_looks_up_then_asks_the_two_questions() -> None:
     memory: list[Observation] = []
     assert next_step("I want a refund", memory).question_id == "order_number"
     memory.append(_answer("order_number", "1234"))
+    step = next_step("I want a refund", memory)
+    assert (step.tool, step.parallel_tools) == ("lookup_order", ("lookup_customer_history",))
+    memory += [_order(), HISTORY]
     assert next_step("I want a refund", memory).question_id == "item_opened"
     memory.append(_answer("item_opened", "Yes"))
     assert next_step("I want a refund", memory).question_id == "damage"
     memory.append(_answer("damage", "Split seam"))
     step = next_step("I want a refund", memory)
-    assert (step.tool, step.parallel_tools) == ("lookup_order", ("lookup_customer_history",))
-    memory += [_order(), HISTORY]
-    step = next_step("I want a refund", memory)
+    assert (step.action, step.outcome) == ("decide", "approve")
+
+
+@pytest.mark.parametrize(
+    ("lookup", "says"),
+    [
+        (OrderLookup(order_number="9999", order=None), "couldn't find order 9999"),
+        (_order("3003", 3500, final_sale=True), "final-sale"),
+    ],
+)
+def test_an_order_the_rules_refuse_is_answered_before_any_question(lookup, says) -> None:
+    number = lookup.order_number
+    step = next_step(f"please refund order {number}", [lookup, HISTORY])
+    assert (step.action, step.outcome) == ("decide", "deny") and says in step.rationale
+
+
+def test_answers_the_customer_already_gave_are_not_asked_again() -> None:
+    opening = "Please refund order 1234, I opened it and the seam is split"
+    step = next_step(opening, [_order(), HISTORY])
+    assert (step.action, step.outcome) == ("decide", "approve")
+    # Only the missing one is asked: the damage is said, whether it was opened is not.
+    step = next_step("refund order 1234, the handle snapped off", [_order(), HISTORY])
+    assert step.question_id == "item_opened"
+    # Any earlier answer counts too, whichever question it was given to.
+    memory = [_order(), HISTORY, _answer("item_opened", "I never opened it, the box was crushed")]
+    step = next_step("refund order 1234", memory)
     assert (step.action, step.outcome) == ("decide", "approve")
 
 
@@ -111,13 +137,7 @@ def test_large_refunds_check_policy_then_escalate() -> None:
 
 def test_ineligible_orders_are_denied_and_unknown_ones_too() -> None:
     memory = [*ANSWERS, _order("3003", 3500, final_sale=True), HISTORY]
-    final = PolicyCheck(
-        order_number="3003",
-        eligible=False,
-        return_required=False,
-        reason="final-sale items cannot be refunded",
-    )
-    step = next_step("refund 3003", [*memory, PolicyLookup(policy=final)])
+    step = next_step("refund 3003", memory)
     assert step.outcome == "deny" and "final-sale" in step.rationale
     unknown = next_step("refund 9999", [*ANSWERS, OrderLookup(order_number="9999", order=None)])
     assert unknown.outcome == "deny" and "couldn't find order 9999" in unknown.rationale

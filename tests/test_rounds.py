@@ -14,7 +14,6 @@ import pytest
 from temporalio.client import Client, Interceptor, OutboundInterceptor
 
 from agent.models import Actor, MessageEdit, MessageKey, OutboundMessage
-from agent.settings import AgentSettings
 from agent.stores.databases import database_for
 from agent.stores.grants import GrantStore
 from agent.stores.sqlite import SqliteDatabase
@@ -33,11 +32,6 @@ from harness.recording_router import RecordingRouter
 
 MARLOW = Actor(platform="local", user_id="marlow", display_name="Marlow")
 NO_GRANT = "Marlow holds no live refund_approver grant"
-
-
-@pytest.fixture
-def threads(agent_settings: AgentSettings) -> LocalThreadStore:
-    return LocalThreadStore(database_for(agent_settings))
 
 
 async def _escalated(conv: LocalConversation) -> LocalMessage:

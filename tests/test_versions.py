@@ -22,11 +22,10 @@ from agent.stores.ledger import Ledger
 from agent.versions import (
     PATCHES,
     Patch,
-    VersionAttributeMissing,
     overdue,
     unsupported_conversations,
 )
-from agent.visibility import VERSION_ATTRIBUTE
+from agent.visibility import VERSION_ATTRIBUTE, SearchAttributesMissing
 from agent.workflow import WORKFLOW_TYPE, RefundConversation
 from bot.local.thread_store import LocalThreadStore
 from harness.codec import TEST_CONVERTER
@@ -229,8 +228,10 @@ async def test_a_namespace_without_the_search_attribute_is_one_line() -> None:
         dev_server_existing_path=str(temporal_cli_path()), data_converter=TEST_CONVERTER
     )
     async with env:
-        with pytest.raises(VersionAttributeMissing) as missing:
+        with pytest.raises(SearchAttributesMissing) as missing:
             await unsupported_conversations(env.client, WORKFLOW_TYPE)
     message = str(missing.value)
-    assert "temporal operator search-attribute create --name RefundBotVersion" in message
+    assert "temporal operator search-attribute create" in message
+    assert "--name RefundBotVersion --type Keyword" in message
+    assert "--name RefundBotAmountCents --type Int" in message
     assert "\n" not in message

@@ -69,9 +69,11 @@ async def test_an_escalated_conversation_read_back_at_every_stage() -> None:
     events = list(history.events)
     yes, click, release = _signal("customer_message", 2), _signal("approval"), _signal("release")
 
+    # The order and the history are read before the first question.
     asked = _cut(history, yes(events))
-    assert asked.answers == {} and asked.lookups == []
+    assert asked.answers == {} and asked.lookups == ALL_LOOKUPS[:2]
     assert asked.next_action == "wait for the customer's answer to: Was the package opened?"
+    assert asked.next_deadline and asked.next_deadline.startswith("remind the customer at ")
 
     # The answer is in history; no Worker has taken it in yet.
     answered = _cut(history, yes(events) + 1)
@@ -82,6 +84,7 @@ async def test_an_escalated_conversation_read_back_at_every_stage() -> None:
     assert escalated.answers == BOTH and escalated.lookups == ALL_LOOKUPS
     assert escalated.order and escalated.order.order_number == "4500"
     assert escalated.next_action == "wait for a support agent's approval"
+    assert escalated.next_deadline and escalated.next_deadline.startswith("remind the approvers")
 
     assert _cut(history, click(events) + 1).next_action == "issue refund"
     held = _cut(history, release(events))
@@ -90,7 +93,7 @@ async def test_an_escalated_conversation_read_back_at_every_stage() -> None:
     in_flight = _cut(history, _refund_scheduled(events) + 1)
     assert in_flight.refund.state == "in flight"
     assert in_flight.next_action == "issue refund (in flight)"
-    # Two questions, the two lookups together, the policy check, then the decision.
+    # The two lookups together, two questions, the policy check, then the decision.
     assert in_flight.decide_calls == 5
     assert in_flight.customer_signals == 3
 

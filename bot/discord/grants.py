@@ -14,6 +14,7 @@ HTTPClient instead.
 from __future__ import annotations
 
 import asyncio
+import logging
 from typing import Any
 
 import discord
@@ -23,6 +24,8 @@ from agent.activities.authorize import GrantSource
 from bot.discord.outbound import RoutedHTTPClient
 from bot.discord.settings import DiscordSettings
 from bot.membership_grants import MembershipGrants
+
+log = logging.getLogger(__name__)
 
 
 class DiscordRoleGrants(MembershipGrants):
@@ -62,14 +65,20 @@ class DiscordRoleGrants(MembershipGrants):
     async def _membership(self, user_id: str) -> int | None:
         """The id of the approver role if the member holds it now (it is the grant id), or None."""
         assert self._guild_id is not None
-        http = await self._client()
         try:
+            http = await self._client()
             member = await http.get_member(self._guild_id, int(user_id))
+            return await self._matching_role(http, {int(r) for r in member.get("roles", [])})
         except discord.NotFound:
             return None  # not (or no longer) a member of the guild
         except ValueError:
             return None  # a user id that is no snowflake cannot be a member
-        return await self._matching_role(http, {int(r) for r in member.get("roles", [])})
+        except (discord.Forbidden, discord.LoginFailure) as err:
+            # No retry can fix a refused token or a missing permission: fail closed (nobody
+            # approves through the role), said loudly in the log. 5xx, 429 and network errors
+            # propagate: the step is retried, then waited out (agent/workflow.py).
+            log.error("cannot read Discord role %s: %s", self._group, type(err).__name__)
+            return None
 
     async def _matching_role(self, http: HTTPClient, held: set[int]) -> int | None:
         role = self._group

@@ -92,8 +92,7 @@ async def refunded_twice(conv: LocalConversation) -> WorkflowHandle:
     await _answer(conv)
     await first.result()
     second = LocalConversation(conv.client, conv.threads, conv.task_queue)
-    handle = await second.open("please refund order 1234")
-    await _answer(second)
+    handle = await second.open("please refund order 1234")  # answered at once: no question
     await handle.result()
     return handle
 
@@ -101,8 +100,7 @@ async def refunded_twice(conv: LocalConversation) -> WorkflowHandle:
 async def model_refused(conv: LocalConversation) -> WorkflowHandle:
     """The live model's API answers 401 (the Worker's key is wrong)."""
     handle = await conv.open("please refund order 1234", decider="openai")
-    await _answer(conv)
-    # Whether the run fails or completes depends on the Workflow's version: either is recorded.
+    # The model is asked first (which lookups), and refuses the call: no question is asked.
     with contextlib.suppress(WorkflowFailureError):
         await handle.result()
     return handle
@@ -121,7 +119,6 @@ async def model_overruled(conv: LocalConversation) -> WorkflowHandle:
     """A hostile model approves the final-sale order at once, with no lookup: the Workflow runs
     the lookups itself and the refund rules turn the approval into a denial."""
     handle = await conv.open("please refund order 3003", decider="openai")
-    await _answer(conv)
     await handle.result()
     return handle
 
@@ -173,8 +170,7 @@ async def late_message(conv: LocalConversation) -> WorkflowHandle:
     queue = conv.task_queue + "-gated"
     async with await build_worker(conv.client, queue, settings, {"local": gate}):
         gated = LocalConversation(conv.client, conv.threads, queue)
-        handle = await gated.open("please refund order 9999")  # no such order: denied
-        await _answer(gated)
+        handle = await gated.open("please refund order 9999")  # no such order: denied at once
         await asyncio.wait_for(gate.reached.wait(), 30)
         await gated.reply("thanks!")
         gate.open.set()
