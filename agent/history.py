@@ -17,6 +17,7 @@ import asyncio
 import contextlib
 import json
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from itertools import groupby
 from typing import Any, get_args
 
@@ -306,6 +307,25 @@ def survivors_from_history(
     )
 
 
+WAITING_FOR_APPROVAL = "wait for a support agent's approval"
+
+
+def escalation_posted_at(
+    history: WorkflowHistory, converter: DataConverter = pydantic_data_converter
+) -> datetime | None:
+    """When the escalation a support agent has yet to answer was posted (the time its post was
+    recorded), or None when the conversation waits for no one's click: the bot's /metrics
+    counts escalations waiting and their age with it (refund_bot/escalations.py)."""
+    if survivors_from_history(history, converter).next_action != WAITING_FOR_APPROVAL:
+        return None
+    events = list(history.events)
+    escalations = [s for s in steps_of(events, converter) if _is_escalation(s)]
+    if not escalations:
+        return None
+    by_id = {event.event_id: event for event in events}
+    return by_id[escalations[-1].at].event_time.ToDatetime(tzinfo=UTC)
+
+
 def _latest_result(steps: list[Step], name: str) -> Any:
     return next((s.result for s in reversed(steps) if s.name == name and s.completed), None)
 
@@ -374,7 +394,7 @@ def _next_action(
         return "issue refund"
     click = _answering_click(after, signals.clicks)
     if click is None:
-        return "wait for a support agent's approval"
+        return WAITING_FOR_APPROVAL
     if click.decision == "deny":
         # It counts only if the clicker may decide refunds (read live): then the run closes.
         return "check the Deny click's grant, then tell the customer the refund is denied"

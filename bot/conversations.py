@@ -79,6 +79,11 @@ UNREACHABLE_RETRY = Backoff(first=1.0, cap=30.0, jitter=False)
 
 _Arg = TypeVar("_Arg", bound=BaseModel)
 
+OPENED = "refund_bot_conversations_opened"
+OPENED_DESCRIPTION = (
+    "Conversations this bot process started in Temporal (signal-with-start that started)"
+)
+
 
 class InboundMessage(BaseModel):
     """A chat message, as an adapter saw it."""
@@ -200,10 +205,7 @@ class ConversationRouter:
     ) -> None:
         self._client = client
         self._task_queue = task_queue
-        self._opened = (meter or MetricMeter.noop).create_counter(
-            "refund_bot_conversations_opened",
-            "Conversations this bot process started in Temporal (signal-with-start that started)",
-        )
+        self._opened = (meter or MetricMeter.noop).create_counter(OPENED, OPENED_DESCRIPTION)
         self._inbox = inbox
         self._hold = hold_new_conversations
         self._recent = recent or RecentEvents()
