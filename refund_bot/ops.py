@@ -33,8 +33,8 @@ from bot.inbox import Inbox
 from bot.platform_health import PlatformHealth
 from bot.reconnect import one_line
 from refund_bot.escalations import EscalationWatch
+from worker.pollers import other_workers
 from worker.settings import parse_address
-from worker.supervisor import other_workers
 from worker.telemetry import PREFIX
 
 log = logging.getLogger(__name__)

@@ -22,12 +22,9 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, AbstractContextManager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any, Literal, Protocol
+from typing import Any, Literal, Protocol
 
 from agent import tracing
-
-if TYPE_CHECKING:
-    pass
 
 log = logging.getLogger(__name__)
 
