@@ -18,7 +18,7 @@ from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
 
 from agent.settings import AgentSettings
-from agent.stores.database import database_for
+from agent.stores.databases import database_for
 from bot.inbox import Inbox
 from bot.local.thread_store import LocalThreadStore
 from bot.platform_health import PlatformHealth

@@ -26,7 +26,7 @@ from temporalio.testing import WorkflowEnvironment
 
 from agent import tracing
 from agent.settings import AgentSettings, TemporalSettings
-from agent.stores.database import database_for
+from agent.stores.databases import database_for
 from agent.stores.grants import GrantStore
 from agent.temporal_client import connect
 from bot.conversations import ConversationRouter
