@@ -16,8 +16,11 @@ import os
 import random
 import subprocess
 import sys
+import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from opentelemetry.sdk.trace import ReadableSpan
@@ -35,10 +38,13 @@ from bot.inbox import Inbox
 from bot.local import thread_store
 from bot.local.terminal import PEOPLE, LocalChannel, thread_ref
 from bot.local.thread_store import LocalThreadStore
+from harness import free_port
+from harness.cli_process import clean_environment
 from harness.codec import TEST_KEYS
 from harness.conditions import wait_for
 from harness.inproc import running_worker
 from tests.test_slack_app import RecordingCommands
+from tests.test_terminal import Terminal
 
 ROOTS = ("local.message", "local.click", "local.command")
 # What the customer and the agent say, and who they are: none of it may be in a span.
@@ -354,3 +360,107 @@ def test_an_otlp_protocol_it_cannot_speak_is_one_line(tmp_path: Path) -> None:
         "to http/protobuf and point OTEL_EXPORTER_OTLP_ENDPOINT at the collector's HTTP port "
         "(4318)"
     ]
+
+
+class OtlpSink:
+    """An OTLP/HTTP collector on loopback, in a thread: it keeps every span sent to /v1/traces,
+    with its process's resource attributes."""
+
+    def __init__(self) -> None:
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+        from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
+            ExportTraceServiceRequest,
+        )
+
+        self.spans: list[dict[str, Any]] = []
+        sink = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                body = self.rfile.read(int(self.headers["Content-Length"]))
+                request = ExportTraceServiceRequest.FromString(body)
+                for resource in request.resource_spans:
+                    process = {a.key: a.value.string_value for a in resource.resource.attributes}
+                    for scope in resource.scope_spans:
+                        for span in scope.spans:
+                            sink.spans.append(
+                                {
+                                    "name": span.name,
+                                    "trace": span.trace_id.hex(),
+                                    "id": span.span_id.hex(),
+                                    "parent": span.parent_span_id.hex(),
+                                    "command": process.get("refund_bot.command"),
+                                    "service": process.get("service.name"),
+                                }
+                            )
+                self.send_response(200)
+                self.send_header("Content-Type", "application/x-protobuf")
+                self.end_headers()
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.endpoint = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+
+
+def test_refund_bot_run_sends_one_connected_trace_per_message_from_the_bot_and_its_worker(
+    tmp_path: Path,
+) -> None:
+    """The real thing: `refund-bot run` in a terminal, its Worker in a process of its own, both
+    configured by OTEL_* alone, both exporting to one collector."""
+    sink = OtlpSink()
+    env = {
+        **clean_environment(),
+        "DATA_DIR": str(tmp_path / ".data"),
+        "TEMPORAL_ADDRESS": f"127.0.0.1:{free_port()}",
+        "TEMPORAL_UI_PORT": str(free_port()),
+        "OTEL_EXPORTER_OTLP_ENDPOINT": sink.endpoint,
+        "OTEL_BSP_SCHEDULE_DELAY": "200",
+    }
+    term = Terminal([sys.executable, "-m", "refund_bot", "run"], env, str(tmp_path))
+    try:
+        term.expect(r"Try: please refund order 1234")
+        term.type("please refund order 1234")
+        term.expect(r"\[t1\] refund-bot: Was the package opened\?")
+        term.type("Yes")
+        term.expect(r"\[t1\] refund-bot: What was damaged\?")
+        term.type("Split seam")
+        term.expect(r"\[t1\] refund-bot: Your refund is complete")
+
+        def three_whole_traces() -> dict[str, list[dict[str, Any]]] | None:
+            by_trace: dict[str, list[dict[str, Any]]] = {}
+            for span in list(sink.spans):
+                by_trace.setdefault(span["trace"], []).append(span)
+            found = {
+                t: spans
+                for t, spans in by_trace.items()
+                if any(s["name"] == "local.message" for s in spans)
+                and any(s["name"] == "chat.post" for s in spans)
+            }
+            return found if len(found) == 3 else None
+
+        deadline = time.monotonic() + 30
+        while (found := three_whole_traces()) is None and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert found is not None, (
+            f"{len(sink.spans)} spans: {sorted({s['name'] for s in sink.spans})}"
+        )
+        for spans in found.values():
+            ids = {s["id"] for s in spans}
+            roots = [s for s in spans if s["parent"] not in ids]
+            assert [r["name"] for r in roots] == ["local.message"]  # one tree
+            # Made by the bot (`refund-bot run`) and by its Worker child, one service.
+            assert {s["command"] for s in spans} == {"run", "worker"}
+            assert {s["service"] for s in spans} == {"refund-bot"}
+            assert {"router.route", "RunActivity:decide_next_step"} <= {s["name"] for s in spans}
+        term.type("/quit")
+        assert term.proc.wait(timeout=30) == 0
+    finally:
+        term.close()
+        sink.close()
