@@ -229,8 +229,9 @@ def install(provider: TracerProvider) -> None:
     _tracer = trace.get_tracer("refund_bot")
 
 
-def flush(timeout_millis: int = 5000) -> None:
-    """Export what is waiting (a process about to end: worker.exit calls this)."""
+def flush(timeout_millis: int = 2000) -> None:
+    """Export what is waiting (a process about to end: worker.exit calls this). Bounded: a
+    collector that does not answer costs a stop two seconds, never the stop itself."""
     if _provider is not None:
         with contextlib.suppress(Exception):
             _provider.force_flush(timeout_millis)
