@@ -5,6 +5,9 @@
 UV_VERSION := 0.13.9
 PYTHON ?= python3
 UV := .tools/bin/uv
+# Prometheus' rule checker, for tests/test_alerts.py: unpacked from Debian's prometheus package
+# (harness/promtool.py) unless one is on PATH.
+PROMTOOL := .tools/bin/promtool
 export UV_PYTHON_DOWNLOADS := never
 
 .DEFAULT_GOAL := setup
@@ -29,7 +32,10 @@ demo: .venv/.synced  ## the unattended story, start to finish
 demo-side-by-side: .venv/.synced  ## the same crash without and with Temporal, in two threads
 	$(UV) run --locked refund-bot demo --side-by-side
 
-test: .venv/.synced  ## the whole test suite, on a real Temporal dev server
+$(PROMTOOL): | .venv/.synced
+	$(UV) run --locked python -m harness.promtool
+
+test: .venv/.synced $(PROMTOOL)  ## the whole test suite, on a real Temporal dev server
 	$(UV) run --locked pytest
 
 lint: .venv/.synced

@@ -1,10 +1,12 @@
 """One way to connect to Temporal, for the bot, the Worker, the supervisor, the commands and tests.
 
-    settings -> codec_keys -> data_converter(keys) -> Client.connect
+    settings -> codec_keys -> data_converter(keys) -> Client.connect (+ tracing, when on)
 
 The data converter is built here and nowhere else: pydantic values (agent.models), encrypted by
 the AES-GCM payload codec (agent.codec), and failure messages and stack traces moved into an
-encoded payload, so an ApplicationError's message is encrypted like any other value.
+encoded payload, so an ApplicationError's message is encrypted like any other value. With tracing
+on (agent.tracing), the client carries each call's trace context in Temporal's headers, and so
+does every Worker built on it.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.converter import DataConverter, DefaultFailureConverterWithEncodedAttributes
 from temporalio.service import TLSConfig
 
+from agent import tracing
 from agent.codec import AesGcmCodec, CodecKey
 from agent.codec_keys import codec_keys
 from agent.settings import AgentSettings, TemporalSettings
@@ -55,4 +58,5 @@ async def connect(
         api_key=settings.api_key.get_secret_value() if settings.api_key else None,
         tls=tls_config(settings),
         data_converter=data_converter(codec_keys(AgentSettings()) if keys is None else keys),
+        interceptors=tracing.interceptors(),
     )

@@ -6,6 +6,9 @@
       -> PREFIX-bare: bench.round_trip's workflow and Activity
       -> prints "ready" once every Worker runs; stops on SIGTERM or when its parent is gone
 
+With an OTEL_* variable set, this process is traced as a refund-bot Worker is (agent.tracing), its
+clients carrying the tracing interceptor: bench.tracing_cost runs it both ways.
+
 The converters: the one every refund-bot process uses (AES-GCM payload codec), the plain pydantic
 converter (no codec), and a codec that changes nothing (the SDK's codec plumbing alone: with any
 codec set it walks every activation and completion for payloads).
@@ -26,6 +29,7 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.converter import DataConverter, PayloadCodec
 from temporalio.worker import Worker
 
+from agent import tracing
 from agent.settings import AgentSettings
 from agent.stores.sqlite import SqliteDatabase
 from bench.round_trip import BareRoundTrip, echo
@@ -66,11 +70,14 @@ def local_threads(data_dir: Path) -> LocalThreadStore:
 
 async def serve(address: str, data_dir: Path, prefix: str) -> None:
     watch_lifeline()
+    tracing.configure("worker")
     settings = AgentSettings(_env_file=None, data_dir=data_dir)  # type: ignore[call-arg]
     posters = {"local": local_threads(data_dir)}
     async with contextlib.AsyncExitStack() as workers:
         for name, converter in CONVERTERS.items():
-            client = await Client.connect(address, data_converter=converter)
+            client = await Client.connect(
+                address, data_converter=converter, interceptors=tracing.interceptors()
+            )
             worker = await build_worker(client, queue(prefix, name), settings, posters)
             await workers.enter_async_context(worker)
         bare = await Client.connect(address, data_converter=pydantic_data_converter)

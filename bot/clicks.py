@@ -22,6 +22,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Protocol
 
+from agent import tracing
 from agent.activities.authorize import GrantSource
 from agent.models import Actor
 from bot.conversations import InboundClick, Routed, Router
@@ -94,6 +95,25 @@ async def on_click(
     """Handle one click; the router's result, or None when the click went nowhere (refused, its
     pre-check failed, or routing failed). Without `may_approve` every click goes to the Workflow,
     whose authorization check says the result in the thread."""
+    with tracing.span(
+        f"{click.actor.platform}.click",
+        "server",
+        platform=click.actor.platform,
+        workflow_id=click.workflow_id,
+        decision=click.decision,
+        round=click.round,
+    ) as span:
+        routed = await _on_click(click, may_approve, router, surface)
+        span.set(outcome=routed.value if routed is not None else "not_routed")
+        return routed
+
+
+async def _on_click(
+    click: InboundClick,
+    may_approve: ApprovalCheck | None,
+    router: Router,
+    surface: ClickSurface,
+) -> Routed | None:
     if may_approve is not None:
         allowed = await _may_decide(may_approve, click.actor)
         if not allowed:

@@ -37,6 +37,7 @@ from temporalio.common import MetricMeter, WorkflowIDReusePolicy
 from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
+from agent import tracing
 from agent.models import (
     MAX_TEXT_CHARS,
     Actor,
@@ -78,6 +79,11 @@ INBOX_RETRY = Backoff(first=2.0, cap=300.0, jitter=False)
 UNREACHABLE_RETRY = Backoff(first=1.0, cap=30.0, jitter=False)
 
 _Arg = TypeVar("_Arg", bound=BaseModel)
+
+OPENED = "refund_bot_conversations_opened"
+OPENED_DESCRIPTION = (
+    "Conversations this bot process started in Temporal (signal-with-start that started)"
+)
 
 
 class InboundMessage(BaseModel):
@@ -201,10 +207,7 @@ class ConversationRouter:
     ) -> None:
         self._client = client
         self._task_queue = task_queue
-        self._opened = (meter or MetricMeter.noop).create_counter(
-            "refund_bot_conversations_opened",
-            "Conversations this bot process started in Temporal (signal-with-start that started)",
-        )
+        self._opened = (meter or MetricMeter.noop).create_counter(OPENED, OPENED_DESCRIPTION)
         self._inbox = inbox
         self._hold = hold_new_conversations
         self._recent = recent or RecentEvents()
@@ -264,6 +267,14 @@ class ConversationRouter:
 
     async def _deliver_or_queue(self, event_id: str, kind: str, payload: BaseModel) -> Routed:
         workflow_id = _workflow_of(kind, payload)
+        with tracing.span("router.route", workflow_id=workflow_id, inbound=kind) as span:
+            routed = await self._deliver_or_keep(event_id, kind, payload, workflow_id)
+            span.set(routed=routed.value)
+            return routed
+
+    async def _deliver_or_keep(
+        self, event_id: str, kind: str, payload: BaseModel, workflow_id: str
+    ) -> Routed:
         failure: str | None = None  # why this event failed on its own (not counted: unreachable)
         # Order matters: while the conversation has anything in the inbox, the rest queues behind.
         if not await self._inbox.holds(workflow_id):
@@ -401,7 +412,17 @@ class ConversationRouter:
                     next_retry_at = _earliest(next_retry_at, pending.retry_at)
                     continue
                 try:
-                    routed = await self._deliver(pending.kind, payload)
+                    # A trace of its own: the handler that kept it has long returned.
+                    with tracing.span(
+                        "inbox.deliver",
+                        "consumer",
+                        workflow_id=workflow_id,
+                        inbound=pending.kind,
+                        inbox_entry=pending.seq,
+                        attempt=pending.attempts + 1,
+                    ) as span:
+                        routed = await self._deliver(pending.kind, payload)
+                        span.set(routed=routed.value)
                 except Exception as err:
                     if _unreachable(err):
                         log.info("Temporal unreachable (%s); the inbox waits", one_line(err))

@@ -357,7 +357,14 @@ async def serve(
     healths = [p.health for p in platforms]
     async with contextlib.AsyncExitStack() as ops:
         if metrics is not None and process.metrics_address != OFF:
-            ops_state = Ops(stack.client, stack.inbox, healths, metrics, metric_meter())
+            ops_state = Ops(
+                stack.client,
+                stack.inbox,
+                healths,
+                metrics,
+                metric_meter(),
+                task_queue=stack.temporal.task_queue,
+            )
             try:
                 await ops.enter_async_context(serving_ops(process.metrics_address, ops_state))
                 stack.ops = f"/healthz on http://{process.metrics_address}"

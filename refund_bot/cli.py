@@ -29,6 +29,7 @@ import sys
 
 from temporalio.service import RPCError, RPCStatusCode
 
+from agent import tracing
 from agent.codec import CodecError, NoCodecKey
 from agent.stores.database import DatabaseUnavailable
 from agent.visibility import SearchAttributesMissing
@@ -373,9 +374,17 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> None:
     args = build_parser().parse_args(argv)
+    try:
+        # Before any client connects: the Temporal interceptor is given at connection.
+        traced = tracing.configure(args.command)
+    except tracing.TracingRefused as err:
+        print(f"refund-bot: {err}", file=sys.stderr)
+        exit_now(2)
     logging.basicConfig(
         level=logging.INFO if args.verbose or args.command == "worker" else logging.WARNING,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        # Traced, a line written while handling a message ends with its trace and span ids.
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+        + (tracing.LOG_FORMAT_SUFFIX if traced else ""),
     )
     if args.verbose > 1:  # our own debug lines (the status line every minute), not every library's
         for package in ("agent", "bot", "worker", "refund_bot"):

@@ -2,7 +2,8 @@
 
     GET /healthz -> Temporal's health check, each platform's PlatformHealth, the inbox
                  -> 200 when all are well, else 503; a JSON body says which part is not
-    GET /metrics -> inbox depth, dead letters and platforms connected, set now
+    GET /metrics -> inbox depth, dead letters, platforms connected, Workers polling (Temporal's
+                    list of pollers) and escalations waiting (refund_bot/escalations.py), set now
                  -> this process's exporter (worker/telemetry: the SDK's metrics and refund-bot's)
 
 A load balancer asks /healthz whether to send Slack's requests here; Prometheus scrapes /metrics.
@@ -27,9 +28,12 @@ from aiohttp import web
 from temporalio.client import Client
 from temporalio.common import MetricMeter
 
+from bot.conversations import OPENED, OPENED_DESCRIPTION
 from bot.inbox import Inbox
 from bot.platform_health import PlatformHealth
 from bot.reconnect import one_line
+from refund_bot.escalations import EscalationWatch
+from worker.pollers import other_workers
 from worker.settings import parse_address
 from worker.telemetry import PREFIX
 
@@ -52,6 +56,9 @@ class Ops:
     platforms: Sequence[PlatformHealth]
     exporter: str  # this process's SDK exporter (worker.telemetry.install_metrics_on_loopback)
     meter: MetricMeter  # that exporter's Runtime's (worker.telemetry.metric_meter)
+    # The conversations' task queue: the Workers polling it and the escalations waiting are read
+    # from Temporal at each scrape (None: neither is reported).
+    task_queue: str | None = None
 
 
 async def _temporal(client: Client) -> dict[str, Any]:
@@ -93,6 +100,41 @@ def ops_app(ops: Ops) -> web.Application:
     connected = meter.create_gauge(
         PREFIX + "platform_connected", "1 when the chat platform is connected (or on standby)"
     )
+    polling = meter.create_gauge(
+        PREFIX + "workers_polling",
+        "Worker processes polling the conversations' task queue, as Temporal lists them",
+    )
+    escalations_waiting = meter.create_gauge(
+        PREFIX + "escalations_waiting", "Escalations posted and not yet answered by a support agent"
+    )
+    oldest_escalation = meter.create_gauge(
+        PREFIX + "escalation_oldest_age_seconds",
+        "How long the oldest unanswered escalation has waited (0 when none waits)",
+    )
+    reminded_gauge = meter.create_gauge(
+        PREFIX + "escalations_reminded",
+        "Escalations still waiting after their approvers were reminded in the thread",
+    )
+    watch = EscalationWatch(ops.client)
+    # At 0 from the start for each platform served (the router counts from 1): a series that
+    # first appears at 1 hides that conversation from rate() and increase().
+    opened = meter.create_counter(OPENED, OPENED_DESCRIPTION)
+    for platform in ops.platforms:
+        opened.add(0, {"platform": platform.name})
+
+    async def from_temporal() -> None:
+        # Temporal unreachable: the gauges keep their last value; /healthz says why.
+        task_queue = ops.task_queue
+        if task_queue is None:
+            return
+        with contextlib.suppress(Exception):
+            workers = await other_workers(ops.client, ops.client.namespace, task_queue)
+            polling.set(len(workers), {"task_queue": task_queue})
+        with contextlib.suppress(Exception):
+            waiting = await watch.waiting()
+            escalations_waiting.set(waiting.count)
+            oldest_escalation.set(round(waiting.oldest_seconds))
+            reminded_gauge.set(waiting.reminded)
 
     async def healthz(_: web.Request) -> web.Response:
         ok, body = await health(ops)
@@ -106,6 +148,7 @@ def ops_app(ops: Ops) -> web.Application:
             dead_letters.set(depth.dead)
         for platform in ops.platforms:
             connected.set(int(platform.ready), {"platform": platform.name})
+        await from_temporal()
         async with (
             aiohttp.ClientSession() as http,
             http.get(ops.exporter, timeout=aiohttp.ClientTimeout(total=5)) as resp,

@@ -13,8 +13,11 @@ import os
 import sys
 from typing import NoReturn
 
+from agent import tracing
+
 
 def exit_now(code: int) -> NoReturn:
+    tracing.flush()  # spans still batched in memory (none to flush when tracing is off)
     # After a SIGHUP the terminal may be gone: what could not be written is lost, the code is not.
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(OSError, ValueError, AttributeError):

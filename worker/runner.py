@@ -13,11 +13,13 @@ from collections.abc import Awaitable, Mapping, Sequence
 from datetime import timedelta
 
 from temporalio.client import Client
+from temporalio.runtime import Runtime
 from temporalio.worker import Interceptor, Worker
 
 from agent.activities.authorize import AuthorizeActivities, GrantSource
 from agent.activities.decide import DecideActivities
 from agent.activities.lookups import LookupActivities
+from agent.activities.metrics import DESCRIPTIONS
 from agent.activities.notify import NotifyActivities, ThreadPoster
 from agent.activities.refund import RefundActivities
 from agent.activities.rules import apply_refund_rules
@@ -34,7 +36,14 @@ from agent.versions import unsupported_conversations, unsupported_line
 from agent.workflow import WORKFLOW_TYPE, RefundConversation
 from worker.bytecode import keep_bytecode
 from worker.control import worker_identity
+from worker.conversation_metrics import (
+    ENDED_DESCRIPTION,
+    ENDED_METRIC,
+    ENDED_OUTCOMES,
+    ConversationMetrics,
+)
 from worker.sandbox import CompiledOnceSandboxRunner
+from worker.telemetry import PREFIX, metric_meter
 
 log = logging.getLogger(__name__)
 
@@ -57,6 +66,10 @@ STICKY_TIMEOUT = timedelta(seconds=10)
 # storm back under repeated kills: with 30, 39 of 200 conversations did not finish in
 # bench.random_kills, against none with 10 or 20 (docs/benchmarks.md, fourth pass).
 MAX_CONCURRENT_WORKFLOW_TASKS = 20
+
+STANDBY_DESCRIPTION = (
+    "1 while this Worker process is a warm standby, ready to poll the moment it is promoted"
+)
 
 
 async def prepare_stores(settings: AgentSettings) -> tuple[DomainStore, GrantStore, Ledger]:
@@ -90,6 +103,7 @@ async def build_worker(
     `interceptors`: the composition root's own (the crash drill's pause, demo/drill.py)."""
     keep_bytecode(RefundConversation)
     domain, grants, ledger = await prepare_stores(settings)
+    _counters_at_zero(client, task_queue, settings, posters)
     lookups = LookupActivities(domain, effect_owner(settings, ledger))
     notify = NotifyActivities(posters)
     return Worker(
@@ -108,12 +122,45 @@ async def build_worker(
             notify.post_to_thread,
             notify.edit_thread_message,
         ],
-        interceptors=interceptors,
+        # Turn latency and conversations ended (metrics), then the composition root's own;
+        # tracing, when on, comes from the client.
+        interceptors=[ConversationMetrics(), *interceptors],
         workflow_runner=CompiledOnceSandboxRunner(),
         sticky_queue_schedule_to_start_timeout=STICKY_TIMEOUT,
         max_concurrent_workflow_tasks=MAX_CONCURRENT_WORKFLOW_TASKS,
         graceful_shutdown_timeout=timedelta(seconds=5),
     )
+
+
+def _counters_at_zero(
+    client: Client, task_queue: str, settings: AgentSettings, posters: Mapping[str, ThreadPoster]
+) -> None:
+    """refund-bot's counters at 0 from this Worker's start, with the labels the SDK gives them
+    when they count: a series that first appears at 1 hides that 1 from rate() and increase(),
+    and an alert on it would never fire (Prometheus' own advice: export 0 for what can happen)."""
+    meter = (client.service_client.config.runtime or Runtime.default()).metric_meter
+    where = {"namespace": client.namespace, "task_queue": task_queue}
+    owner = "stripe" if settings.stripe_api_key is not None else "ledger"
+
+    def zero(name: str, description: str, labels: dict[str, str]) -> None:
+        meter.create_counter(PREFIX + name, description).add(0, {**where, **labels})
+
+    for name, activity, labels in (
+        ("refunds_issued", "issue_refund", {"owner": owner}),
+        ("refund_errors", "issue_refund", {"owner": owner}),
+        ("refusals", "authorize_refund", {"reason": "not_authorized"}),
+        ("refusals", "issue_refund", {"reason": "already_refunded"}),
+        ("refusals", "issue_refund", {"reason": "owner_refused"}),
+        *(("post_errors", "post_to_thread", {"platform": p}) for p in posters),
+    ):
+        zero(name, DESCRIPTIONS[name], {"activity_type": activity, **labels})
+    meter.create_gauge(PREFIX + "worker_standby", STANDBY_DESCRIPTION).set(0)
+    for outcome in ENDED_OUTCOMES:
+        zero(
+            ENDED_METRIC.removeprefix(PREFIX),
+            ENDED_DESCRIPTION,
+            {"workflow_type": WORKFLOW_TYPE, "outcome": outcome},
+        )
 
 
 async def run_worker(
@@ -149,11 +196,15 @@ async def run_worker(
     unsupported = await unsupported_conversations(client, WORKFLOW_TYPE)
     if unsupported.count:
         log.warning("%s", unsupported_line(unsupported))
+    # A warm standby says so on its own /metrics, until it is promoted (or let go).
+    standby = metric_meter().create_gauge(PREFIX + "worker_standby", STANDBY_DESCRIPTION)
     if go is not None:
         log.info(
             "standby %s ready; polls %s when told", worker_identity(host=host), temporal.task_queue
         )
+        standby.set(1)
         await go  # DURABLE WAIT (of a process): until the supervisor promotes this standby
+    standby.set(0)
     async with worker:
         log.info("worker %s polling %s", worker_identity(host=host), temporal.task_queue)
         await asyncio.Event().wait()

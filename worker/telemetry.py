@@ -17,6 +17,8 @@ import socket
 from temporalio.common import MetricMeter
 from temporalio.runtime import PrometheusConfig, Runtime, TelemetryConfig
 
+from worker.conversation_metrics import TURN_BUCKETS, TURN_METRIC
+
 # refund-bot's own metrics, one prefix: refund_bot_<name>, counters with Prometheus' _total.
 PREFIX = "refund_bot_"
 
@@ -31,17 +33,23 @@ def install_metrics(bind_address: str) -> Runtime:
     Call it before any Temporal client connects: clients and Workers report to the Runtime that
     was the default when they were made.
     """
+    runtime = prometheus_runtime(bind_address)
+    Runtime.set_default(runtime, error_if_already_set=False)
+    return runtime
+
+
+def prometheus_runtime(bind_address: str) -> Runtime:
+    """A Runtime exporting at `bind_address`, as every refund-bot process's is configured."""
     config = PrometheusConfig(
         bind_address=bind_address,
         counters_total_suffix=True,  # Prometheus' convention: refund_bot_refunds_issued_total
         durations_as_seconds=True,
+        histogram_bucket_overrides={TURN_METRIC: TURN_BUCKETS},
     )
     try:
-        runtime = Runtime(telemetry=TelemetryConfig(metrics=config))
+        return Runtime(telemetry=TelemetryConfig(metrics=config))
     except ValueError as err:  # "Failed starting Prometheus exporter: Address already in use"
         raise MetricsRefused(f"cannot serve metrics at {bind_address}: {err}") from None
-    Runtime.set_default(runtime, error_if_already_set=False)
-    return runtime
 
 
 def metric_meter() -> MetricMeter:

@@ -18,6 +18,8 @@ DESCRIPTIONS = {
     "refusals": "Refunds not made: no live grant (not_authorized), the owner said already "
     "refunded (already_refunded) or refused (owner_refused)",
     "post_errors": "Posts and edits to a chat platform that failed (Temporal retries them)",
+    "refund_errors": "Refund attempts that failed and are retried (the owner unreachable, rate "
+    "limited, a server error), by owner",
     "overruled": "Decisions the refund rules changed from what the decider proposed, by rule",
 }
 

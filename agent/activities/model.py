@@ -17,6 +17,7 @@ import json
 import openai
 from temporalio.exceptions import ApplicationError
 
+from agent import tracing
 from agent.models import AgentStep, DecideInput
 from agent.settings import AgentSettings
 
@@ -88,15 +89,31 @@ async def model_step(request: DecideInput, settings: AgentSettings) -> AgentStep
     )
     observations = [o.model_dump() for o in request.memory]
     try:
-        async with client:
-            response = await client.responses.create(
-                model=settings.openai_model,
-                instructions=INSTRUCTIONS,
-                input=json.dumps({"request": request.opening_text, "observations": observations}),
-                tools=TOOLS,  # type: ignore[arg-type]
-                tool_choice="required",
-                store=False,
-            )
+        # OpenTelemetry's GenAI conventions: the model and the tokens, never the prompt.
+        with tracing.span(
+            f"chat {settings.openai_model}",
+            "client",
+            gen_ai_operation="chat",
+            gen_ai_provider="openai",
+            gen_ai_model=settings.openai_model,
+            turn=request.turn,
+        ) as span:
+            async with client:
+                response = await client.responses.create(
+                    model=settings.openai_model,
+                    instructions=INSTRUCTIONS,
+                    input=json.dumps(
+                        {"request": request.opening_text, "observations": observations}
+                    ),
+                    tools=TOOLS,  # type: ignore[arg-type]
+                    tool_choice="required",
+                    store=False,
+                )
+            if response.usage is not None:
+                span.set(
+                    gen_ai_input_tokens=response.usage.input_tokens,
+                    gen_ai_output_tokens=response.usage.output_tokens,
+                )
     except openai.APIStatusError as err:
         if err.status_code == 429 or err.status_code >= 500:
             raise  # transient: Temporal retries with backoff

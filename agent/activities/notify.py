@@ -13,6 +13,7 @@ from typing import Protocol
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
+from agent import tracing
 from agent.activities.heartbeat import heartbeating
 from agent.activities.metrics import count
 from agent.models import MessageEdit, OutboundMessage, PostedMessage
@@ -52,17 +53,41 @@ class NotifyActivities:
 
     @activity.defn
     async def post_to_thread(self, message: OutboundMessage) -> PostedMessage:
-        with _counting_errors(message.thread.platform):
-            poster = self._poster(message.thread.platform)
+        platform = message.thread.platform
+        with (
+            _counting_errors(platform),
+            tracing.span(
+                "chat.post",
+                "client",
+                platform=platform,
+                workflow_id=message.key.workflow_id,
+                seq=message.key.seq,
+                message_kind=message.kind,
+                round=message.round,
+            ) as span,
+        ):
+            poster = self._poster(platform)
             async with heartbeating():
                 # EXTERNAL EFFECT: one chat message, deduplicated by message.key on the platform.
                 posted = await poster.post(message)
+            span.set(duplicate=posted.duplicate)
         return posted.model_copy(update={"message": message})
 
     @activity.defn
     async def edit_thread_message(self, edit: MessageEdit) -> None:
-        with _counting_errors(edit.thread.platform):
-            poster = self._poster(edit.thread.platform)
+        platform = edit.thread.platform
+        with (
+            _counting_errors(platform),
+            tracing.span(
+                "chat.edit",
+                "client",
+                platform=platform,
+                workflow_id=edit.key.workflow_id,
+                seq=edit.key.seq,
+                decision=edit.decision,
+            ),
+        ):
+            poster = self._poster(platform)
             async with heartbeating():
                 # EXTERNAL EFFECT: an earlier post replaced; the same edit again changes nothing.
                 await poster.edit(edit)

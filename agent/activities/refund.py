@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Literal
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
+from agent import tracing
 from agent.activities.heartbeat import heartbeating
 from agent.activities.metrics import count
 from agent.effect_owner import effect_owner
@@ -47,15 +48,32 @@ class RefundActivities:
             info.attempt,
             request.idempotency_key[-8:],
         )
+        owner = "stripe" if self._settings.stripe_api_key is not None else "ledger"
         async with heartbeating():
             try:
-                if self._settings.stripe_api_key is not None:
-                    result = await self._stripe_refund(request)
-                else:
-                    result = await self._ledger_refund(request)
+                with tracing.span(
+                    f"refund.{owner}",
+                    "client",
+                    owner=owner,
+                    workflow_id=request.workflow_id,
+                    amount_cents=request.amount_cents,
+                    currency=request.currency,
+                    attempt=info.attempt,
+                ) as span:
+                    if owner == "stripe":
+                        result = await self._stripe_refund(request)
+                    else:
+                        result = await self._ledger_refund(request)
+                    span.set(status=result.status)
             except ApplicationError as err:
                 if err.non_retryable:
                     count("refusals", reason="owner_refused")
+                else:
+                    count("refund_errors", owner=owner)
+                raise
+            except Exception:
+                # Stripe unreachable, rate limited, a 5xx: Temporal retries the attempt.
+                count("refund_errors", owner=owner)
                 raise
             if result.status == "succeeded":
                 count("refunds_issued", owner=result.mode)

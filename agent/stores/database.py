@@ -19,13 +19,12 @@ from __future__ import annotations
 import hashlib
 import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from contextlib import AbstractAsyncContextManager
+from contextlib import AbstractAsyncContextManager, AbstractContextManager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any, Literal, Protocol
+from typing import Any, Literal, Protocol
 
-if TYPE_CHECKING:
-    pass
+from agent import tracing
 
 log = logging.getLogger(__name__)
 
@@ -116,6 +115,56 @@ class Database(Protocol):
         ...
 
     async def close(self) -> None: ...
+
+
+class TracedConnection:
+    """A Connection whose every statement is a span, `<operation> <store>` ("SELECT grants"),
+    with OpenTelemetry's database attributes: the system, the operation, the store. Never the
+    statement's arguments (customer data) and not its text. Only while tracing is on: `traced`
+    hands out the bare connection otherwise, so the stores pay nothing for it."""
+
+    def __init__(self, conn: Connection, store: str) -> None:
+        self._conn = conn
+        self._store = store
+        self.dialect = conn.dialect
+
+    def _span(self, sql: str) -> AbstractContextManager[tracing.Span]:
+        operation = (sql.split(None, 1) or ["?"])[0].upper()
+        return tracing.span(
+            f"{operation} {self._store}",
+            "client",
+            db_system=self.dialect.name,
+            db_operation=operation,
+            db_namespace=self._store,
+        )
+
+    async def fetch(self, sql: str, *args: Any) -> list[Row]:
+        with self._span(sql):
+            return await self._conn.fetch(sql, *args)
+
+    async def fetchrow(self, sql: str, *args: Any) -> Row | None:
+        with self._span(sql):
+            return await self._conn.fetchrow(sql, *args)
+
+    async def fetchval(self, sql: str, *args: Any) -> Any:
+        with self._span(sql):
+            return await self._conn.fetchval(sql, *args)
+
+    async def execute(self, sql: str, *args: Any) -> int:
+        with self._span(sql):
+            return await self._conn.execute(sql, *args)
+
+    async def executemany(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
+        with self._span(sql):
+            await self._conn.executemany(sql, rows)
+
+    def transaction(self) -> AbstractAsyncContextManager[None]:
+        return self._conn.transaction()
+
+
+def traced(conn: Connection, schema: Schema) -> Connection:
+    """`conn`, its statements spans while tracing is on (the backends' `connect` call this)."""
+    return TracedConnection(conn, schema.name) if tracing.enabled() else conn
 
 
 # ------------------------------------------------------------------------------------------------

@@ -21,11 +21,13 @@ import asyncpg
 
 from agent.stores.database import (
     POSTGRESQL,
+    Connection,
     DatabaseUnavailable,
     Row,
     Schema,
     apply_migrations,
     lock_key,
+    traced,
 )
 from agent.stores.urls import shown
 
@@ -145,11 +147,11 @@ class PostgresDatabase:
             await pool.release(conn)
 
     @asynccontextmanager
-    async def connect(self, schema: Schema) -> AsyncIterator[PostgresConnection]:
+    async def connect(self, schema: Schema) -> AsyncIterator[Connection]:
         if schema.name not in self._ready:
             await self.migrate(schema)
         async with self._acquire() as conn:
-            yield PostgresConnection(conn)
+            yield traced(PostgresConnection(conn), schema)
 
     async def migrate(self, *schemas: Schema) -> None:
         pending = [s for s in schemas if s.name not in self._ready]

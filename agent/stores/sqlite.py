@@ -24,7 +24,15 @@ from typing import Any
 import aiosqlite
 from aiosqlite.core import _STOP_RUNNING_SENTINEL  # ends a connection's thread: see __del__
 
-from agent.stores.database import SQLITE, DatabaseUnavailable, Row, Schema, apply_migrations
+from agent.stores.database import (
+    SQLITE,
+    Connection,
+    DatabaseUnavailable,
+    Row,
+    Schema,
+    apply_migrations,
+    traced,
+)
 from agent.stores.urls import sqlite_url
 
 # How long a writer waits for another process's write lock before failing.
@@ -91,7 +99,7 @@ class SqliteDatabase:
         return self.directory / schema.sqlite_file
 
     @asynccontextmanager
-    async def connect(self, schema: Schema) -> AsyncIterator[SqliteConnection]:
+    async def connect(self, schema: Schema) -> AsyncIterator[Connection]:
         if schema.name not in self._ready:
             await self.migrate(schema)
         path = self.path(schema)
@@ -99,7 +107,7 @@ class SqliteDatabase:
         db = idle.pop() if idle else await _open(path)
         reusable = False
         try:
-            yield SqliteConnection(db)
+            yield traced(SqliteConnection(db), schema)
             reusable = not db.in_transaction
         finally:
             # After an error or a cancellation the connection may be mid-statement: closed, not

@@ -43,6 +43,7 @@ from discord.http import Route
 from discord.utils import MISSING
 from discord.webhook.async_ import AsyncWebhookAdapter, async_context
 
+from agent import tracing
 from agent.activities.authorize import GrantSource
 from bot.clicks import ApprovalCheck, approver_check
 from bot.commands import Commands
@@ -241,8 +242,11 @@ class RefundBotClient(discord.Client):
         # time, in the order they arrived, so the conversation receives them in that order. Each
         # opening message is a conversation of its own and waits for no other.
         opening = message.channel.id == self.support_channel_id
-        async with self._in_arrival_order.hold(message.id if opening else message.channel.id):
-            await route_customer_message(self.parts, self, message)
+        with tracing.span(
+            "discord.message", "consumer", platform="discord", event_id=str(message.id)
+        ):
+            async with self._in_arrival_order.hold(message.id if opening else message.channel.id):
+                await route_customer_message(self.parts, self, message)
 
 
 class _RoutedWebhookAdapter(AsyncWebhookAdapter):

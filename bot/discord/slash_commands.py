@@ -19,6 +19,7 @@ from typing import Any
 import discord
 from discord import app_commands
 
+from agent import tracing
 from agent.models import Actor, ThreadRef
 from bot.commands import ChannelRef, CommandReply, DemoStage, DemoStages
 from bot.discord.actors import actor_for
@@ -186,18 +187,20 @@ async def _answer(
     defer: bool,
 ) -> None:
     """Run a command and show its reply to the caller only. `defer`: known to be slow."""
-    if defer:
-        await interaction.response.defer(ephemeral=True, thinking=True)
-    task = asyncio.ensure_future(work())
-    if not defer and not await finished_within(task, parts.response_budget):
-        await interaction.response.defer(ephemeral=True, thinking=True)
-    try:
-        reply = await task
-    except Exception:
-        name = interaction.command.name if interaction.command else "command"
-        log.exception("/%s failed", name)
-        reply = CommandReply(ok=False, text=FAILED)
-    await tell_privately(interaction, reply.shown())
+    name = interaction.command.name if interaction.command else "command"
+    with tracing.span("discord.command", "server", platform="discord", command=f"/{name}") as span:
+        if defer:
+            await interaction.response.defer(ephemeral=True, thinking=True)
+        task = asyncio.ensure_future(work())
+        if not defer and not await finished_within(task, parts.response_budget):
+            await interaction.response.defer(ephemeral=True, thinking=True)
+        try:
+            reply = await task
+        except Exception:
+            log.exception("/%s failed", name)
+            reply = CommandReply(ok=False, text=FAILED)
+        span.set(outcome="ok" if reply.ok else "refused")
+        await tell_privately(interaction, reply.shown())
 
 
 async def _answer_for_conversation(

@@ -18,6 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal, TextIO
 
+from agent import tracing
 from agent.activities.authorize import GrantSource
 from agent.models import Actor, ThreadRef
 from bot.clicks import APPROVER_ROLE, approver_check, decided_line, on_click
@@ -63,6 +64,9 @@ STATES = {
     "continued as new": "open",
     "none": "waiting",  # not started at Temporal yet: its first message is still in the inbox
 }
+
+# Commands of the terminal itself, not of refund-bot: they reach neither the router nor Temporal.
+_TERMINAL_ONLY = frozenset({"/help", "/quit", "/as", "/new", "/thread", "/approve", "/deny"})
 
 # What the terminal says after a message to a thread whose conversation has finished: here,
 # "post in the support channel" means /new.
@@ -199,7 +203,8 @@ class LocalChannel:
         if line in ("1", "2"):
             line = "/approve" if line == "1" else "/deny"
         if not line.startswith("/"):
-            await self._post(line)
+            with tracing.span("local.message", "server", platform="local"):
+                await self._post(line)
             return True
         try:
             name, *args = shlex.split(line)
@@ -210,7 +215,10 @@ class LocalChannel:
         if handler is None:
             self.say(f"! unknown command {name}; /help lists them")
             return True
-        return await handler(*args) is not False
+        if name in _TERMINAL_ONLY:  # the terminal's own (who am I, which thread): no trace
+            return await handler(*args) is not False
+        with tracing.span("local.command", "server", platform="local", command=name):
+            return await handler(*args) is not False
 
     async def _post(self, text: str) -> None:
         if self.thread is None:

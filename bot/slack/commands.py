@@ -19,6 +19,7 @@ from slack_bolt.context.ack.async_ack import AsyncAck
 from slack_bolt.context.respond.async_respond import AsyncRespond
 from slack_sdk.web.async_client import AsyncWebClient
 
+from agent import tracing
 from agent.codec import CodecError
 from agent.models import Actor
 from bot.commands import ChannelRef, CommandReply, Commands, DemoStage, DemoStages
@@ -218,9 +219,11 @@ def _command_listener(name: str, work: CommandWork) -> Callable[..., Awaitable[N
         # `&amp;thread_ts=`); its own markup (`<@U…|name>`, `<https://…>`) is not.
         text = unescape(command.get("text") or "")
         where = Where(command.get("team_id") or "", command.get("channel_id") or "", client)
-        reply = await _reply_or_failure(f"command {name}", work(actor, text, where))
-        # Escaped: replies can quote customer text (answers), which must not ping anyone.
-        await respond(text=escape(reply.shown()), response_type="ephemeral")
+        with tracing.span("slack.command", "server", platform="slack", command=name) as span:
+            reply = await _reply_or_failure(f"command {name}", work(actor, text, where))
+            span.set(outcome="ok" if reply.ok else "refused")
+            # Escaped: replies can quote customer text (answers), which must not ping anyone.
+            await respond(text=escape(reply.shown()), response_type="ephemeral")
 
     listener.__name__ = f"command_{name.strip('/').replace('-', '_')}"
     return listener
@@ -242,8 +245,14 @@ def _shortcut_listener(name: str, work: ShortcutWork) -> Callable[..., Awaitable
             display_name=user.get("username") or user.get("name") or "",
         )
         workflow_id = thread_workflow_id(team_id, channel, root)
-        reply = await _reply_or_failure(f"shortcut {name}", work(actor, workflow_id))
-        await post_ephemeral(client, respond, channel, actor.user_id, root, escape(reply.shown()))
+        with tracing.span(
+            "slack.command", "server", platform="slack", command=name, workflow_id=workflow_id
+        ) as span:
+            reply = await _reply_or_failure(f"shortcut {name}", work(actor, workflow_id))
+            span.set(outcome="ok" if reply.ok else "refused")
+            await post_ephemeral(
+                client, respond, channel, actor.user_id, root, escape(reply.shown())
+            )
 
     listener.__name__ = f"shortcut_{name}"
     return listener

@@ -15,6 +15,7 @@ from typing import Any
 from slack_bolt.async_app import AsyncApp
 from slack_sdk.web.async_client import AsyncWebClient
 
+from agent import tracing
 from agent.models import Actor, ThreadRef
 from bot.conversations import NOT_KEPT, NOTICES, InboundMessage, Router
 from bot.keyed_locks import KeyedLocks
@@ -39,20 +40,21 @@ def register_message_events(app: AsyncApp, router: Router, support_channel: str)
         inbound = inbound_message(body, event, support_channel)
         if inbound is None:
             return
-        # Bolt runs each event's listener as its own task; one thread's messages are routed one
-        # at a time, in arrival order, so a slow signal cannot be overtaken by the next answer.
-        try:
-            async with thread_locks.hold(inbound.thread.thread):
-                routed = await router.on_message(inbound)
-        except Exception:
-            # The router keeps whatever it cannot deliver; this is it failing to keep it.
-            log.exception("could not route Slack event %s", inbound.event_id)
-            await post_notice(client, inbound.thread.channel, inbound.thread.thread, NOT_KEPT)
-            return
-        log.info("slack event %s in %s: %s", inbound.event_id, inbound.thread.thread, routed)
-        notice = NOTICES.get(routed)
-        if notice:
-            await post_notice(client, inbound.thread.channel, inbound.thread.thread, notice)
+        with tracing.span("slack.message", "server", platform="slack", event_id=inbound.event_id):
+            # Bolt runs each event's listener as its own task; one thread's messages are routed
+            # one at a time, in arrival order, so a slow signal cannot be overtaken by the next.
+            try:
+                async with thread_locks.hold(inbound.thread.thread):
+                    routed = await router.on_message(inbound)
+            except Exception:
+                # The router keeps whatever it cannot deliver; this is it failing to keep it.
+                log.exception("could not route Slack event %s", inbound.event_id)
+                await post_notice(client, inbound.thread.channel, inbound.thread.thread, NOT_KEPT)
+                return
+            log.info("slack event %s in %s: %s", inbound.event_id, inbound.thread.thread, routed)
+            notice = NOTICES.get(routed)
+            if notice:
+                await post_notice(client, inbound.thread.channel, inbound.thread.thread, notice)
 
 
 def inbound_message(

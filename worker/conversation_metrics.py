@@ -1,0 +1,159 @@
+"""What the Worker measures of each conversation, outside the Workflow's code: turns and endings.
+
+    customer_message | approval Signal -> a turn starts (the workflow task's time)
+        -> the next post_to_thread carries that time in a header -> it succeeds
+        -> refund_bot_turn_duration_seconds{signal}     (the Activity's metric meter)
+    the run returns its outcome, or fails -> refund_bot_conversations_ended_total{outcome}
+                                                        (the Workflow's metric meter)
+
+A turn is what a customer waits for: from the workflow task that took their message (or a support
+agent's click) to the agent's next post having been made. Its start is the task's time
+(workflow.time_ns(): the server's clock when the Worker took the task, the same on every replay),
+its end the post Activity's return on this host's clock; the Signal's wait for that task is the
+SDK's temporal_workflow_task_schedule_to_start_latency. The first try of a post (inside the task)
+and the regular Activity that takes over when it fails carry the same message key, so both carry
+the turn and the one that succeeds counts it. Headers add no command: a replay is unchanged.
+
+Both are the SDK's replay-safe meters: nothing is counted while a Worker replays a conversation.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+import temporalio.activity
+import temporalio.exceptions
+import temporalio.workflow
+from temporalio.converter import PayloadConverter
+from temporalio.worker import (
+    ActivityInboundInterceptor,
+    ExecuteActivityInput,
+    ExecuteWorkflowInput,
+    HandleSignalInput,
+    Interceptor,
+    StartActivityInput,
+    StartLocalActivityInput,
+    WorkflowInboundInterceptor,
+    WorkflowInterceptorClassInput,
+    WorkflowOutboundInterceptor,
+)
+
+TURN_HEADER = "refund-bot-turn"
+# The Signals a customer (or a support agent) waits on an answer to, and the Activity that answers.
+TURN_SIGNALS = frozenset({"customer_message", "approval"})
+POST = "post_to_thread"
+
+TURN_METRIC = "refund_bot_turn_duration_seconds"
+TURN_DESCRIPTION = (
+    "From the workflow task that took a customer's message (signal=customer_message) or a click "
+    "(signal=approval) to the agent's next post made"
+)
+# Buckets for a turn: about 10 ms on the embedded server, seconds with a live model or a slow
+# platform (the SDK's defaults start at 50 ms). worker/telemetry.py gives them to the exporter.
+TURN_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+ENDED_METRIC = "refund_bot_conversations_ended"
+# ConversationOutcome's statuses, and `error` for a run that failed.
+ENDED_OUTCOMES = ("refunded", "denied", "declined", "expired", "failed", "error")
+ENDED_DESCRIPTION = (
+    "Conversations that ended, by outcome: refunded, denied, declined, expired, failed (the "
+    "refund could not be made), error (a step failed for good; the run failed)"
+)
+
+_CONVERTER = PayloadConverter.default
+
+
+class ConversationMetrics(Interceptor):
+    """Given to the Worker (worker/runner.py): turns and endings of every conversation it runs."""
+
+    def intercept_activity(self, next: ActivityInboundInterceptor) -> ActivityInboundInterceptor:
+        return _TurnEnd(next)
+
+    def workflow_interceptor_class(
+        self, input: WorkflowInterceptorClassInput
+    ) -> type[WorkflowInboundInterceptor]:
+        return _Conversation
+
+
+@dataclass
+class _Turn:
+    started_ns: int
+    signal: str
+    seq: int | None = None  # the message key's sequence number of the post that answers it
+
+
+class _Conversation(WorkflowInboundInterceptor):
+    def __init__(self, next: WorkflowInboundInterceptor) -> None:
+        super().__init__(next)
+        self.turn: _Turn | None = None
+
+    def init(self, outbound: WorkflowOutboundInterceptor) -> None:
+        super().init(_StampPosts(outbound, self))
+
+    async def execute_workflow(self, input: ExecuteWorkflowInput) -> Any:
+        try:
+            outcome = await super().execute_workflow(input)
+        except temporalio.exceptions.FailureError:
+            # Only these end the run (failed); anything else fails the task, which is retried.
+            _ended("error")
+            raise
+        _ended(str(getattr(outcome, "status", "unknown")))
+        return outcome
+
+    async def handle_signal(self, input: HandleSignalInput) -> None:
+        # The first Signal since the last answer starts the turn: a second message written
+        # before the agent answered waits as long as the first, no longer.
+        if input.signal in TURN_SIGNALS and (self.turn is None or self.turn.seq is not None):
+            self.turn = _Turn(temporalio.workflow.time_ns(), input.signal)
+        await super().handle_signal(input)
+
+
+def _ended(outcome: str) -> None:
+    temporalio.workflow.metric_meter().create_counter(ENDED_METRIC, ENDED_DESCRIPTION).add(
+        1, {"outcome": outcome}
+    )
+
+
+class _StampPosts(WorkflowOutboundInterceptor):
+    """The turn's start, in the header of the post that answers it."""
+
+    def __init__(self, next: WorkflowOutboundInterceptor, conversation: _Conversation) -> None:
+        super().__init__(next)
+        self._conversation = conversation
+
+    def _stamp(self, input: StartActivityInput | StartLocalActivityInput) -> None:
+        turn = self._conversation.turn
+        if input.activity != POST or turn is None or not input.args:
+            return
+        seq = getattr(getattr(input.args[0], "key", None), "seq", None)
+        if turn.seq is None:
+            turn.seq = seq  # this post answers the turn (or its regular Activity, same key)
+        elif turn.seq != seq:
+            return
+        stamp = {"started_ns": turn.started_ns, "signal": turn.signal}
+        input.headers = {**input.headers, TURN_HEADER: _CONVERTER.to_payloads([stamp])[0]}
+
+    def start_activity(self, input: StartActivityInput) -> temporalio.workflow.ActivityHandle:
+        self._stamp(input)
+        return super().start_activity(input)
+
+    def start_local_activity(
+        self, input: StartLocalActivityInput
+    ) -> temporalio.workflow.ActivityHandle:
+        self._stamp(input)
+        return super().start_local_activity(input)
+
+
+class _TurnEnd(ActivityInboundInterceptor):
+    async def execute_activity(self, input: ExecuteActivityInput) -> Any:
+        header = input.headers.get(TURN_HEADER)
+        result = await super().execute_activity(input)
+        if header is not None:
+            stamp = _CONVERTER.from_payloads([header])[0]
+            took = max(0, time.time_ns() - int(stamp["started_ns"]))
+            temporalio.activity.metric_meter().create_histogram_timedelta(
+                TURN_METRIC, TURN_DESCRIPTION
+            ).record(timedelta(microseconds=took // 1000), {"signal": str(stamp["signal"])})
+        return result
