@@ -32,8 +32,14 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
-    from opentelemetry.sdk.trace.export import SpanExporter
+    from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
     from opentelemetry.trace import Tracer
+
+    # _Private is a SpanExporter to the type checker; at run time the SDK is imported only when
+    # tracing is on, so it subclasses object and is one by its methods.
+    _ExporterBase = SpanExporter
+else:
+    _ExporterBase = object
 
 log = logging.getLogger(__name__)
 
@@ -315,7 +321,7 @@ def _failed(current: Any, err: BaseException) -> None:
 # ------------------------------------------------------------------------------------------------
 
 
-class _Private:
+class _Private(_ExporterBase):
     """A SpanExporter in front of the real one: each span leaves with the allowed attributes only,
     its events' exception messages and stack traces dropped, and its status description cut to
     the error's type. Whatever code made the span (refund-bot's, the SDK interceptor's)."""
@@ -323,7 +329,7 @@ class _Private:
     def __init__(self, exporter: SpanExporter) -> None:
         self._exporter = exporter
 
-    def export(self, spans: Sequence[ReadableSpan]) -> Any:
+    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
         return self._exporter.export([private_copy(s) for s in spans])
 
     def shutdown(self) -> None:
@@ -383,9 +389,9 @@ def correlate_logs() -> None:
         record = previous(*args, **kwargs)
         context = trace.get_current_span().get_span_context()
         if context.is_valid:
-            record.otelTraceID = f"{context.trace_id:032x}"
-            record.otelSpanID = f"{context.span_id:016x}"
-            record.otelTrace = f" trace_id={record.otelTraceID} span_id={record.otelSpanID}"
+            trace_id, span_id = f"{context.trace_id:032x}", f"{context.span_id:016x}"
+            record.otelTraceID, record.otelSpanID = trace_id, span_id
+            record.otelTrace = f" trace_id={trace_id} span_id={span_id}"
         else:
             record.otelTraceID = record.otelSpanID = "0"
             record.otelTrace = ""
