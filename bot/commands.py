@@ -152,7 +152,7 @@ def parse_role(text: str) -> Role:
     role = text.strip().lower().replace("-", "_")
     if role not in GRANTABLE_ROLES:
         raise ValueError(f"unknown role {text!r}: one of {', '.join(GRANTABLE_ROLES)}")
-    return role  # type: ignore[return-value]
+    return role
 
 
 class Commands:

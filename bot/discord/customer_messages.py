@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 
 import discord
+from discord.types.threads import ThreadArchiveDuration
 
 from agent.models import ThreadRef
 from bot.conversations import NOT_KEPT, NOTICES, InboundMessage, cut
@@ -27,7 +28,7 @@ log = logging.getLogger(__name__)
 MaybeThread = discord.Thread | discord.PartialMessageable
 
 # A week: an escalation can wait days for a person. A post into an archived thread reopens it.
-THREAD_ARCHIVE_MINUTES = 10080
+THREAD_ARCHIVE_MINUTES: ThreadArchiveDuration = 10080
 THREAD_ALREADY_EXISTS = 160004  # Discord's error code: this message already has a thread
 HUMAN_MESSAGE_TYPES = frozenset({discord.MessageType.default, discord.MessageType.reply})
 

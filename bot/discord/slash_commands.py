@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
 import discord
@@ -115,7 +115,7 @@ def build_commands(parts: BotParts, manifest: tuple[dict[str, Any], ...]) -> lis
             defer=False,
         )
 
-    handlers: dict[str, Callable[..., Awaitable[None]]] = {
+    handlers: dict[str, Callable[..., Coroutine[Any, Any, None]]] = {
         "crash-worker": crash_worker,
         "refund-status": refund_status,
         "refund-release": refund_release,
@@ -227,7 +227,7 @@ def _workflow_id(guild: str, thread: str, support_channel_id: int) -> str:
     )
 
 
-def _command(spec: dict[str, Any], callback: Callable[..., Awaitable[None]]) -> Command:
+def _command(spec: dict[str, Any], callback: Callable[..., Coroutine[Any, Any, None]]) -> Command:
     """One discord.py command from its manifest entry and its handler."""
     options = spec.get("options") or []
     if options:

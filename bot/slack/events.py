@@ -71,14 +71,15 @@ def inbound_message(
         return None
     team_id = body.get("team_id") or event.get("team") or ""
     thread_ts = event.get("thread_ts")
-    opens = thread_ts is None or thread_ts == ts
+    thread = ts if thread_ts is None else thread_ts
+    opens = thread == ts
     return InboundMessage(
         event_id=str(body.get("event_id") or f"{support_channel}-{ts}"),
         thread=ThreadRef(
             platform="slack",
             workspace=team_id,
             channel=support_channel,
-            thread=ts if opens else thread_ts,
+            thread=thread,
         ),
         message_id=ts,
         author=Actor(platform="slack", user_id=user, display_name=_display_name(event)),

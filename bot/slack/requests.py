@@ -26,6 +26,7 @@ from slack_bolt.adapter.socket_mode.async_handler import AsyncSocketModeHandler
 from slack_bolt.context.async_context import AsyncBoltContext
 from slack_bolt.request.async_internals import build_async_context
 from slack_bolt.request.async_request import AsyncBoltRequest
+from slack_sdk.socket_mode.aiohttp import SocketModeClient
 from slack_sdk.socket_mode.async_client import AsyncBaseSocketModeClient
 from slack_sdk.socket_mode.request import SocketModeRequest
 from slack_sdk.socket_mode.response import SocketModeResponse
@@ -239,9 +240,7 @@ class CheckedSocketModeHandler(AsyncSocketModeHandler):
     acknowledged (so Slack does not redeliver it for ever) and dropped with one log line, instead
     of bolt answering 500 and leaving it unacknowledged."""
 
-    async def handle(  # type: ignore[override]
-        self, client: AsyncBaseSocketModeClient, req: SocketModeRequest
-    ) -> None:
+    async def handle(self, client: AsyncBaseSocketModeClient, req: SocketModeRequest) -> None:
         try:
             if not isinstance(req.payload, dict):
                 raise MalformedRequest("the payload is not a JSON object")
@@ -250,4 +249,6 @@ class CheckedSocketModeHandler(AsyncSocketModeHandler):
             log.warning("slack: dropped a malformed %s envelope: %s", req.type, err)
             await client.send_socket_mode_response(SocketModeResponse(envelope_id=req.envelope_id))
             return
+        # The handler listens on its own client only: self.client, aiohttp's SocketModeClient.
+        assert isinstance(client, SocketModeClient)
         await super().handle(client, req)
