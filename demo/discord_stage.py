@@ -33,6 +33,8 @@ from typing import Any
 
 import discord
 from discord.http import HTTPClient, MultipartParameters
+from discord.types.embed import EmbedField
+from discord.types.message import Message
 
 from agent.models import Actor, Platform, ThreadRef
 from agent.policy import ASKED_TEXTS
@@ -100,7 +102,7 @@ class DiscordStage:
                 return [content for _, content in sorted(found)]
             after = max(int(m["id"]) for m in page)
 
-    def _is_question(self, message: dict[str, Any]) -> bool:
+    def _is_question(self, message: Message) -> bool:
         return (
             message.get("type") == DEFAULT_MESSAGE_TYPE
             and str((message.get("author") or {}).get("id")) == self._bot_user_id
@@ -108,7 +110,7 @@ class DiscordStage:
             and message.get("content") in ASKED_TEXTS
         )
 
-    async def _send(self, channel_id: int, payload: dict[str, Any]) -> dict[str, Any]:
+    async def _send(self, channel_id: int, payload: dict[str, Any]) -> Message:
         """EXTERNAL EFFECT: one message, pinging nobody (it may quote a customer)."""
         body = {**payload, "allowed_mentions": NO_PINGS.to_dict()}
         return await self._http.send_message(
@@ -142,7 +144,7 @@ def frame_embed(frame: Frame) -> dict[str, Any]:
     field (Discord sets inline fields side by side), and the tone's colour."""
     title = fit_content(_TONE_EMOJI.get(frame.tone, "") + frame.title, EMBED_TITLE_LIMIT)
     embed: dict[str, Any] = {"type": "rich", "title": title}
-    fields = [
+    fields: list[EmbedField] = [
         {
             "name": fit_content(column.heading, EMBED_FIELD_NAME_LIMIT),
             "value": fit_content(

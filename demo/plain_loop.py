@@ -211,7 +211,7 @@ class PlainLoop:
 
     async def converse(self, opening: str) -> None:
         parts = self.parts
-        tools = {
+        tools: dict[str, tuple[Callable[..., Awaitable[Observation]], type[BaseModel]]] = {
             "lookup_order": (parts.lookups.lookup_order, LookupOrderInput),
             "lookup_customer_history": (parts.lookups.lookup_customer_history, LookupCustomerInput),
             "check_refund_policy": (parts.lookups.check_refund_policy, PolicyInput),

@@ -64,12 +64,12 @@ class WorkerHold:
     @activity.defn(name=KILL_ACTIVITY)
     async def kill_worker(self, pause: PauseRequest) -> WorkerDown:
         # The restart Workflow's id names the pause: its start_worker finds the same one.
-        return await self.kill_and_hold(activity.info().workflow_id, pause.max_seconds)
+        return await self.kill_and_hold(_restart_id(), pause.max_seconds)
 
     @activity.defn(name=START_ACTIVITY)
     async def start_worker(self) -> RestartReport:
         try:
-            return await self.resume(activity.info().workflow_id)
+            return await self.resume(_restart_id())
         except LookupError as err:
             raise ApplicationError(str(err), non_retryable=True) from err
 
@@ -134,3 +134,10 @@ def _pause_done(task: asyncio.Task[RestartReport]) -> None:
     # Nobody may await it (the Workflow died): its failure is logged here, once.
     if not task.cancelled() and task.exception() is not None:
         log.error("A paused restart failed", exc_info=task.exception())
+
+
+def _restart_id() -> str:
+    """The id of the restart Workflow running this Activity (these never run standalone)."""
+    workflow_id = activity.info().workflow_id
+    assert workflow_id is not None
+    return workflow_id
