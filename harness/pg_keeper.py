@@ -18,6 +18,15 @@ import signal
 import subprocess
 import sys
 from types import FrameType
+from typing import TypedDict
+
+
+class RunAs(TypedDict, total=False):
+    """subprocess's keywords that run the child as another user."""
+
+    user: int
+    group: int
+    extra_groups: list[int]
 
 
 def main(argv: list[str]) -> int:
@@ -35,11 +44,11 @@ def main(argv: list[str]) -> int:
 
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(sig, stop)
-    identity = {}
+    identity: RunAs = {}
     if int(uid) >= 0:
         identity = {"user": int(uid), "group": int(gid), "extra_groups": []}
     # cwd "/": the checkout may be a directory the server's user cannot enter.
-    servers.append(subprocess.Popen(command, cwd="/", **identity))  # type: ignore[call-overload]
+    servers.append(subprocess.Popen(command, cwd="/", **identity))
     if stopping:  # a stop that came while it was starting
         stop(stopping[0], None)
     try:

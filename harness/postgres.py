@@ -29,7 +29,7 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import TypedDict
 
 import asyncpg
 
@@ -40,6 +40,14 @@ from worker.lifecycle import spawn_child, terminate
 PORT = 5432  # only names the socket file: the server listens on no TCP address
 START_TIMEOUT = 60.0
 KEEPER = Path(__file__).with_name("pg_keeper.py")
+
+
+class _RunAs(TypedDict, total=False):
+    """subprocess's keywords that run the child as another user (pg_keeper.RunAs)."""
+
+    user: int
+    group: int
+    extra_groups: list[int]
 
 
 def _pginstall() -> Path:
@@ -104,7 +112,7 @@ class PostgresServer:
             if self._uid_gid is not None:
                 os.chown(path, *self._uid_gid)
 
-    def _as_server_user(self) -> dict[str, Any]:
+    def _as_server_user(self) -> _RunAs:
         if self._uid_gid is None:
             return {}
         return {"user": self._uid_gid[0], "group": self._uid_gid[1], "extra_groups": []}
@@ -112,21 +120,24 @@ class PostgresServer:
     async def start(self) -> None:
         bin_dir = self._bin()
         self._own(self.data_dir, self.socket_dir)
-        initdb = await asyncio.to_thread(
-            subprocess.run,
-            [
-                str(bin_dir / "initdb"),
-                "-D", str(self.data_dir),
-                "--auth=trust",
-                "--username=postgres",
-                "--encoding=UTF8",
-                "--locale=C",
-                "--no-sync",
-            ],
-            capture_output=True,
-            cwd=self.root,
-            **self._as_server_user(),
-        )  # fmt: skip
+
+        def run_initdb() -> subprocess.CompletedProcess[bytes]:
+            return subprocess.run(
+                [
+                    str(bin_dir / "initdb"),
+                    "-D", str(self.data_dir),
+                    "--auth=trust",
+                    "--username=postgres",
+                    "--encoding=UTF8",
+                    "--locale=C",
+                    "--no-sync",
+                ],
+                capture_output=True,
+                cwd=self.root,
+                **self._as_server_user(),
+            )  # fmt: skip
+
+        initdb = await asyncio.to_thread(run_initdb)
         if initdb.returncode != 0:
             raise RuntimeError(f"initdb failed ({initdb.returncode}): {initdb.stderr.decode()}")
         uid, gid = self._uid_gid or (-1, -1)
