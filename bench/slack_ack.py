@@ -50,6 +50,7 @@ from pathlib import Path
 from typing import Any
 
 from aiohttp import web
+from pydantic import SecretStr
 from slack_bolt.adapter.aiohttp import to_aiohttp_response
 from slack_bolt.async_app import AsyncApp
 
@@ -148,9 +149,9 @@ async def _serve_until_cancelled(web_app: web.Application, port: int) -> None:
 async def serve_variant(variant: str, port: int, api_url: str, token: str, delay: float) -> None:
     watch_lifeline()  # the load generator's process gone: this one goes too
     settings = SlackSettings(
-        _env_file=None,  # type: ignore[call-arg]
-        bot_token=token,
-        signing_secret=SECRET,
+        _env_file=None,
+        bot_token=SecretStr(token),
+        signing_secret=SecretStr(SECRET),
         support_channel=CHANNEL,
         api_url=api_url,
         port=port,
