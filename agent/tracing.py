@@ -397,5 +397,6 @@ def correlate_logs() -> None:
             record.otelTrace = ""
         return record
 
+    # A mark on the function itself, which the next call reads from whichever factory is set.
     factory._refund_bot_traced = True  # type: ignore[attr-defined]
     logging.setLogRecordFactory(factory)

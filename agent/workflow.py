@@ -54,6 +54,7 @@ with workflow.unsafe.imports_passed_through():
         HistoryLookup,
         LookupCustomerInput,
         LookupOrderInput,
+        Mention,
         MessageEdit,
         MessageKey,
         MessageKind,
@@ -61,6 +62,7 @@ with workflow.unsafe.imports_passed_through():
         OrderDetails,
         OrderLookup,
         OutboundMessage,
+        OutcomeStatus,
         Phase,
         PolicyInput,
         PostedMessage,
@@ -755,7 +757,7 @@ class RefundConversation:
         text: str,
         actions: list | None = None,
         round: int | None = None,
-        mention: str | None = None,
+        mention: Mention | None = None,
     ) -> PostedMessage:
         self._seq += 1
         message = OutboundMessage(
@@ -765,7 +767,7 @@ class RefundConversation:
             text=text,
             actions=actions or [],
             round=round,
-            mention=mention,  # type: ignore[arg-type]
+            mention=mention,
         )
         try:
             # EXTERNAL EFFECT: the post, tried once inside this workflow task.
@@ -840,7 +842,7 @@ class RefundConversation:
 
     async def _close(
         self,
-        status: str,
+        status: OutcomeStatus,
         text: str,
         refund: RefundResult | None = None,
         *,
@@ -859,7 +861,7 @@ class RefundConversation:
             # for a support agent, or posted its outcome): the router still saw a running
             # conversation and signalled it, so the answer the router gives is this one's to give.
             await self._post("info", FINISHED)
-        return ConversationOutcome(status=status, message=text, refund=refund, detail=detail)  # type: ignore[arg-type]
+        return ConversationOutcome(status=status, message=text, refund=refund, detail=detail)
 
     async def _say_failed(self, err: ActivityError) -> None:
         """The customer hears, in one plain sentence, that this conversation ends here."""

@@ -240,6 +240,7 @@ class PlainLoop:
                 reply = await self.next_line()
                 self.memory.append(
                     Answer(
+                        # An "ask" step names one of the policy's questions (a QuestionId).
                         question_id=step.question_id or "",  # type: ignore[arg-type]
                         text=reply.text,
                         message_id=reply.message_id,
