@@ -155,6 +155,30 @@ def parse_role(text: str) -> Role:
     return role
 
 
+class ChatCommands(Protocol):
+    """What the chat adapters ask of the commands: Commands below, or a test's stand-in."""
+
+    async def crash_worker(self, actor: Actor, host: str | None = None) -> CommandReply: ...
+
+    async def refund_demo(
+        self, actor: Actor, action: str, stage: StageFor, channel: ChannelRef
+    ) -> CommandReply: ...
+
+    async def refund_status(self, actor: Actor, workflow_id: str) -> CommandReply: ...
+
+    async def refund_release(self, actor: Actor, workflow_id: str) -> CommandReply: ...
+
+    async def refund_hold(self, actor: Actor, enabled: bool | None) -> CommandReply: ...
+
+    async def refund_grant(
+        self, actor: Actor, target: Actor, role_text: str, limit_text: str | None
+    ) -> CommandReply: ...
+
+    async def refund_revoke(self, actor: Actor, target: Actor, role_text: str) -> CommandReply: ...
+
+    async def conversation_states(self, workflow_ids: Sequence[str]) -> dict[str, str]: ...
+
+
 class Commands:
     def __init__(
         self,

@@ -46,7 +46,7 @@ from discord.webhook.async_ import AsyncWebhookAdapter, async_context
 from agent import tracing
 from agent.activities.authorize import GrantSource
 from bot.clicks import ApprovalCheck, approver_check
-from bot.commands import Commands
+from bot.commands import ChatCommands
 from bot.conversations import Router
 from bot.discord.buttons import DecisionButton
 from bot.discord.commands_spec import load_manifest, mismatches, register_commands
@@ -86,7 +86,7 @@ class RefundBotClient(discord.Client):
         self,
         settings: DiscordSettings,
         router: Router,
-        commands: Commands,
+        commands: ChatCommands,
         can_approve: ApprovalCheck,
         *,
         sync_commands: bool = True,
@@ -268,7 +268,7 @@ class _RoutedWebhookAdapter(AsyncWebhookAdapter):
 def build_client(
     settings: DiscordSettings,
     router: Router,
-    commands: Commands,
+    commands: ChatCommands,
     *,
     grants: GrantSource | None = None,
     can_approve: ApprovalCheck | None = None,

@@ -22,7 +22,7 @@ from agent import tracing
 from agent.activities.authorize import GrantSource
 from agent.models import Actor, ThreadRef
 from bot.clicks import APPROVER_ROLE, approver_check, decided_line, on_click
-from bot.commands import ChannelRef, CommandReply, Commands, DemoStage, DemoStages
+from bot.commands import ChannelRef, ChatCommands, CommandReply, DemoStage, DemoStages
 from bot.conversations import NOTICES, InboundClick, InboundMessage, Routed, Router
 from bot.ids import workflow_id_for
 from bot.local.markup import plain
@@ -130,7 +130,7 @@ class LocalChannel:
         self,
         threads: LocalThreadStore,
         router: Router,
-        commands: Commands,
+        commands: ChatCommands,
         out: TextIO = sys.stdout,
         *,
         grants: GrantSource | None = None,

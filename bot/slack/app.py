@@ -48,7 +48,7 @@ from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
 from agent.activities.authorize import GrantSource
-from bot.commands import Commands
+from bot.commands import ChatCommands
 from bot.conversations import Router
 from bot.platform_health import PlatformHealth
 from bot.reconnect import DEFAULT_BACKOFF, Backoff, ConnectionLost, Refused, keep_connected
@@ -99,7 +99,7 @@ _SOCKET_MODE_LOG = logging.getLogger(__name__ + ".socket_mode")
 def build_app(
     settings: SlackSettings,
     router: Router,
-    commands: Commands,
+    commands: ChatCommands,
     *,
     client: AsyncWebClient | None = None,
     find_by_order: FindByOrder | None = None,

@@ -22,7 +22,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 from agent import tracing
 from agent.codec import CodecError
 from agent.models import Actor
-from bot.commands import ChannelRef, CommandReply, Commands, DemoStage, DemoStages
+from bot.commands import ChannelRef, ChatCommands, CommandReply, DemoStage, DemoStages
 from bot.slack.links import (
     FindByOrder,
     conversation_prefix,
@@ -83,7 +83,9 @@ CommandWork = Callable[[Actor, str, Where], Awaitable[CommandReply]]
 ShortcutWork = Callable[[Actor, str], Awaitable[CommandReply]]
 
 
-def register_commands(app: AsyncApp, commands: Commands, find_by_order: FindByOrder | None) -> None:
+def register_commands(
+    app: AsyncApp, commands: ChatCommands, find_by_order: FindByOrder | None
+) -> None:
     """Answer every slash command and message shortcut through `commands`.
 
     `find_by_order(team_id, order_number)` lets /refund-status and /refund-release take an order
