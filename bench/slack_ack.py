@@ -157,6 +157,7 @@ async def serve_variant(variant: str, port: int, api_url: str, token: str, delay
         port=port,
     )
     router = SlowRouter(delay)
+    # SlowCommands answers /refund-status only: the one command the benchmark sends.
     app = build_app(settings, router, SlowCommands(router))  # type: ignore[arg-type]
     try:
         if variant == "refund-bot":
