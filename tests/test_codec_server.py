@@ -161,13 +161,13 @@ async def test_a_missing_key_is_a_clear_answer_not_a_blank(client, conversation)
 
 
 def test_ui_origins_default_to_the_embedded_web_ui() -> None:
-    temporal = TemporalSettings(_env_file=None, ui_port=9999)  # type: ignore[call-arg]
-    server = CodecServerSettings(_env_file=None)  # type: ignore[call-arg]
+    temporal = TemporalSettings(_env_file=None, ui_port=9999)
+    server = CodecServerSettings(_env_file=None)
     assert allowed_origins(server, temporal) == {
         "http://localhost:9999",
         "http://127.0.0.1:9999",
     }
-    chosen = CodecServerSettings(_env_file=None, cors_origins="https://ui.example/, http://x:1")  # type: ignore[call-arg]
+    chosen = CodecServerSettings(_env_file=None, cors_origins="https://ui.example/, http://x:1")
     assert allowed_origins(chosen, temporal) == {"https://ui.example", "http://x:1"}
 
 

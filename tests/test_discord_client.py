@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -170,7 +170,7 @@ async def api() -> AsyncIterator[FakeDiscordAPI]:
 @pytest.fixture
 def settings(api: FakeDiscordAPI) -> DiscordSettings:
     return DiscordSettings(
-        _env_file=None,  # type: ignore[call-arg]
+        _env_file=None,
         token=SecretStr(api.token),
         support_channel_id=SUPPORT,
         guild_id=GUILD,
@@ -222,7 +222,8 @@ def commands(
     hold: HoldSwitch,
     demos: StagingDemos,
 ) -> Commands:
-    agent_settings = AgentSettings(_env_file=None, data_dir=tmp_path)  # type: ignore[call-arg]
+    agent_settings = AgentSettings(_env_file=None, data_dir=tmp_path)
+    # StubTemporal stands in for temporalio's Client: the calls the commands make.
     return Commands(temporal, restart, agent_settings, store, hold, demos)  # type: ignore[arg-type]
 
 
@@ -726,7 +727,7 @@ async def run_command(
     name: str,
     user_id: int,
     channel_id: int = SUPPORT,
-    options: dict[str, str | int | bool] | None = None,
+    options: Mapping[str, str | int | bool] | None = None,
 ) -> str:
     """Run a slash command; returns the (ephemeral) text the caller saw."""
     payload = bot.api.command_interaction(name, channel_id, user_id, options)
@@ -997,11 +998,11 @@ def test_a_role_needs_a_guild(settings: DiscordSettings, store: GrantStore) -> N
 
 def test_a_blank_role_limit_means_the_default(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("DISCORD_APPROVER_ROLE_LIMIT_CENTS", "")
-    assert DiscordSettings(_env_file=None).approver_role_limit_cents == (  # type: ignore[call-arg]
+    assert DiscordSettings(_env_file=None).approver_role_limit_cents == (
         DEFAULT_APPROVER_ROLE_LIMIT_CENTS
     )
     monkeypatch.setenv("DISCORD_APPROVER_ROLE_LIMIT_CENTS", "50000")
-    assert DiscordSettings(_env_file=None).approver_role_limit_cents == 50000  # type: ignore[call-arg]
+    assert DiscordSettings(_env_file=None).approver_role_limit_cents == 50000
 
 
 def test_the_client_asks_for_the_intents_it_needs(
@@ -1012,9 +1013,9 @@ def test_the_client_asks_for_the_intents_it_needs(
         client.intents.guilds and client.intents.guild_messages and client.intents.message_content
     )
     assert not client.intents.members and not client.intents.presences  # nothing else privileged
-    assert client.allowed_mentions is not None and client.allowed_mentions.to_dict() == {
-        "parse": []
-    }
+    assert client.allowed_mentions is not None
+    # dict(): the payload's TypedDict names every key, while to_dict() gives only those set.
+    assert dict(client.allowed_mentions.to_dict()) == {"parse": []}
 
 
 def test_build_client_needs_a_grant_source(

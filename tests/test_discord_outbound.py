@@ -7,6 +7,7 @@ import re
 import time
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
+from typing import Literal
 
 import aiohttp
 import discord
@@ -30,7 +31,7 @@ def outbound(
     text: str = "What is your order number?",
     *,
     seq: int = 1,
-    actions: list[str] | None = None,
+    actions: list[Literal["approve", "deny"]] | None = None,
     thread_id: int = THREAD_ID,
     round: int | None = None,
 ) -> OutboundMessage:
@@ -44,7 +45,7 @@ def outbound(
         key=MessageKey(workflow_id=WORKFLOW_ID, run_id="run-1", seq=seq),
         kind="escalation" if actions else "question",
         text=text,
-        actions=actions or [],  # type: ignore[arg-type]
+        actions=actions or [],
         round=round,
     )
 
@@ -316,6 +317,7 @@ async def test_fake_messages_parse_as_discord_py_messages(
         intents=discord.Intents.none(),
     )
     channel = discord.PartialMessageable(state=state, id=THREAD_ID)
+    # The fake's JSON object, where discord.py's MessagePayload TypedDict is declared.
     message = discord.Message(state=state, channel=channel, data=data)  # type: ignore[arg-type]
 
     assert message.id == int(data["id"])
@@ -323,7 +325,7 @@ async def test_fake_messages_parse_as_discord_py_messages(
     assert message.nonce == render.nonce_for(outbound().key)
     [row] = message.components
     assert isinstance(row, discord.ActionRow)
-    assert [b.custom_id for b in row.children] == [  # type: ignore[union-attr]
+    assert [b.custom_id for b in row.children] == [
         f"refund:approve:{WORKFLOW_ID}",
         f"refund:deny:{WORKFLOW_ID}",
     ]
@@ -389,7 +391,7 @@ def test_cut_counts_utf16_so_astral_text_still_fits() -> None:
 def test_blank_settings_mean_discord_is_off(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("DISCORD_TOKEN", "")
     monkeypatch.setenv("DISCORD_GUILD_ID", "")
-    settings = DiscordSettings(_env_file=None)  # type: ignore[call-arg]
+    settings = DiscordSettings(_env_file=None)
     assert settings.enabled is False
     assert settings.guild_id is None
     with pytest.raises(ValueError):
@@ -399,7 +401,7 @@ def test_blank_settings_mean_discord_is_off(monkeypatch: pytest.MonkeyPatch) -> 
 def test_settings_build_a_poster(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("DISCORD_TOKEN", "t0ken")
     monkeypatch.setenv("DISCORD_API_URL", "http://127.0.0.1:9/api/v10/")
-    settings = DiscordSettings(_env_file=None)  # type: ignore[call-arg]
+    settings = DiscordSettings(_env_file=None)
     assert settings.enabled is True
     assert settings.api_url == "http://127.0.0.1:9/api/v10"
     assert "t0ken" not in repr(settings)

@@ -29,7 +29,7 @@ def channel_on(
         RecordingRouter(message_result=routed),
     )
     threads = LocalThreadStore(SqliteDatabase(tmp_path))
-    return LocalChannel(threads, router, commands, out=out), out, commands  # type: ignore[arg-type]
+    return LocalChannel(threads, router, commands, out=out), out, commands
 
 
 async def test_threads_are_named_1_2_3_in_the_order_they_open(tmp_path: Path) -> None:

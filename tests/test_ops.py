@@ -19,7 +19,7 @@ from temporalio.client import Client
 from temporalio.runtime import PrometheusConfig, Runtime, TelemetryConfig
 from temporalio.testing import WorkflowEnvironment
 
-from agent.models import ThreadRef
+from agent.models import Actor, ThreadRef
 from agent.stores.sqlite import SqliteDatabase
 from bot.conversations import InboundMessage
 from bot.inbox import Inbox
@@ -110,7 +110,7 @@ async def test_metrics_are_the_runtimes_exporter_with_the_bots_gauges_set_at_the
         event_id="e1",
         thread=thread,
         message_id="m1",
-        author={"platform": "slack", "user_id": "U1"},
+        author=Actor(platform="slack", user_id="U1"),
         text="hi",
         opens_thread=False,
     )

@@ -96,6 +96,7 @@ def router(temporal: FakeTemporal, tmp_path) -> ConversationRouter:
     async def hold() -> bool:
         return True
 
+    # FakeTemporal stands in for temporalio's Client: the calls the router makes.
     return ConversationRouter(temporal, "refund-bot", Inbox(SqliteDatabase(tmp_path)), hold)  # type: ignore[arg-type]
 
 
@@ -361,7 +362,7 @@ def quick_router(temporal: FakeTemporal, tmp_path: Path, **kwargs: Any) -> Conve
     kwargs.setdefault("inbox_retry", Backoff(first=0, cap=0, jitter=False))
     kwargs.setdefault("unreachable_retry", Backoff(first=0.01, cap=0.05, jitter=False))
     return ConversationRouter(
-        temporal,  # type: ignore[arg-type]
+        temporal,  # type: ignore[arg-type]  # for temporalio's Client
         "refund-bot",
         Inbox(SqliteDatabase(tmp_path)),
         no_hold,

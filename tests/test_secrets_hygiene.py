@@ -160,7 +160,7 @@ async def test_no_secret_reaches_a_log_or_event_history(tmp_path: Path) -> None:
                 return False
 
             await wait_for(serving, timeout=120, what="refund-bot run serving Slack")
-            temporal = TemporalSettings(_env_file=None, address=address)  # type: ignore[call-arg]
+            temporal = TemporalSettings(_env_file=None, address=address)
             client = await connect(temporal, keys=[CODEC_KEY])
             await story.start("codec-server", "codec-server")
             await story.start(
@@ -215,7 +215,7 @@ async def test_no_secret_reaches_a_log_or_event_history(tmp_path: Path) -> None:
                 start_signal_args=[CustomerMessage(message_id="d1", author=customer, text=OPENING)],
             )
             posted = await wait_for(
-                lambda: story.running() and discord.messages(DISCORD_THREAD),
+                lambda: discord.messages(DISCORD_THREAD) if story.running() else None,
                 timeout=120,
                 what="the Discord Worker's question in the thread",
             )

@@ -50,12 +50,13 @@ class BoltGate:
         self._dispatch: Dispatch = endpoint.app.async_dispatch
         self._open = asyncio.Event()
         self.waiting = 0
+        # Deliberately patched on this one app: every dispatch goes through the gate.
         endpoint.app.async_dispatch = self.dispatch  # type: ignore[method-assign]
 
-    async def dispatch(self, request: AsyncBoltRequest) -> BoltResponse:
+    async def dispatch(self, req: AsyncBoltRequest) -> BoltResponse:
         self.waiting += 1
         await self._open.wait()
-        return await self._dispatch(request)
+        return await self._dispatch(req)
 
     def open(self) -> None:
         self._open.set()
@@ -71,7 +72,7 @@ async def endpoint(monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[Endpoint]:
         await runner.setup()
         await web.TCPSite(runner, "127.0.0.1", 0).start()
         endpoint.url = f"http://127.0.0.1:{runner.addresses[0][1]}/slack/events"
-        endpoint.runner = runner  # type: ignore[attr-defined]
+        endpoint.runner = runner
         try:
             yield endpoint
         finally:
@@ -180,7 +181,9 @@ async def test_each_listener_acks_those_requests_with_an_empty_200(endpoint: End
         for a in DECISION_ACTIONS
     ]
     for delivery in deliveries:
-        request = AsyncBoltRequest(body=delivery.body, headers=signed_headers(SECRET, delivery))
+        request = AsyncBoltRequest(
+            body=delivery.body, headers=dict(signed_headers(SECRET, delivery))
+        )
         response = await endpoint.app.async_dispatch(request)
         assert (response.status, response.body) == (200, ""), delivery.payload
 
@@ -190,7 +193,8 @@ async def test_a_stop_hands_over_what_was_answered(endpoint: Endpoint) -> None:
     answered = await _post(endpoint, endpoint.sender.post(CHANNEL, "answered, then a stop"))
     assert answered == (200, "")
     await wait_for(lambda: gate.waiting == 1, timeout=5, what="bolt's turn")
-    stopping = asyncio.create_task(endpoint.runner.cleanup())  # type: ignore[attr-defined]
+    assert endpoint.runner is not None  # the fixture's
+    stopping = asyncio.create_task(endpoint.runner.cleanup())
 
     async def not_listening() -> bool:
         try:
@@ -322,7 +326,7 @@ class Garbage:
 
     def __init__(self) -> None:
         # Enough tracked objects that a collection is due (the youngest generation's threshold).
-        self._ballast = [[] for _ in range(gc.get_threshold()[0] * 2)]
+        self._ballast: list[list[object]] = [[] for _ in range(gc.get_threshold()[0] * 2)]
         self._cycle = _unreachable_cycle()
 
     @property

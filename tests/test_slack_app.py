@@ -55,6 +55,7 @@ from bot.slack.links import parse_mention, parse_order_number, parse_thread_link
 from bot.slack.outbound import SlackThreadPoster
 from bot.slack.render import APPROVE_ACTION_ID, DECISION_BLOCK_ID, DENY_ACTION_ID
 from bot.slack.settings import SlackSettings
+from bot.slack.web_client import KeptAliveWebClient
 from harness import free_port, port_accepts
 from harness.conditions import wait_for
 from harness.fakes.slack_api import (
@@ -111,7 +112,9 @@ class Harness:
 
     async def deliver(self, delivery: Delivery, **sign: Any) -> BoltResponse:
         headers = signed_headers(SECRET, delivery, **sign)
-        return await self.app.async_dispatch(AsyncBoltRequest(body=delivery.body, headers=headers))
+        return await self.app.async_dispatch(
+            AsyncBoltRequest(body=delivery.body, headers=dict(headers))
+        )
 
     async def command(self, command: str, text: str = "", user: tuple[str, str] = ADMIN) -> str:
         before = len(self.slack.responses)
@@ -153,11 +156,12 @@ async def harness(slack: FakeSlackApi) -> AsyncIterator[Harness]:
     app = build_app(
         settings_for(slack),
         router,
-        commands,  # type: ignore[arg-type]  # a RecordingCommands
+        commands,  # a RecordingCommands
         find_by_order=find_by_order,
     )
     yield Harness(slack, SlackSender(slack), app, router, commands, finder_calls)
-    await app.client.close()  # type: ignore[attr-defined]  # build_app's KeptAliveWebClient
+    assert isinstance(app.client, KeptAliveWebClient)  # build_app's
+    await app.client.close()
 
 
 async def routed_messages(h: Harness, count: int) -> list[InboundMessage]:
@@ -327,20 +331,20 @@ async def real_router_app(
         return False
 
     router = ConversationRouter(
-        temporal,  # type: ignore[arg-type]
+        temporal,  # type: ignore[arg-type]  # for temporalio's Client
         "refund-bot",
         Inbox(SqliteDatabase(tmp_path)),
         hold,
         RecentEvents(),
         inbox_retry=Backoff(first=0, cap=0, jitter=False),  # the inbox may retry at once
     )
-    app = build_app(settings_for(slack), router, RecordingCommands())  # type: ignore[arg-type]
+    app = build_app(settings_for(slack), router, RecordingCommands())
     return app, temporal, SlackSender(slack), router
 
 
 async def _dispatch(app: AsyncApp, delivery: Delivery, **sign: Any) -> BoltResponse:
     headers = signed_headers(SECRET, delivery, **sign)
-    return await app.async_dispatch(AsyncBoltRequest(body=delivery.body, headers=headers))
+    return await app.async_dispatch(AsyncBoltRequest(body=delivery.body, headers=dict(headers)))
 
 
 async def test_a_retry_after_acceptance_is_applied_once(real_router_app) -> None:
@@ -429,7 +433,9 @@ async def test_forged_and_stale_requests_get_401_and_reach_nothing(harness: Harn
         (delivery.body.replace("4500", "4501"), signed_headers(SECRET, delivery)),  # tampered
         (command.body, signed_headers("not-the-secret", command)),
     ):
-        response = await harness.app.async_dispatch(AsyncBoltRequest(body=body, headers=headers))
+        response = await harness.app.async_dispatch(
+            AsyncBoltRequest(body=body, headers=dict(headers))
+        )
         assert response.status == 401
     await harness.deliver(harness.sender.post(CHANNEL, "sentinel"))
     messages = await routed_messages(harness, 1)
@@ -525,7 +531,7 @@ async def test_serve_in_socket_mode_acks_envelopes_before_the_work(harness: Harn
     gate = asyncio.Event()
     router = RecordingRouter(gate=gate)  # Temporal is slow
     commands = RecordingCommands()
-    app = build_app(settings, router, commands)  # type: ignore[arg-type]
+    app = build_app(settings, router, commands)
     serving = asyncio.create_task(serve(app, settings))
     try:
 
@@ -597,7 +603,7 @@ async def test_a_refused_app_token_is_one_line_and_slack_down(
 ) -> None:
     slack = harness.slack
     settings = settings_for(slack, app_token="xapp-1-A0FAKE-0000-wrong", signing_secret=None)
-    app = build_app(settings, harness.router, harness.commands)  # type: ignore[arg-type]
+    app = build_app(settings, harness.router, harness.commands)
     async with serving(app, settings) as health:
         await wait_for(lambda: health.state == "down", what="Slack down")
         assert health.detail.startswith(
@@ -615,7 +621,7 @@ async def test_a_refused_bot_token_is_one_line_and_slack_down(
     harness: Harness, caplog: pytest.LogCaptureFixture
 ) -> None:
     settings = settings_for(harness.slack, bot_token="xoxb-not-this-one", port=free_port())
-    app = build_app(settings, harness.router, harness.commands)  # type: ignore[arg-type]
+    app = build_app(settings, harness.router, harness.commands)
     async with serving(app, settings) as health:
         await wait_for(lambda: health.state == "down", what="Slack down")
         assert health.detail.startswith("Slack refused SLACK_BOT_TOKEN (auth.test: invalid_auth)")
@@ -648,7 +654,7 @@ async def test_slack_unreachable_is_retrying_with_one_line_each(
     settings = settings_for(
         harness.slack, api_url=f"http://127.0.0.1:{free_port()}/api/", port=free_port()
     )
-    app = build_app(settings, harness.router, harness.commands)  # type: ignore[arg-type]
+    app = build_app(settings, harness.router, harness.commands)
     async with serving(app, settings) as health:
         await wait_for(lambda: health.failures >= 3, what="three failed attempts")
         assert health.state == "retrying" and "Cannot connect to host" in health.detail
@@ -662,7 +668,7 @@ async def test_socket_mode_connects_again_when_slack_drops_it(
 ) -> None:
     slack = harness.slack
     settings = settings_for(slack, app_token=slack.app_token, signing_secret=None)
-    app = build_app(settings, harness.router, harness.commands)  # type: ignore[arg-type]
+    app = build_app(settings, harness.router, harness.commands)
     async with serving(app, settings, ping_interval=0.5) as health:
         await wait_for(lambda: health.ok and slack.socket_connections == 1, what="connected")
         await slack.close_sockets()
@@ -838,7 +844,7 @@ def _with_grants(harness: Harness, grants: Any) -> Harness:
     app = build_app(
         settings_for(harness.slack),
         harness.router,
-        harness.commands,  # type: ignore[arg-type]
+        harness.commands,
         grants=grants,
     )
     return Harness(
@@ -1131,14 +1137,14 @@ def test_parse_thread_link() -> None:
 def test_build_app_refuses_unsafe_configurations(slack: FakeSlackApi) -> None:
     router, commands = RecordingRouter(), RecordingCommands()
     with pytest.raises(ValueError, match="SLACK_SIGNING_SECRET"):
-        build_app(settings_for(slack, signing_secret=None), router, commands)  # type: ignore[arg-type]
+        build_app(settings_for(slack, signing_secret=None), router, commands)
     with pytest.raises(ValueError, match="SLACK_SUPPORT_CHANNEL"):
-        build_app(settings_for(slack, support_channel=None), router, commands)  # type: ignore[arg-type]
+        build_app(settings_for(slack, support_channel=None), router, commands)
     with pytest.raises(ValueError, match="SLACK_BOT_TOKEN"):
-        build_app(settings_for(slack, bot_token=None), router, commands)  # type: ignore[arg-type]
+        build_app(settings_for(slack, bot_token=None), router, commands)
     # Socket Mode needs no signing secret: Slack's WebSocket is authenticated by the app token.
     socket = settings_for(slack, signing_secret=None, app_token="xapp-1-A0-0-secret")
-    assert build_app(socket, router, commands) is not None  # type: ignore[arg-type]
+    assert build_app(socket, router, commands) is not None
     assert "xapp-1-A0-0-secret" not in repr(socket) and SECRET not in repr(settings_for(slack))
 
 

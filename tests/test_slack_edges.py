@@ -8,6 +8,7 @@ of tests/test_slack_app.py (no Temporal here).
 from __future__ import annotations
 
 import asyncio
+import functools
 import hashlib
 import hmac
 import json
@@ -65,8 +66,9 @@ class Endpoint:
         self.sender = SlackSender(slack)
         self.router = RecordingRouter()
         self.commands = RecordingCommands()
-        self.app = build_app(settings_for(slack), self.router, self.commands)  # type: ignore[arg-type]
+        self.app = build_app(settings_for(slack), self.router, self.commands)
         self.url = ""
+        self.runner: web.AppRunner | None = None  # set by a test that serves it over HTTP
 
     async def post(self, body: bytes, headers: dict[str, str]) -> tuple[int, str]:
         async with (
@@ -272,7 +274,7 @@ async def test_socket_mode_drops_a_malformed_envelope_and_acks_it(endpoint: Endp
     slack = endpoint.slack
     settings = settings_for(slack, app_token=slack.app_token, signing_secret=None)
     router, commands = RecordingRouter(), RecordingCommands()
-    app = build_app(settings, router, commands)  # type: ignore[arg-type]
+    app = build_app(settings, router, commands)
     serving = asyncio.create_task(serve(app, settings))
     try:
 
@@ -292,7 +294,9 @@ async def test_socket_mode_drops_a_malformed_envelope_and_acks_it(endpoint: Endp
             ),
         ]
         for envelope in bad:
-            await wait_for(lambda e=envelope: acked(e), timeout=5, what="the bad envelope acked")
+            await wait_for(
+                functools.partial(acked, envelope), timeout=5, what="the bad envelope acked"
+            )
 
         # The same command text over Socket Mode (payloads arrive parsed: no "payload" mistake).
         command = endpoint.sender.command("/refund-status", "payload", user=ADMIN[0], name=ADMIN[1])

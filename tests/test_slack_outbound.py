@@ -7,6 +7,7 @@ from datetime import timedelta
 
 import aiohttp
 import pytest
+from pydantic import SecretStr
 from slack_sdk.web.async_client import AsyncWebClient
 from temporalio.exceptions import ApplicationError
 
@@ -361,7 +362,9 @@ async def test_never_posts_outside_a_thread(slack: FakeSlackApi, poster: SlackTh
 
 
 async def test_from_settings(slack: FakeSlackApi) -> None:
-    settings = SlackSettings(_env_file=None, bot_token=slack.token, api_url=slack.url.rstrip("/"))
+    settings = SlackSettings(
+        _env_file=None, bot_token=SecretStr(slack.token), api_url=slack.url.rstrip("/")
+    )
     assert settings.enabled and settings.api_url == slack.url
     root = slack.add_message(CHANNEL, "hi")
 

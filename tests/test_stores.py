@@ -293,15 +293,17 @@ async def test_domain_seed_orders_accounts_and_links(database) -> None:
     assert order.purchased_at == "2025-05-20"
     assert await domain.order_for("7777", CUSTOMER) is None  # another customer's: as unknown
     assert await domain.order_for("9999", CUSTOMER) is None
-    assert (await domain.order_for("3003", CUSTOMER)).final_sale  # type: ignore[union-attr]
+    final_sale = await domain.order_for("3003", CUSTOMER)
+    assert final_sale is not None and final_sale.final_sale
     account = await domain.account(CUSTOMER)
     assert account is not None and account.customer_id == DEMO_CUSTOMER
     assert [o.order_number for o in account.orders] == ["1001", "3003", "1234", "4500"]
     assert await domain.account(Actor(platform="slack", user_id="U0STRANGER")) is None
     linked = DomainStore(database, lambda platform: DEMO_CUSTOMER)
     stranger = Actor(platform="slack", user_id="U0NEW")
-    assert (await linked.account(stranger)).customer_id == DEMO_CUSTOMER  # type: ignore[union-attr]
-    assert (await domain.account(stranger)).customer_id == DEMO_CUSTOMER  # type: ignore[union-attr]
+    for store in (linked, domain):  # linked on first contact: the same account from then on
+        account = await store.account(stranger)
+        assert account is not None and account.customer_id == DEMO_CUSTOMER
     payments = await domain.payments()
     assert ("pi_demo_1234", 8000, "usd") in payments and len(payments) == len(SEED_ORDERS)
     await domain.set_payment_ref("1234", "pi_stripe_1234")
@@ -551,10 +553,11 @@ async def test_the_exclusive_lock_admits_one_holder(database_url) -> None:
 
 
 async def test_the_default_is_the_sqlite_files_in_data_dir(tmp_path) -> None:
-    settings = AgentSettings(_env_file=None, data_dir=tmp_path)  # type: ignore[call-arg]
+    settings = AgentSettings(_env_file=None, data_dir=tmp_path)
     assert settings.store_url == f"sqlite:///{tmp_path}"
     url = "postgresql://refund:pw@db.example.com/refund"
-    chosen = AgentSettings(_env_file=None, data_dir=tmp_path, DATABASE_URL=url)  # type: ignore[call-arg]
+    # A str, as the environment gives it (the settings' __init__ is typed SecretStr).
+    chosen = AgentSettings(_env_file=None, data_dir=tmp_path, DATABASE_URL=url)  # type: ignore[arg-type]
     assert chosen.store_url == url and "pw" not in repr(chosen)
 
 
@@ -621,7 +624,7 @@ async def test_an_escalated_conversation_refunds_once_with_every_store_on_postgr
     """The Worker's activities on a real PostgreSQL: the order looked up in the domain store,
     the approver's seeded grant read live, the refund made in the ledger, the thread's posts and
     edit in the local channel's tables. Nothing is written to the data directory's SQLite files."""
-    settings = AgentSettings(_env_file=None, data_dir=tmp_path, DATABASE_URL=postgres_url)  # type: ignore[call-arg]
+    settings = AgentSettings(_env_file=None, data_dir=tmp_path, DATABASE_URL=postgres_url)
     bot_side = new_database(postgres_url)  # the terminal's own pool, as in another process
     threads = LocalThreadStore(bot_side)
     try:

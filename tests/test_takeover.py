@@ -73,6 +73,6 @@ async def test_an_approver_still_decides_while_it_is_taken_over(
     assert said[-1].startswith("Your refund is complete")
 
 
-async def _view_if(conv: LocalConversation, ok):  # type: ignore[no-untyped-def]
+async def _view_if(conv: LocalConversation, ok):
     view = await conv.view()
     return view if ok(view) else None
