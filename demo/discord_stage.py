@@ -29,12 +29,10 @@ ask in words of its own, they belong in ASKED_TEXTS, or Discord's read-back will
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import discord
 from discord.http import HTTPClient, MultipartParameters
-from discord.types.embed import EmbedField
-from discord.types.message import Message
 
 from agent.models import Actor, Platform, ThreadRef
 from agent.policy import ASKED_TEXTS
@@ -43,6 +41,10 @@ from bot.discord.customer_messages import THREAD_ARCHIVE_MINUTES
 from bot.discord.render import fit_content, utf16_len
 from bot.discord.replies import NO_PINGS
 from demo.stage import Frame
+
+if TYPE_CHECKING:  # discord.types is for type checkers: imported first, it is a circular import
+    from discord.types.embed import EmbedField
+    from discord.types.message import Message
 
 # GET /channels/{id}/messages returns at most 100 messages a page.
 MESSAGES_PAGE_SIZE = 100

@@ -11,9 +11,9 @@ deletions as other events, which the client does not listen to).
 from __future__ import annotations
 
 import logging
+from typing import TYPE_CHECKING
 
 import discord
-from discord.types.threads import ThreadArchiveDuration
 
 from agent.models import ThreadRef
 from bot.conversations import NOT_KEPT, NOTICES, InboundMessage, cut
@@ -21,6 +21,9 @@ from bot.discord.actors import actor_for
 from bot.discord.parts import BotParts
 from bot.discord.render import fit_content
 from bot.discord.replies import say
+
+if TYPE_CHECKING:  # discord.types is for type checkers: imported first, it is a circular import
+    from discord.types.threads import ThreadArchiveDuration
 
 log = logging.getLogger(__name__)
 
