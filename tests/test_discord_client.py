@@ -26,6 +26,7 @@ from agent.models import Actor, MessageKey, OutboundMessage, ThreadRef
 from agent.settings import AgentSettings
 from agent.stores.grants import GrantStore
 from agent.stores.sqlite import SqliteDatabase
+from agent.workflow import RefundConversation
 from bot.commands import GRANTABLE_ROLES, ChannelRef, CommandReply, Commands
 from bot.conversations import MAX_SIGNAL_TEXT, NOTICES, InboundClick, Routed
 from bot.discord import replies, slash_commands
@@ -834,7 +835,7 @@ async def test_refund_release(bot: Bot, temporal: StubTemporal) -> None:
     assert "needs the presenter role" in refused and temporal.calls == []
 
     text = await run_command(bot, "refund-release", PRESENTER, thread_id)
-    assert temporal.calls == [("signal", workflow_id, "release")]
+    assert temporal.calls == [("signal", workflow_id, RefundConversation.release)]
     assert text == f"Released {workflow_id}: the refund goes ahead."
 
 
