@@ -122,7 +122,9 @@ async def test_a_support_agent_works_the_queue_takes_over_and_hands_back_in_the_
                         return line
                 return None
 
-            return await wait_for(probe, timeout=timeout, what=f"a line matching {pattern!r}")
+            line = await wait_for(probe, timeout=timeout, what=f"a line matching {pattern!r}")
+            assert line is not None  # wait_for returns the probe's first truthy answer
+            return line
 
         # A customer's request escalates.
         await channel.handle("please refund order 4500")
@@ -146,7 +148,7 @@ async def test_a_support_agent_works_the_queue_takes_over_and_hands_back_in_the_
             return found[-1] if found else None
 
         entry = await wait_for(queued, timeout=30, interval=0.5, what="the escalation queued")
-        assert entry.endswith(f"not reminded yet: thread {thread}")
+        assert entry is not None and entry.endswith(f"not reminded yet: thread {thread}")
 
         # Taken over: the agent says so once, and answers the customer no more.
         await channel.handle("/refund-takeover")
