@@ -12,6 +12,7 @@ from agent.history import what_survives
 from agent.models import Timing
 from agent.sayings import HOLD_RAN_OUT, NO_DECISION, NOT_HEARD_BACK
 from agent.visibility import escalations_waiting
+from bot.local.thread_store import APPROVERS_MENTION
 from harness.conversation import LocalConversation
 from harness.inproc import running_worker
 from harness.owner import refunds_made
@@ -77,12 +78,16 @@ async def test_an_undecided_escalation_reminds_the_approvers_once_then_closes(
         queued = [w for w in await escalations_waiting(client) if w.workflow_id == handle.id]
         assert [(w.order, w.amount_cents, w.reminded) for w in queued] == [("4500", 45000, False)]
         reminder = await conv.next_bot_message(timeout=20)
+        # The terminal's outbound half names the support agents in the reminder, and only there.
         assert reminder.text.startswith(
-            "Reminder for the refund approvers: order 4500 ($450.00) has waited"
+            f"{APPROVERS_MENTION} Reminder for the refund approvers: order 4500 ($450.00) has "
+            "waited"
         )
         outcome = await asyncio.wait_for(handle.result(), 30)
     assert outcome.status == "expired" and outcome.message == NO_DECISION
-    assert [m.text for m in await conv.bot_messages()][-1] == NO_DECISION
+    said = [m.text for m in await conv.bot_messages()]
+    assert said[-1] == NO_DECISION
+    assert [t for t in said if APPROVERS_MENTION in t] == [reminder.text]
     assert await refunds_made(agent_settings) == []
 
 
