@@ -10,8 +10,8 @@ CPU used for 0.1 s) when its burst begins:
                  shape, the 200, then bolt in the background
   aiohttp-floor  an aiohttp handler that reads the body and answers 200: what this web stack costs
                  with no work at all, on this machine, now
-  bolt-answers   with --bolt-answers only: the same checks, then bolt dispatches and answers (the
-                 ack path before issue 10). Not by default: its bolt work and its replies, seconds
+  bolt-answers   with --bolt-answers only: the same checks, then bolt dispatches and answers
+                 (bolt's own ack path). Not by default: its bolt work and its replies, seconds
                  after its own bursts, run on the same two cores during the other variants' bursts
                  and count in their figures (2-5 ms at their p99 when measured).
   baseline       with --baseline DIR only: refund-bot as served by the checkout in DIR (the code
@@ -112,7 +112,7 @@ class SlowCommands:
 
 
 def bolt_answers(app: AsyncApp, signing_secret: str) -> web.Application:
-    """The ack path before issue 10: the same checks, then bolt dispatches and answers."""
+    """The ack path bolt gives by itself: the same checks, then bolt dispatches and answers."""
 
     async def events(request: web.Request) -> web.Response:
         checked = await checked_request(request, signing_secret)
@@ -449,7 +449,7 @@ def main() -> None:
         "--baseline", type=Path, help="a checkout whose refund-bot runs as one more variant"
     )
     parser.add_argument(
-        "--bolt-answers", action="store_true", help="add the ack path before issue 10"
+        "--bolt-answers", action="store_true", help="add the ack path bolt gives by itself"
     )
     args = parser.parse_args()
     asyncio.run(

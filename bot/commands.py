@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import re
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Protocol
@@ -18,6 +18,7 @@ from pydantic import BaseModel
 from temporalio.client import Client, WorkflowFailureError
 from temporalio.service import RPCError, RPCStatusCode
 
+from agent.activities.authorize import GrantSource
 from agent.codec import CodecError
 from agent.effect_owner import refunds_at_owner
 from agent.history import what_survives
@@ -166,6 +167,12 @@ class ChatCommands(Protocol):
 
     async def refund_status(self, actor: Actor, workflow_id: str) -> CommandReply: ...
 
+    async def refund_queue(self, actor: Actor) -> CommandReply: ...
+
+    async def refund_takeover(
+        self, actor: Actor, workflow_id: str, taken: bool
+    ) -> CommandReply: ...
+
     async def refund_release(self, actor: Actor, workflow_id: str) -> CommandReply: ...
 
     async def refund_hold(self, actor: Actor, enabled: bool | None) -> CommandReply: ...
@@ -197,11 +204,20 @@ class Commands:
         self._grants = grants
         self._hold = hold
         self._demos = demos
+        # A platform that owns its people's roles (a Slack user group, a Discord role): asked
+        # about its own users, as authorize_refund asks it (use_platform_grants).
+        self._platform_grants: dict[str, GrantSource] = {}
+
+    def use_platform_grants(self, sources: Mapping[str, GrantSource]) -> None:
+        """The platforms' live grant sources, once their connections exist (refund_bot.app)."""
+        self._platform_grants.update(sources)
 
     async def _refusal(self, actor: Actor, *roles: Role) -> CommandReply | None:
-        # AUTHORIZATION STATE: read live for every command, like every refund.
+        # AUTHORIZATION STATE: read live for every command, like every refund, from the owner of
+        # this person's roles: their platform's, where it has one; the grants store otherwise.
+        source: GrantSource = self._platform_grants.get(actor.platform, self._grants)
         for role in roles:
-            if await self._grants.live_grant(actor, role) is not None:
+            if await source.live_grant(actor, role) is not None:
                 return None
         return CommandReply(
             ok=False,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from temporalio.client import WorkflowHandle
 
+from agent.models import Actor
 from bot.ids import workflow_id_for
 from bot.local.terminal import PEOPLE, inbound, thread_ref
 from harness.conditions import wait_for
@@ -160,3 +161,45 @@ async def test_status_names_the_rule_that_overruled_the_model_and_quotes_its_wor
     assert CANARY in shown and "\x1b" not in shown
     said = [m.text for m in await conv.bot_messages()]
     assert not any(CANARY in text for text in said)
+
+
+async def test_a_platform_that_owns_its_peoples_roles_decides_who_runs_staff_commands(
+    temporal_env, agent_settings
+) -> None:
+    """A Slack user-group member (a Discord role holder) is a refund approver for the staff
+    commands too, read live from the platform; the grants store answers for everyone else."""
+    from agent.stores.databases import database_for
+    from agent.stores.grants import Grant, GrantStore
+    from bot.commands import Commands
+    from bot.hold import HoldSwitch
+
+    member = Actor(platform="slack", user_id="U0GROUP", display_name="grouped")
+    outsider = Actor(platform="slack", user_id="U0OUT", display_name="outsider")
+
+    class SlackGroup:
+        async def live_grant(self, actor: Actor, role: str) -> Grant | None:
+            if actor != member or role != "refund_approver":
+                return None
+            return Grant(
+                grant_id=0,
+                platform="slack",
+                user_id=member.user_id,
+                role="refund_approver",
+                limit_cents=None,
+                granted_at="2026-01-01T00:00:00+00:00",
+                granted_by="slack-usergroup:S0APPROVERS",
+            )
+
+    database = database_for(agent_settings)
+    commands = Commands(
+        temporal_env.client,
+        workers=None,  # type: ignore[arg-type]  # the queue never restarts a Worker
+        settings=agent_settings,
+        grants=GrantStore(database),
+        hold=HoldSwitch(database, False),
+    )
+    assert not (await commands.refund_queue(member)).ok  # no platform source yet: the store
+    commands.use_platform_grants({"slack": SlackGroup()})
+    assert (await commands.refund_queue(member)).ok
+    refused = await commands.refund_queue(outsider)
+    assert not refused.ok and "you don't hold it" in refused.text

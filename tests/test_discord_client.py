@@ -14,18 +14,30 @@ import json
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import discord
 import pytest
 from pydantic import SecretStr
+from temporalio.common import SearchAttributePair, TypedSearchAttributes
 from temporalio.service import RPCError, RPCStatusCode
 
 from agent.models import Actor, MessageKey, OutboundMessage, ThreadRef
 from agent.settings import AgentSettings
 from agent.stores.grants import GrantStore
 from agent.stores.sqlite import SqliteDatabase
+from agent.visibility import (
+    AMOUNT_CENTS,
+    APPROVERS_REMINDED,
+    ORDER,
+    STAGE,
+    WAITING_FOR_APPROVAL,
+    WAITING_SINCE,
+)
+from agent.workflow import RefundConversation
 from bot.commands import GRANTABLE_ROLES, ChannelRef, CommandReply, Commands
 from bot.conversations import MAX_SIGNAL_TEXT, NOTICES, InboundClick, Routed
 from bot.discord import replies, slash_commands
@@ -83,13 +95,18 @@ def _not_found(workflow_id: str) -> RPCError:
     return RPCError(f"workflow not found for ID: {workflow_id}", RPCStatusCode.NOT_FOUND, b"")
 
 
+# A Signal as WorkflowHandle.signal takes it (the Workflow's method, or its name); or a query.
+Signal = str | Callable[..., object]
+
+
 @dataclass
 class StubHandle:
     temporal: StubTemporal
     workflow_id: str
 
-    async def signal(self, name: str, *args: Any, **kwargs: Any) -> None:
+    async def signal(self, name: Signal, *args: Any, **kwargs: Any) -> None:
         self.temporal.calls.append(("signal", self.workflow_id, name))
+        self.temporal.signalled.append((self.workflow_id, args))
         if self.temporal.fail_with is not None:
             raise self.temporal.fail_with
         if self.workflow_id not in self.temporal.running:
@@ -104,11 +121,23 @@ class StubHandle:
 @dataclass
 class StubTemporal:
     running: set[str] = field(default_factory=set)
-    calls: list[tuple[str, str, str]] = field(default_factory=list)
+    calls: list[tuple[str, str, Signal]] = field(default_factory=list)
     fail_with: Exception | None = None
+    signalled: list[tuple[str, tuple[Any, ...]]] = field(default_factory=list)  # (id, args)
+    # What visibility lists for /refund-queue: executions with their search attributes.
+    listed: list[SimpleNamespace] = field(default_factory=list)
 
     def get_workflow_handle(self, workflow_id: str) -> StubHandle:
         return StubHandle(self, workflow_id)
+
+    def list_workflows(self, query: str) -> AsyncIterator[SimpleNamespace]:
+        self.calls.append(("list_workflows", "", query))
+
+        async def listed() -> AsyncIterator[SimpleNamespace]:
+            for execution in self.listed:
+                yield execution
+
+        return listed()
 
 
 @dataclass
@@ -765,6 +794,9 @@ async def test_commands_are_registered_from_the_manifest_at_login(bot: Bot) -> N
         "refund-grant",
         "refund-revoke",
         "refund-demo",
+        "refund-queue",
+        "refund-takeover",
+        "refund-handback",
     ]
     assert mismatches(bot.client.tree, load_manifest()) == []
 
@@ -835,8 +867,85 @@ async def test_refund_release(bot: Bot, temporal: StubTemporal) -> None:
     assert "needs the presenter role" in refused and temporal.calls == []
 
     text = await run_command(bot, "refund-release", PRESENTER, thread_id)
-    assert temporal.calls == [("signal", workflow_id, "release")]
+    assert temporal.calls == [("signal", workflow_id, RefundConversation.release)]
     assert text == f"Released {workflow_id}: the refund goes ahead."
+
+
+def waiting(workflow_id: str, order: str, cents: int, since: datetime, reminded: bool) -> Any:
+    """One execution as visibility lists an escalation waiting for a decision."""
+    return SimpleNamespace(
+        id=workflow_id,
+        typed_search_attributes=TypedSearchAttributes(
+            [
+                SearchAttributePair(STAGE, WAITING_FOR_APPROVAL),
+                SearchAttributePair(ORDER, order),
+                SearchAttributePair(AMOUNT_CENTS, cents),
+                SearchAttributePair(WAITING_SINCE, since),
+                SearchAttributePair(APPROVERS_REMINDED, reminded),
+            ]
+        ),
+    )
+
+
+async def test_refund_queue_lists_the_escalations_waiting_oldest_first(
+    bot: Bot, temporal: StubTemporal, store: GrantStore
+) -> None:
+    await store.grant(
+        discord_actor(AGENT), "refund_approver", 100000, by=Actor(platform="local", user_id="seed")
+    )
+    now = datetime.now(UTC)
+    newer, older = f"discord-{GUILD}-1190000000000000002", f"discord-{GUILD}-1190000000000000001"
+    temporal.listed = [
+        waiting(newer, "7001", 12000, now - timedelta(minutes=5), False),
+        waiting(older, "4500", 45000, now - timedelta(hours=2), True),
+    ]
+
+    refused = await run_command(bot, "refund-queue", STRANGER)
+    assert "needs the refund_approver or presenter role" in refused and temporal.calls == []
+
+    text = await run_command(bot, "refund-queue", AGENT)
+    [(call, _, query)] = temporal.calls
+    assert call == "list_workflows" and isinstance(query, str)
+    assert "RefundBotStage = 'waiting_for_approval'" in query
+    assert text.splitlines() == [
+        "2 escalation(s) waiting for a decision, oldest first:",
+        "• order 4500 ($450.00), waiting 2 hours, approvers reminded: "
+        f"https://discord.com/channels/{GUILD}/1190000000000000001",
+        "• order 7001 ($120.00), waiting 5 minutes, not reminded yet: "
+        f"https://discord.com/channels/{GUILD}/1190000000000000002",
+    ]
+
+    temporal.listed = []
+    assert await run_command(bot, "refund-queue", PRESENTER) == (
+        "No escalation is waiting for a decision."
+    )
+
+
+async def test_refund_takeover_and_handback_in_the_thread_or_by_its_id(
+    bot: Bot, temporal: StubTemporal
+) -> None:
+    thread_id = await bot.open_conversation()
+    workflow_id = f"discord-{GUILD}-{thread_id}"
+    temporal.running.add(workflow_id)
+
+    refused = await run_command(bot, "refund-takeover", STRANGER, thread_id)
+    assert "needs the refund_approver or presenter role" in refused and temporal.calls == []
+    assert await run_command(bot, "refund-takeover", PRESENTER) == (
+        slash_commands.WHICH_CONVERSATION  # in the support channel, naming no conversation
+    )
+
+    taken = await run_command(bot, "refund-takeover", PRESENTER, thread_id)
+    assert taken.startswith(f"You have taken over {workflow_id}")
+    back = await run_command(
+        bot, "refund-handback", PRESENTER, SUPPORT, {"conversation": str(thread_id)}
+    )
+    assert back.startswith(f"Handed {workflow_id} back to the agent")
+    pat = discord_actor(PRESENTER)
+    assert [(w, args[0].taken, args[0].actor.user_id) for w, args in temporal.signalled] == [
+        (workflow_id, True, pat.user_id),
+        (workflow_id, False, pat.user_id),
+    ]
+    assert {name for _, _, name in temporal.calls} == {RefundConversation.takeover}
 
 
 async def test_refund_hold(bot: Bot, hold: HoldSwitch) -> None:

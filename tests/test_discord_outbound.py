@@ -110,6 +110,64 @@ async def test_fake_pings_when_allowed_mentions_is_absent(api: FakeDiscordAPI) -
     assert [u["id"] for u in message["mentions"]] == ["123"]
 
 
+APPROVER_ROLE = "1170000000000000100"
+REMINDER = "Reminder for the refund approvers: order 4500 ($450.00) has waited an hour."
+
+
+def reminder(seq: int) -> OutboundMessage:
+    return outbound(REMINDER, seq=seq).model_copy(update={"kind": "info", "mention": "approvers"})
+
+
+async def test_the_approvers_reminder_pings_the_approver_role_and_only_it(
+    api: FakeDiscordAPI,
+) -> None:
+    settings = DiscordSettings(
+        _env_file=None,
+        token=SecretStr(api.token),
+        api_url=api.api_url,
+        approver_role=APPROVER_ROLE,
+    )
+    quoted = "Customer wrote: @everyone <@123> <@&1170000000000000999> refund me"
+    async with DiscordThreadPoster.from_settings(settings) as poster:
+        await poster.post(outbound(quoted, seq=1))
+        await poster.post(outbound("Needs a person.", seq=2, actions=["approve", "deny"]))
+        await poster.post(reminder(3).model_copy(update={"text": f"{REMINDER} {quoted}"}))
+
+    *others, reminded = api.messages(THREAD_ID)
+    assert reminded["content"] == f"<@&{APPROVER_ROLE}> {REMINDER} {quoted}"
+    # Discord pings the approver role, and nobody the customer's words name.
+    assert reminded["mention_roles"] == [APPROVER_ROLE]
+    assert reminded["mentions"] == [] and reminded["mention_everyone"] is False
+    *_, request = posts(api)
+    assert request.json["allowed_mentions"] == {"parse": [], "roles": [APPROVER_ROLE]}
+    for message in others:
+        assert not message["content"].startswith("<@&")
+        assert message["mention_roles"] == [] and message["mentions"] == []
+    assert [r.json["allowed_mentions"] for r in posts(api)[:-1]] == [{"parse": []}] * 2
+
+
+async def test_an_approver_role_given_by_name_is_named_in_bold_and_pings_nobody(
+    api: FakeDiscordAPI,
+) -> None:
+    role = "Refund *Approvers*"
+    async with DiscordThreadPoster(
+        SecretStr(api.token), api_url=api.api_url, approver_role=role
+    ) as poster:
+        await poster.post(reminder(1))
+    [stored] = api.messages(THREAD_ID)
+    assert stored["content"] == f"**Refund \\*Approvers\\*** {REMINDER}"
+    assert stored["mention_roles"] == [] and stored["mentions"] == []
+    assert posts(api)[0].json["allowed_mentions"] == {"parse": []}
+
+
+async def test_without_an_approver_role_the_reminder_is_its_text(
+    api: FakeDiscordAPI, poster: DiscordThreadPoster
+) -> None:
+    await poster.post(reminder(1))
+    [stored] = api.messages(THREAD_ID)
+    assert stored["content"] == REMINDER and stored["mention_roles"] == []
+
+
 async def test_retried_post_returns_the_first_message(
     api: FakeDiscordAPI, poster: DiscordThreadPoster
 ) -> None:

@@ -74,6 +74,9 @@ def slack_env(slack: FakeSlackApi, data_dir: Path) -> dict[str, str]:
         SLACK_SUPPORT_CHANNEL=CHANNEL,
         SLACK_PORT=str(free_port()),
         SLACK_API_URL=slack.url,
+        # The Slack customer is the demo customer: asked about order 1234, not told it is not
+        # theirs.
+        DEMO_CUSTOMER_FOR_NEW_USERS="cus_nyghtowl",
     )
 
 

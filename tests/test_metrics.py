@@ -26,7 +26,6 @@ from harness import free_port
 from harness.codec import TEST_CONVERTER
 from harness.conversation import SUPPORT, LocalConversation
 from harness.inproc import running_worker
-from refund_bot import escalations
 from refund_bot.ops import Ops, serving_ops
 from worker.telemetry import prometheus_runtime
 
@@ -76,7 +75,6 @@ async def test_every_metric_the_dashboard_and_the_alerts_name_is_exported(
     agent_settings: AgentSettings,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(escalations, "REFRESH_EVERY", 0.0)  # read Temporal at every scrape
     exporter = f"127.0.0.1:{free_port()}"
     # One Runtime for the bot's and the Worker's metrics here; each process has its own.
     runtime = prometheus_runtime(exporter)

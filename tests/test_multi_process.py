@@ -181,7 +181,7 @@ async def deployment(
         slack = await stack.enter_async_context(FakeSlackApi(team_id=TEAM))
         http = await stack.enter_async_context(aiohttp.ClientSession())
         env = clean_environment(
-            **TEST_CODEC_ENV,  # the deployment's keys, shared by every process (issue 11)
+            **TEST_CODEC_ENV,  # the deployment's keys, shared by every process
             TEMPORAL_ADDRESS=temporal_env.client.service_client.config.target_host,
             TEMPORAL_TASK_QUEUE=queue,
             TEMPORAL_CONTROL_TASK_QUEUE=f"{queue}-control",

@@ -28,6 +28,9 @@ async def test_run_serves_slack_when_its_token_is_set(tmp_path, monkeypatch) -> 
             "SLACK_PORT": str(port),
             "SLACK_API_URL": slack.url,
             "DATA_DIR": str(tmp_path),  # the Worker child reads its settings from here too
+            # The Slack customer is the demo customer: asked about order 1234, not told it is
+            # not theirs.
+            "DEMO_CUSTOMER_FOR_NEW_USERS": "cus_nyghtowl",
         }
         for name, value in env.items():
             monkeypatch.setenv(name, value)

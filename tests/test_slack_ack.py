@@ -1,4 +1,4 @@
-"""HTTP mode answers Slack before bolt runs (issue 10), and keeps everything bolt answered before.
+"""HTTP mode answers Slack before bolt runs, and keeps everything bolt would have answered.
 
 Over real HTTP to bot.slack.app's aiohttp handler, with bodies signed the way Slack signs them; the
 router and the commands are the recording fakes of tests/test_slack_app.py (no Temporal here).

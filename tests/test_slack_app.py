@@ -992,6 +992,41 @@ async def test_status_without_a_conversation_explains_itself(harness: Harness, t
     assert harness.commands.calls == []
 
 
+async def test_queue_answers_privately(harness: Harness) -> None:
+    assert await harness.command("/refund-queue", user=SUPPORT) == "refund_queue done"
+    sam = Actor(platform="slack", user_id=SUPPORT[0], display_name=SUPPORT[1])
+    assert harness.commands.calls == [("refund_queue", (sam,))]
+    assert await harness.command("/refund-queue", "4500") == "Usage: /refund-queue"
+    assert len(harness.commands.calls) == 1
+
+
+async def test_takeover_and_handback_name_the_conversation_as_status_does(
+    harness: Harness,
+) -> None:
+    root_ts = harness.slack.add_message(CHANNEL, "refund 1234")
+    reply_ts = harness.slack.add_message(CHANNEL, "Yes", thread_ts=root_ts)
+    wid = f"slack-{TEAM}-{CHANNEL}-{root_ts}"
+    link = harness.sender.permalink(CHANNEL, reply_ts)
+
+    assert await harness.command("/refund-takeover", link, SUPPORT) == "refund_takeover done"
+    await harness.command("/refund-handback", f"<{link}>", SUPPORT)
+    await harness.command("/refund-takeover", wid, SUPPORT)
+    await harness.command("/refund-handback", "#4500", SUPPORT)  # by order number
+    sam = Actor(platform="slack", user_id=SUPPORT[0], display_name=SUPPORT[1])
+    by_order = f"slack-{TEAM}-{CHANNEL}-1732860000.000100"
+    assert harness.commands.calls == [
+        ("refund_takeover", (sam, wid, True)),
+        ("refund_takeover", (sam, wid, False)),
+        ("refund_takeover", (sam, wid, True)),
+        ("refund_takeover", (sam, by_order, False)),
+    ]
+    assert harness.finder_calls == [(TEAM, "4500")]
+    for command in ("/refund-takeover", "/refund-handback"):
+        answer = await harness.command(command, "", SUPPORT)
+        assert "thread's link" in answer and f"`{command} 4500`" in answer
+    assert len(harness.commands.calls) == 4
+
+
 async def test_hold_on_off_and_show(harness: Harness) -> None:
     for text in ("on", "OFF", ""):
         await harness.command("/refund-hold", text)
@@ -1068,6 +1103,31 @@ async def test_shortcut_on_any_message_of_the_thread(
         assert ephemeral["channel"] == CHANNEL and ephemeral["user"] == ADMIN[0]
         assert ephemeral["thread_ts"] == root_ts and ephemeral["text"] == f"{method} done"
     assert harness.slack.responses == []
+
+
+@pytest.mark.parametrize(
+    ("callback_id", "taken"), [("refund_takeover", True), ("refund_handback", False)]
+)
+async def test_take_over_and_hand_back_from_inside_the_thread(
+    harness: Harness, callback_id: str, taken: bool
+) -> None:
+    root_ts = harness.slack.add_message(CHANNEL, "refund 1234")
+    reply_ts = harness.slack.add_message(CHANNEL, "Yes", thread_ts=root_ts)
+    shortcut = harness.sender.shortcut(
+        CHANNEL, reply_ts, callback_id, user=SUPPORT[0], name=SUPPORT[1]
+    )
+    response = await harness.deliver(shortcut)
+    assert response.status == 200 and response.body == ""
+
+    async def answered() -> list:
+        return harness.slack.ephemerals
+
+    (ephemeral,) = await wait_for(answered, timeout=5, what="the private answer")
+    sam = Actor(platform="slack", user_id=SUPPORT[0], display_name=SUPPORT[1])
+    wid = f"slack-{TEAM}-{CHANNEL}-{root_ts}"
+    assert harness.commands.calls == [("refund_takeover", (sam, wid, taken))]
+    assert ephemeral["user"] == SUPPORT[0] and ephemeral["thread_ts"] == root_ts
+    assert ephemeral["text"] == "refund_takeover done"
 
 
 async def test_shortcut_where_the_bot_is_not_a_member_answers_by_response_url(
@@ -1242,7 +1302,7 @@ def test_manifest_matches_the_app(name: str) -> None:
     commands = set(re.findall(r"^\s*- command: (/\S+)$", text, re.M))
     assert commands == slack_commands.COMMANDS
     shortcuts = set(re.findall(r"^\s*callback_id: (\S+)$", text, re.M))
-    assert shortcuts == {slack_commands.STATUS_SHORTCUT, slack_commands.RELEASE_SHORTCUT}
+    assert shortcuts == slack_commands.SHORTCUTS
     assert re.search(r"^\s*- message\.channels$", text, re.M)
     assert re.search(r"^\s*- message\.groups$", text, re.M)
     http = "socket_mode_enabled: false" in text

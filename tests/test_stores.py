@@ -223,7 +223,7 @@ async def test_concurrent_refunds_of_different_payments_all_go_through(database_
 async def test_concurrent_refunds_of_one_payment_under_different_keys_make_one(
     database_url,
 ) -> None:
-    """Issue 9's race, now across hosts: conversations on one order race with their own keys;
+    """The race for one order, across hosts: conversations on one order race with their own keys;
     the owner refunds once and refuses the rest as already refunded."""
     hosts = await two_hosts(database_url)
     try:

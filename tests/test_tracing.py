@@ -223,9 +223,10 @@ async def test_a_conversation_on_the_local_channel_is_one_connected_trace_per_me
             kind
         ]
         assert not named(trace, "RunWorkflow:RefundConversation")
-    # The last answer looks the order up (the domain store's SQL) and escalates.
-    assert named(seam_trace, "RunActivity:lookup_order")
-    assert named(seam_trace, "SELECT domain")
+    # The opening message looks the order up first (the domain store's SQL); the last answer
+    # escalates.
+    assert named(opening_trace, "RunActivity:lookup_order")
+    assert named(opening_trace, "SELECT domain")
     assert attributes(named(seam_trace, "chat.post")[0])["refund_bot.round"] == 1
 
     # The click: the approval Signal, the live grant read, the refund, the outcome, the edit.
@@ -263,8 +264,8 @@ async def test_a_conversation_on_the_local_channel_is_one_connected_trace_per_me
         # Set by agent.tracing's record factory; logging's formatters read it from __dict__ too.
         return {r.__dict__["otelTraceID"] for r in caplog.records if fragment in r.getMessage()}
 
-    seam_id = f"{seam.context.trace_id:032x}"
-    assert seam_id in trace_ids("MEMORY COPY | lookup_order")
+    opening_id, seam_id = f"{opening.context.trace_id:032x}", f"{seam.context.trace_id:032x}"
+    assert opening_id in trace_ids("MEMORY COPY | lookup_order")
     assert seam_id in trace_ids("RULES |")
     click_id = f"{click.context.trace_id:032x}"
     assert trace_ids("EXTERNAL EFFECT | issue_refund") == {click_id}

@@ -237,3 +237,23 @@ async def test_a_namespace_without_the_search_attribute_is_one_line() -> None:
     assert "--name RefundBotVersion --type Keyword" in message
     assert "--name RefundBotAmountCents --type Int" in message
     assert "\n" not in message
+
+
+async def test_the_next_version_replays_every_conversation_of_this_one(monkeypatch) -> None:
+    """A release that bumps WORKFLOW_VERSION (and guards its change with workflow.patched) must
+    replay what this one recorded: nothing this code does depends on its own version number."""
+    from temporalio.client import WorkflowHistory
+    from temporalio.worker import Replayer
+
+    from worker.sandbox import CompiledOnceSandboxRunner
+
+    monkeypatch.setattr(versions, "WORKFLOW_VERSION", "1.1")
+    replayer = Replayer(
+        workflows=[RefundConversation],
+        data_converter=TEST_CONVERTER,
+        workflow_runner=CompiledOnceSandboxRunner(),
+    )
+    for path in sorted(HISTORIES.glob("*.json")):
+        history = WorkflowHistory.from_json(path.stem, path.read_text())
+        result = await replayer.replay_workflow(history, raise_on_replay_failure=False)
+        assert result.replay_failure is None, path.stem

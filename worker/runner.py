@@ -64,7 +64,7 @@ STICKY_TIMEOUT = timedelta(seconds=10)
 # lookups, the post), so too few slots leave the Worker waiting: with 10, 1,000 conversations ran
 # at 4.69 a second with the Worker using half a core; with 20, 6.87 a second. Too many bring the
 # storm back under repeated kills: with 30, 39 of 200 conversations did not finish in
-# bench.random_kills, against none with 10 or 20 (docs/benchmarks.md, fourth pass).
+# bench.random_kills, against none with 10 or 20 (docs/benchmarks.md, "Random kills").
 MAX_CONCURRENT_WORKFLOW_TASKS = 20
 
 STANDBY_DESCRIPTION = (

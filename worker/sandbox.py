@@ -11,7 +11,7 @@ times. Each entry compiles its string again and swaps the sandbox's importer in 
 strings (a handful per Workflow class) are compiled once, and the context, which is the SDK's own
 bookkeeping of the instance's pending commands (no workflow code runs, nothing is imported), is
 read without entering the sandbox. Workflow code still runs only inside it, under the same
-restrictions (tests/test_sandbox.py). What it saves: docs/benchmarks.md, "Issue 10, third pass".
+restrictions (tests/test_sandbox.py). What it saves: docs/benchmarks.md, "Replay cost".
 """
 
 from __future__ import annotations

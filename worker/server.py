@@ -52,7 +52,7 @@ SQLITE_PRAGMAS = ("journal_mode=wal",)
 # the last read waited for the next: a reply that came right after the agent's question reached
 # the Worker up to 50 ms late. At 1,000 reads a second a turn's p50 went from 45.5 to 10.6 ms
 # (bench.turn_latency). Under load the queue is read at the limit either way, so throughput and the
-# server's CPU did not change (bench.throughput; docs/benchmarks.md, eighth pass).
+# server's CPU did not change (bench.throughput; docs/benchmarks.md, "Turn latency").
 DYNAMIC_CONFIG = ("history.transferProcessorMaxPollRPS=1000",)
 LOG_FILENAME = "temporal-server.log"
 PID_FILENAME = "temporal-server.pid"

@@ -45,7 +45,7 @@ class ProcessSettings(BaseSettings):
     host: str = Field(default_factory=socket.gethostname, alias="REFUND_BOT_HOST")
     # Worker processes the supervisor keeps polling, beside its warm standby. With two, a Worker
     # that dies takes only its own conversations' caches: the other Worker's carry on without a
-    # replay (docs/benchmarks.md, "Issue 10, third pass"). Each is one interpreter (one core).
+    # replay (docs/benchmarks.md, "Recovery after a SIGKILL"). Each is one interpreter (one core).
     workers: int = Field(default=1, ge=1, le=16, alias="REFUND_BOT_WORKERS")
     # Where `refund-bot bot` and `refund-bot run` serve /healthz and /metrics; "off": nowhere.
     metrics_address: str = Field(default="127.0.0.1:9464", alias="METRICS_ADDRESS")

@@ -58,7 +58,7 @@ SCHEMA = Schema(
             postgresql=tuple(table.format(cents="BIGINT") for table in _TABLES),
         ),
         # lookup_customer_history reads a customer's orders on every conversation; without this it
-        # read the whole orders table to find them (docs/benchmarks.md, "Issue 10, fifth pass").
+        # read the whole orders table to find them (docs/benchmarks.md, "Stores").
         both(
             2,
             "orders by customer",

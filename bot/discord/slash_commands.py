@@ -21,7 +21,7 @@ from discord import app_commands
 
 from agent import tracing
 from agent.models import Actor, ThreadRef
-from bot.commands import ChannelRef, CommandReply, DemoStage, DemoStages
+from bot.commands import ChannelRef, ChatCommands, CommandReply, DemoStage, DemoStages
 from bot.discord.actors import actor_for
 from bot.discord.commands_spec import command_spec
 from bot.discord.parts import BotParts
@@ -115,6 +115,25 @@ def build_commands(parts: BotParts, manifest: tuple[dict[str, Any], ...]) -> lis
             defer=False,
         )
 
+    # The support team's: the escalations waiting, and a conversation taken over and back.
+    async def refund_queue(interaction: discord.Interaction) -> None:
+        actor = actor_for(interaction.user)
+        await _answer(parts, interaction, lambda: commands.refund_queue(actor), defer=True)
+
+    async def refund_takeover(
+        interaction: discord.Interaction, conversation: str | None = None
+    ) -> None:
+        await _answer_for_conversation(
+            parts, interaction, conversation, _taking(commands, True), defer=False
+        )
+
+    async def refund_handback(
+        interaction: discord.Interaction, conversation: str | None = None
+    ) -> None:
+        await _answer_for_conversation(
+            parts, interaction, conversation, _taking(commands, False), defer=False
+        )
+
     handlers: dict[str, Callable[..., Coroutine[Any, Any, None]]] = {
         "crash-worker": crash_worker,
         "refund-status": refund_status,
@@ -123,6 +142,9 @@ def build_commands(parts: BotParts, manifest: tuple[dict[str, Any], ...]) -> lis
         "refund-grant": refund_grant,
         "refund-revoke": refund_revoke,
         "refund-demo": refund_demo,
+        "refund-queue": refund_queue,
+        "refund-takeover": refund_takeover,
+        "refund-handback": refund_handback,
     }
     return [_command(command_spec(name, manifest), handler) for name, handler in handlers.items()]
 
@@ -217,6 +239,15 @@ async def _answer_for_conversation(
         return
     actor = actor_for(interaction.user)
     await _answer(parts, interaction, lambda: work(actor, workflow_id), defer=defer)
+
+
+def _taking(commands: ChatCommands, taken: bool) -> Callable[[Actor, str], Awaitable[CommandReply]]:
+    """/refund-takeover (taken) or /refund-handback, for the conversation the command names."""
+
+    async def work(actor: Actor, workflow_id: str) -> CommandReply:
+        return await commands.refund_takeover(actor, workflow_id, taken)
+
+    return work
 
 
 def _workflow_id(guild: str, thread: str, support_channel_id: int) -> str:

@@ -46,6 +46,9 @@ Type a message to post it as the current person. A message outside a thread open
   /crash-worker [host]                    SIGKILL a Worker (that host's) and start a new one
   /refund-status [thread]                 what survives, read from Event History
   /refund-release [thread]                release a refund held for the demo
+  /refund-queue                           the escalations waiting for a decision, oldest first
+  /refund-takeover [thread]               take a conversation over: the agent stays quiet there
+  /refund-handback [thread]               hand it back: the agent carries on
   /refund-hold on|off                     whether new conversations hold before the refund
   /refund-demo [next|auto [s]|crash|stop] the same crash without and with Temporal, side by side
   /refund-grant @user role [limit]        roles: refund_approver, presenter, admin
@@ -330,6 +333,22 @@ class LocalChannel:
             self.say("! which thread? /refund-release t1")
             return
         self._reply(await self._commands.refund_release(self.me, workflow_id))
+
+    async def cmd_refund_queue(self) -> None:
+        self._reply(await self._commands.refund_queue(self.me))
+
+    async def cmd_refund_takeover(self, thread: str | None = None) -> None:
+        await self._take_over(thread, taken=True)
+
+    async def cmd_refund_handback(self, thread: str | None = None) -> None:
+        await self._take_over(thread, taken=False)
+
+    async def _take_over(self, thread: str | None, *, taken: bool) -> None:
+        workflow_id = self._workflow_id(thread)
+        if workflow_id is None:
+            self.say(f"! which thread? /refund-{'takeover' if taken else 'handback'} t1")
+            return
+        self._reply(await self._commands.refund_takeover(self.me, workflow_id, taken))
 
     async def cmd_refund_demo(self, *words: str) -> None:
         def stage(stages: DemoStages) -> DemoStage:

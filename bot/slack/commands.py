@@ -44,9 +44,15 @@ REFUND_HOLD = "/refund-hold"
 REFUND_GRANT = "/refund-grant"
 REFUND_REVOKE = "/refund-revoke"
 REFUND_DEMO = "/refund-demo"
+# The support team's: the escalations waiting, and a conversation taken over and handed back.
+REFUND_QUEUE = "/refund-queue"
+REFUND_TAKEOVER = "/refund-takeover"
+REFUND_HANDBACK = "/refund-handback"
 # Message shortcuts' callback ids.
 STATUS_SHORTCUT = "refund_status"
 RELEASE_SHORTCUT = "refund_release"
+TAKEOVER_SHORTCUT = "refund_takeover"
+HANDBACK_SHORTCUT = "refund_handback"
 # Everything registered here: each listener acks with an empty 200 before its work.
 COMMANDS = frozenset(
     {
@@ -57,9 +63,12 @@ COMMANDS = frozenset(
         REFUND_GRANT,
         REFUND_REVOKE,
         REFUND_DEMO,
+        REFUND_QUEUE,
+        REFUND_TAKEOVER,
+        REFUND_HANDBACK,
     }
 )
-SHORTCUTS = frozenset({STATUS_SHORTCUT, RELEASE_SHORTCUT})
+SHORTCUTS = frozenset({STATUS_SHORTCUT, RELEASE_SHORTCUT, TAKEOVER_SHORTCUT, HANDBACK_SHORTCUT})
 
 _FAILED = "That command failed on our side; the bot's log has the details."
 _WHICH_CONVERSATION = (
@@ -162,6 +171,45 @@ def register_commands(
 
     app.message_shortcut(STATUS_SHORTCUT)(_shortcut_listener(STATUS_SHORTCUT, shortcut_status))
     app.message_shortcut(RELEASE_SHORTCUT)(_shortcut_listener(RELEASE_SHORTCUT, shortcut_release))
+
+    register_support_commands(app, commands, find_by_order)
+
+
+def register_support_commands(
+    app: AsyncApp, commands: ChatCommands, find_by_order: FindByOrder | None
+) -> None:
+    """The support team's commands: /refund-queue, and /refund-takeover and /refund-handback
+    (a thread link, an order number or a Workflow ID, as /refund-status takes them; or, in the
+    thread, the message shortcuts **Take over** and **Hand back**)."""
+
+    async def queue(actor: Actor, text: str, where: Where) -> CommandReply:
+        if text.strip():
+            return CommandReply(ok=False, text=f"Usage: {REFUND_QUEUE}")
+        return await commands.refund_queue(actor)
+
+    def taking(command: str, taken: bool) -> CommandWork:
+        async def work(actor: Actor, text: str, where: Where) -> CommandReply:
+            target = await resolve_conversation(text, where.team_id, command, find_by_order)
+            if isinstance(target, CommandReply):
+                return target
+            return await commands.refund_takeover(actor, target, taken)
+
+        return work
+
+    def taking_here(taken: bool) -> ShortcutWork:
+        async def work(actor: Actor, workflow_id: str) -> CommandReply:
+            return await commands.refund_takeover(actor, workflow_id, taken)
+
+        return work
+
+    for name, work in (
+        (REFUND_QUEUE, queue),
+        (REFUND_TAKEOVER, taking(REFUND_TAKEOVER, True)),
+        (REFUND_HANDBACK, taking(REFUND_HANDBACK, False)),
+    ):
+        app.command(name)(_command_listener(name, work))
+    for callback_id, taken in ((TAKEOVER_SHORTCUT, True), (HANDBACK_SHORTCUT, False)):
+        app.message_shortcut(callback_id)(_shortcut_listener(callback_id, taking_here(taken)))
 
 
 def parse_grant_args(text: str) -> tuple[Actor, str, str | None] | None:
