@@ -27,6 +27,7 @@ from aiohttp import web
 from temporalio.client import Client
 from temporalio.common import MetricMeter
 
+from agent import http_edge
 from bot.inbox import Inbox
 from bot.platform_health import PlatformHealth
 from bot.reconnect import one_line
@@ -123,7 +124,7 @@ def ops_app(ops: Ops) -> web.Application:
 async def serving_ops(address: str, ops: Ops) -> AsyncIterator[None]:
     """Serve /healthz and /metrics at `address` (host:port) while inside."""
     host, port = parse_address(address)
-    runner = web.AppRunner(ops_app(ops), access_log=None)
+    runner = http_edge.runner(ops_app(ops))
     await runner.setup()
     try:
         try:

@@ -24,6 +24,7 @@ from pydantic import SecretStr
 from temporalio.api.common.v1 import Payloads
 from temporalio.converter import PayloadCodec
 
+from agent import http_edge
 from agent.codec import AesGcmCodec, CodecError, CodecKey
 from agent.settings import CodecServerSettings, TemporalSettings
 
@@ -127,7 +128,7 @@ async def serve(
         )
     origins = allowed_origins(server, temporal)
     app = codec_app(AesGcmCodec(keys), temporal.namespace, origins, server.token)
-    runner = web.AppRunner(app, access_log=None)
+    runner = http_edge.runner(app)
     await runner.setup()
     try:
         await web.TCPSite(runner, server.host, server.port).start()

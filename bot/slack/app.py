@@ -47,6 +47,7 @@ from slack_bolt.request.async_request import AsyncBoltRequest
 from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
+from agent import http_edge
 from agent.activities.authorize import GrantSource
 from bot.commands import Commands
 from bot.conversations import Router
@@ -259,7 +260,7 @@ def _freeze_startup_heap() -> None:
 
 async def _http_mode(app: AsyncApp, port: int, signing_secret: str, health: PlatformHealth) -> None:
     await _check_bot_token(app.client)
-    runner = web.AppRunner(http_web_app(app, signing_secret), access_log=None)
+    runner = http_edge.runner(http_web_app(app, signing_secret))
     await runner.setup()
     try:
         try:
