@@ -107,11 +107,20 @@ def ops_app(ops: Ops) -> web.Application:
             dead_letters.set(depth.dead)
         for platform in ops.platforms:
             connected.set(int(platform.ready), {"platform": platform.name})
-        async with (
-            aiohttp.ClientSession() as http,
-            http.get(ops.exporter, timeout=aiohttp.ClientTimeout(total=5)) as resp,
-        ):
-            text = await resp.text()
+        try:
+            async with (
+                aiohttp.ClientSession() as http,
+                http.get(ops.exporter, timeout=aiohttp.ClientTimeout(total=5)) as resp,
+            ):
+                resp.raise_for_status()
+                text = await resp.text()
+        except (aiohttp.ClientError, TimeoutError, UnicodeDecodeError) as err:
+            # Not the scraper's mistake, and no traceback per scrape: one line, and a 503 it
+            # can tell from an empty page.
+            log.warning(
+                "/metrics: the exporter at %s did not answer (%s)", ops.exporter, one_line(err)
+            )
+            return web.Response(status=503, text="the metrics exporter did not answer\n")
         return web.Response(text=text, content_type="text/plain", charset="utf-8")
 
     app = web.Application()
