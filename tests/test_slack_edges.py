@@ -11,6 +11,7 @@ import asyncio
 import hashlib
 import hmac
 import json
+import logging
 import time
 from collections.abc import AsyncIterator
 from typing import Any
@@ -20,6 +21,7 @@ import aiohttp
 import pytest
 from aiohttp import web
 
+from agent import http_edge
 from bot.slack.app import EVENTS_PATH, build_app, http_web_app, serve
 from bot.slack.render import APPROVE_ACTION_ID, unescape
 from bot.slack.requests import parse_body
@@ -95,7 +97,7 @@ async def endpoint(monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[Endpoint]:
         monkeypatch.delenv(name, raising=False)
     async with FakeSlackApi(team_id=TEAM) as slack:
         endpoint = Endpoint(slack)
-        runner = web.AppRunner(http_web_app(endpoint.app, SECRET))
+        runner = http_edge.runner(http_web_app(endpoint.app, SECRET))
         await runner.setup()
         await web.TCPSite(runner, "127.0.0.1", 0).start()
         endpoint.url = f"http://127.0.0.1:{runner.addresses[0][1]}{EVENTS_PATH}"
@@ -309,3 +311,38 @@ async def test_socket_mode_drops_a_malformed_envelope_and_acks_it(endpoint: Endp
         serving.cancel()
         with pytest.raises(asyncio.CancelledError):
             await serving
+
+
+# ---------------------------------------------------------------------------------------------
+# Hostile input: never a 500, nothing acknowledged and then lost, one line in the log
+# ---------------------------------------------------------------------------------------------
+
+
+def loud(caplog: pytest.LogCaptureFixture) -> list[str]:
+    """What input must never cause: a traceback, or anything at ERROR."""
+    return [r.getMessage() for r in caplog.records if r.exc_info or r.levelno >= logging.ERROR]
+
+
+async def test_a_timestamp_of_5000_digits_is_401(
+    endpoint: Endpoint, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Reproduces an unsigned request with a 5,000-digit X-Slack-Request-Timestamp answered 500:
+    int() refuses strings past Python's 4,300 digits with a ValueError."""
+    body = b'{"type": "event_callback"}'
+    for timestamp in ("1" * 5000, "1" * 13, str(int(time.time())) + "0" * 3):
+        headers = {**signed(body, JSON), "X-Slack-Request-Timestamp": timestamp}
+        assert (await endpoint.post(body, headers))[0] == 401, len(timestamp)
+    assert loud(caplog) == []
+
+
+async def test_a_body_that_does_not_decode_as_its_encoding_says_is_400(
+    endpoint: Endpoint, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Reproduces a forged body sent with Content-Encoding: gzip that is not gzip answered 500:
+    request.read() raised aiohttp's payload error out of the handler."""
+    for encoding in ("gzip", "deflate", "br"):
+        headers = {"Content-Type": JSON, "Content-Encoding": encoding}
+        status, _ = await endpoint.post(b"this is not " + encoding.encode(), headers)
+        assert status == 400, encoding
+    assert loud(caplog) == []
+    assert endpoint.router.messages == []

@@ -148,7 +148,9 @@ def build_app(
 async def checked_request(request: web.Request, signing_secret: str) -> Checked | web.Response:
     """The request, if Slack signed it and shaped it as Slack sends; otherwise the answer to
     give: 401 for a bad signature (checked before parsing), 400."""
-    raw = await request.read()
+    # A body that does not decode is a 400 before the signature: the bytes signed are the
+    # decoded ones, and these never decode.
+    raw = await http_edge.read_body(request, "slack")
     if not signature_valid(signing_secret, raw, request.headers):
         return web.json_response({"error": "invalid request"}, status=401)
     try:

@@ -35,6 +35,9 @@ log = logging.getLogger(__name__)
 
 # Slack's documented replay window for a signed request.
 MAX_REQUEST_AGE_SECONDS = 5 * 60
+# A Unix time in seconds has 10 digits until the year 2286; int() of a longer string is refused
+# past 4,300 digits (ValueError), and any past 12 is no timestamp Slack sends.
+_MAX_TIMESTAMP_DIGITS = 12
 
 
 class MalformedRequest(ValueError):
@@ -52,7 +55,9 @@ def signature_valid(
     """
     timestamp = headers.get("X-Slack-Request-Timestamp") or ""
     signature = headers.get("X-Slack-Signature") or ""
-    if not timestamp.isascii() or not timestamp.isdigit():
+    if len(timestamp) > _MAX_TIMESTAMP_DIGITS or not timestamp.isascii():
+        return False
+    if not timestamp.isdigit():
         return False
     if abs((time.time() if now is None else now) - int(timestamp)) > MAX_REQUEST_AGE_SECONDS:
         return False
