@@ -58,7 +58,7 @@ from bench.http_load import Connection, build_request
 from bench.plot import axes, cdf, default_path, save
 from bench.proc import wait_idle
 from bot.commands import CommandReply
-from bot.conversations import InboundClick, InboundMessage, Routed
+from bot.conversations import InboundClick, InboundMessage, Routed, UnreadableEvent
 from bot.slack.app import EVENTS_PATH, build_app, checked_request, serve
 from bot.slack.requests import (
     bolt_request,
@@ -99,6 +99,9 @@ class SlowRouter:
 
     async def on_click(self, click: InboundClick) -> Routed:
         return await self.on_message(None)
+
+    async def keep_unreadable(self, event: UnreadableEvent) -> None:
+        raise AssertionError(f"the benchmark sends only what Slack sends: {event.reason}")
 
 
 class SlowCommands:
