@@ -3,6 +3,8 @@
 Each adapter parses its platform's command payload (and mentions) into an Actor and arguments, calls
 one of these, and shows the reply privately to whoever ran it. Who may run a command is itself a
 live role check against the authorization store: presenter for the demo commands, admin for grants.
+The conversation a command names is found after that check (`Conversation`): a link typed by
+someone who may not run the command is never parsed, nor an order number searched for.
 """
 
 from __future__ import annotations
@@ -72,6 +74,11 @@ class SideBySideDemo(Protocol):
 DEMO_ACTIONS = ("", "start", "next", "auto", "crash", "stop")
 DEMO_USAGE = "/refund-demo [next | auto [seconds] | crash | stop]"
 MAX_AUTO_SECONDS = 60.0
+
+
+# The conversation a command is about: its Workflow ID, or how to find it once the caller may run
+# the command (the Workflow ID, or the reply saying why not: a malformed link, an unknown order).
+Conversation = str | Callable[[], Awaitable["str | CommandReply"]]
 
 
 class CommandReply(BaseModel):
@@ -209,9 +216,12 @@ class Commands:
             return CommandReply(ok=False, text="This process does not run the side-by-side demo.")
         return await self._demos.command(words[0] if words else "", stage, channel, seconds)
 
-    async def refund_status(self, actor: Actor, workflow_id: str) -> CommandReply:
+    async def refund_status(self, actor: Actor, conversation: Conversation) -> CommandReply:
         if refusal := await self._refusal(actor, "presenter", "refund_approver"):
             return refusal
+        workflow_id = await _found(conversation)
+        if isinstance(workflow_id, CommandReply):
+            return workflow_id
         try:
             survivors = await what_survives(self._client, workflow_id)
         except RPCError as err:
@@ -237,9 +247,12 @@ class Commands:
         ]
         return CommandReply(text="\n".join(lines), model_note=survivors.model_note)
 
-    async def refund_release(self, actor: Actor, workflow_id: str) -> CommandReply:
+    async def refund_release(self, actor: Actor, conversation: Conversation) -> CommandReply:
         if refusal := await self._refusal(actor, "presenter"):
             return refusal
+        workflow_id = await _found(conversation)
+        if isinstance(workflow_id, CommandReply):
+            return workflow_id
         try:
             await self._client.get_workflow_handle(workflow_id).signal("release")
         except RPCError as err:
@@ -285,3 +298,7 @@ class Commands:
         return CommandReply(
             text=f"Revoked {role} from {target.label}. The next refund check sees it."
         )
+
+
+async def _found(conversation: Conversation) -> str | CommandReply:
+    return conversation if isinstance(conversation, str) else await conversation()

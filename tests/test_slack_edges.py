@@ -23,6 +23,12 @@ from aiohttp import web
 from slack_bolt.request.async_request import AsyncBoltRequest
 
 from agent import http_edge
+from agent.models import Actor
+from agent.settings import AgentSettings
+from agent.stores.grants import GrantStore
+from agent.stores.sqlite import SqliteDatabase
+from bot.commands import Commands
+from bot.hold import HoldSwitch
 from bot.slack.app import EVENTS_PATH, build_app, http_web_app, serve
 from bot.slack.render import APPROVE_ACTION_ID, unescape
 from bot.slack.requests import parse_body
@@ -460,6 +466,61 @@ async def test_an_acknowledged_event_that_cannot_be_read_is_kept_as_a_dead_lette
     assert kept.platform == "slack" and kept.kind == ("click" if form else "message")
     assert json.loads(kept.payload) == payload and kept.reason
     assert endpoint.router.messages == [] and endpoint.router.clicks == []
+    assert loud(caplog) == []
+
+
+async def test_a_link_is_parsed_after_the_role_check_and_a_malformed_one_is_a_plain_answer(
+    tmp_path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Reproduces /refund-status https://[::1/... raising in urlsplit (a traceback, and "That
+    command failed on our side"), from any member of the workspace: the link was parsed, and an
+    order number searched for, before the role check."""
+    grants = GrantStore(SqliteDatabase(tmp_path))
+    seed = Actor(platform="local", user_id="seed")
+    await grants.grant(Actor(platform="slack", user_id=ADMIN[0]), "presenter", None, by=seed)
+    settings = AgentSettings(_env_file=None, data_dir=tmp_path)  # type: ignore[call-arg]
+    hold = HoldSwitch(SqliteDatabase(tmp_path), default=False)
+    commands = Commands(None, None, settings, grants, hold)  # type: ignore[arg-type]
+    searched: list[str] = []
+
+    async def find_by_order(team_id: str, order: str) -> str | None:
+        searched.append(order)
+        return None
+
+    async with FakeSlackApi(team_id=TEAM) as slack:
+        sender = SlackSender(slack)
+        app = build_app(
+            settings_for(slack), RecordingRouter(), commands, find_by_order=find_by_order
+        )
+        runner = http_edge.runner(http_web_app(app, SECRET))
+        await runner.setup()
+        await web.TCPSite(runner, "127.0.0.1", 0).start()
+        url = f"http://127.0.0.1:{runner.addresses[0][1]}{EVENTS_PATH}"
+
+        async def run(command: str, text: str, user: tuple[str, str]) -> str:
+            delivery = sender.command(command, text, user=user[0], name=user[1])
+            before = len(slack.responses)
+            body = delivery.body.encode()
+            async with (
+                aiohttp.ClientSession() as http,
+                http.post(url, data=body, headers=signed(body, FORM)) as resp,
+            ):
+                assert resp.status == 200
+            await wait_for(lambda: len(slack.responses) > before, timeout=5, what="the answer")
+            return slack.responses[-1]["text"]
+
+        try:
+            malformed = "https://[::1/archives/C0SUPPORT/p1732860000000100"
+            for command in ("/refund-status", "/refund-release"):
+                for text in (malformed, f"<{malformed}>", "4500"):
+                    answer = await run(command, text, SUPPORT)  # no role
+                    assert "needs the presenter" in answer and "failed" not in answer, answer
+                    answer = await run(command, text, ADMIN)  # a presenter
+                    assert "Which conversation?" in answer or "No open conversation" in answer
+        finally:
+            await runner.cleanup()
+            await app.client.close()  # type: ignore[attr-defined]
+    assert searched == ["4500", "4500"]  # only the presenter's order numbers were looked up
     assert loud(caplog) == []
 
 

@@ -3,13 +3,15 @@
     /refund-… commands, message shortcuts -> Commands -> ephemeral answer
 
 A slash command names its conversation in its text (a thread link, an order number or a Workflow
-ID: `resolve_conversation`); a message shortcut is run on a message, whose thread is the
-conversation. Every listener acks first, reads the request as the edge typed it
-(bot.slack.requests), and the answer is seen only by whoever asked.
+ID: `resolve_conversation`, run by bot.commands once the caller's role allows the command); a
+message shortcut is run on a message, whose thread is the conversation. Every listener acks
+first, reads the request as the edge typed it (bot.slack.requests), and the answer is seen only by
+whoever asked.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -25,7 +27,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 
 from agent.codec import CodecError
 from agent.models import Actor
-from bot.commands import CommandReply, Commands
+from bot.commands import CommandReply, Commands, Conversation
 from bot.demo_stage import ChannelRef
 from bot.slack.links import (
     FindByOrder,
@@ -96,17 +98,15 @@ def register_commands(app: AsyncApp, commands: Commands, find_by_order: FindByOr
     number; without it they take a thread link or a Workflow ID only.
     """
 
+    def named(text: str, where: Where, command: str) -> Conversation:
+        # Found only once Commands has checked the caller's role.
+        return functools.partial(resolve_conversation, text, where.team_id, command, find_by_order)
+
     async def status(actor: Actor, text: str, where: Where) -> CommandReply:
-        target = await resolve_conversation(text, where.team_id, REFUND_STATUS, find_by_order)
-        if isinstance(target, CommandReply):
-            return target
-        return await commands.refund_status(actor, target)
+        return await commands.refund_status(actor, named(text, where, REFUND_STATUS))
 
     async def release(actor: Actor, text: str, where: Where) -> CommandReply:
-        target = await resolve_conversation(text, where.team_id, REFUND_RELEASE, find_by_order)
-        if isinstance(target, CommandReply):
-            return target
-        return await commands.refund_release(actor, target)
+        return await commands.refund_release(actor, named(text, where, REFUND_RELEASE))
 
     async def crash(actor: Actor, text: str, where: Where) -> CommandReply:
         words = text.split()
