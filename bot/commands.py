@@ -26,9 +26,13 @@ from agent.settings import AgentSettings
 from agent.stores.grants import GrantStore
 from bot.demo_stage import ChannelRef, DemoStage
 from bot.hold import HoldSwitch
-from bot.untrusted import quoted
+from bot.untrusted import neutral, quoted
 
 GRANTABLE_ROLES: tuple[Role, ...] = ("refund_approver", "presenter", "admin")
+# Temporal's answers for a Workflow ID it has no conversation by: none by that id, or an id it
+# refuses outright (past its length limit, say). Both were typed by a person.
+_NO_SUCH_ID = frozenset({RPCStatusCode.NOT_FOUND, RPCStatusCode.INVALID_ARGUMENT})
+_MAX_SHOWN_ID = 120
 _MONEY = re.compile(r"^\$?(\d{1,9})(?:\.(\d{1,2}))?$")
 
 
@@ -225,8 +229,8 @@ class Commands:
         try:
             survivors = await what_survives(self._client, workflow_id)
         except RPCError as err:
-            if err.status == RPCStatusCode.NOT_FOUND:
-                return CommandReply(ok=False, text=f"No conversation {workflow_id}.")
+            if err.status in _NO_SUCH_ID:
+                return CommandReply(ok=False, text=f"No conversation {_shown(workflow_id)}.")
             raise
         except CodecError as err:
             # Never an empty view: say which key is missing (its id, never the key).
@@ -256,8 +260,8 @@ class Commands:
         try:
             await self._client.get_workflow_handle(workflow_id).signal("release")
         except RPCError as err:
-            if err.status == RPCStatusCode.NOT_FOUND:
-                return CommandReply(ok=False, text=f"No open conversation {workflow_id}.")
+            if err.status in _NO_SUCH_ID:
+                return CommandReply(ok=False, text=f"No open conversation {_shown(workflow_id)}.")
             raise
         return CommandReply(text=f"Released {workflow_id}: the refund goes ahead.")
 
@@ -302,3 +306,8 @@ class Commands:
 
 async def _found(conversation: Conversation) -> str | CommandReply:
     return conversation if isinstance(conversation, str) else await conversation()
+
+
+def _shown(workflow_id: str) -> str:
+    # A typed id is quoted back; one that is no id of ours may be long.
+    return neutral(workflow_id, _MAX_SHOWN_ID)
