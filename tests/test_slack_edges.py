@@ -582,3 +582,37 @@ async def test_socket_mode_acks_what_it_does_not_handle_and_keeps_what_it_cannot
     assert json.loads(router.unreadable[0].payload)["event"]["user_profile"] == {"real_name": 1}
     assert router.messages == [] and router.clicks == []
     assert loud(caplog) == []
+
+
+async def test_socket_mode_acks_an_envelope_whose_payload_is_not_an_object(
+    endpoint: Endpoint, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Reproduces an envelope whose payload is a list, a number or null: the SDK raised before
+    the handler saw it, logged an error, and never acknowledged it (Slack sends it again)."""
+    slack = endpoint.slack
+    settings = settings_for(slack, app_token=slack.app_token, signing_secret=None)
+    router = RecordingRouter()
+    app = build_app(settings, router, RecordingCommands())  # type: ignore[arg-type]
+    serving = asyncio.create_task(serve(app, settings))
+    try:
+        await wait_for(lambda: slack.socket_connections == 1, timeout=10, what="Socket Mode")
+        sent = [
+            await slack.socket_send("events_api", [1, 2]),  # type: ignore[arg-type]
+            await slack.socket_send("interactive", None),  # type: ignore[arg-type]
+            await slack.socket_send("slash_commands", 7),  # type: ignore[arg-type]
+        ]
+        for envelope in sent:
+
+            async def acked(envelope: str = envelope) -> bool:
+                return any(a["envelope_id"] == envelope for a in slack.socket_acks)
+
+            await wait_for(acked, timeout=5, what="the envelope acked")
+        await wait_for(lambda: len(router.unreadable) == 2, timeout=5, what="two dead letters")
+    finally:
+        serving.cancel()
+        await asyncio.gather(serving, return_exceptions=True)
+    assert [(u.kind, json.loads(u.payload)) for u in router.unreadable] == [
+        ("message", [1, 2]),
+        ("click", None),
+    ]
+    assert loud(caplog) == []

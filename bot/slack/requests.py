@@ -358,6 +358,8 @@ def bolt_request(checked: Checked, query: str, headers: Mapping[str, str]) -> As
 
 # Whether the app has a listener for a (typed) request: bot.slack.app's `handled`.
 Handles = Callable[[SlackRequest], bool]
+# Socket Mode envelopes that carry a customer's message or a click, maybe: kept if unreadable.
+_KEPT_AS: dict[str, Literal["message", "click"]] = {"events_api": "message", "interactive": "click"}
 
 
 class CheckedSocketModeHandler(AsyncSocketModeHandler):
@@ -372,6 +374,26 @@ class CheckedSocketModeHandler(AsyncSocketModeHandler):
         super().__init__(app, app_token, **kwargs)
         self._handles = handles
         self._router = router
+        self.client.message_listeners.append(self._unwrappable)
+
+    async def _unwrappable(
+        self, client: AsyncBaseSocketModeClient, message: dict[str, Any], _: str | None
+    ) -> None:
+        """An envelope whose payload the SDK cannot wrap (a list, a number, null): it raises
+        before `handle` sees it, logging an error and never acknowledging it. Acked and kept here,
+        and its payload taken out so that the SDK passes it over."""
+        if "envelope_id" not in message or "payload" not in message:
+            return
+        payload = message["payload"]
+        if isinstance(payload, dict | str):  # what the SDK wraps (a string as {"text": …})
+            return
+        del message["payload"]
+        kind = message.get("type")
+        log.warning("slack: a %s envelope whose payload is not an object", kind)
+        await self._ack(client, str(message["envelope_id"]))
+        if isinstance(kind, str) and kind in _KEPT_AS:
+            reason = "the payload is not a JSON object"
+            await keep_unreadable(self._router, "slack", _KEPT_AS[kind], payload, reason)
 
     async def handle(  # type: ignore[override]
         self, client: AsyncBaseSocketModeClient, req: SocketModeRequest
@@ -384,16 +406,15 @@ class CheckedSocketModeHandler(AsyncSocketModeHandler):
             context = bolt_context(request, req.payload) if self._handles(request) else None
         except MalformedRequest as err:
             log.warning("slack: a malformed %s envelope: %s", req.type, err)
-            await self._ack(client, req)
-            if req.type in ("events_api", "interactive"):
-                kind: Literal["message", "click"] = (
-                    "message" if req.type == "events_api" else "click"
+            await self._ack(client, req.envelope_id)
+            if req.type in _KEPT_AS:
+                await keep_unreadable(
+                    self._router, "slack", _KEPT_AS[req.type], req.payload, str(err)
                 )
-                await keep_unreadable(self._router, "slack", kind, req.payload, str(err))
             return
         if context is None:
             log.debug("slack: ignored a %s envelope (%s)", req.type, _kind(request))
-            await self._ack(client, req)
+            await self._ack(client, req.envelope_id)
             return
         bolt = AsyncBoltRequest(
             mode="socket_mode", body=req.payload, headers=build_headers(req), context=context
@@ -401,13 +422,13 @@ class CheckedSocketModeHandler(AsyncSocketModeHandler):
         response = await self.app.async_dispatch(bolt)
         if response.status != 200:
             log.warning("slack: bolt answered %s to a %s envelope", response.status, req.type)
-            await self._ack(client, req)
+            await self._ack(client, req.envelope_id)
             return
         await send_async_response(client, req, response, start)
 
     @staticmethod
-    async def _ack(client: AsyncBaseSocketModeClient, req: SocketModeRequest) -> None:
-        await client.send_socket_mode_response(SocketModeResponse(envelope_id=req.envelope_id))
+    async def _ack(client: AsyncBaseSocketModeClient, envelope_id: str) -> None:
+        await client.send_socket_mode_response(SocketModeResponse(envelope_id=envelope_id))
 
 
 def _kind(request: SlackRequest) -> str:
