@@ -1043,8 +1043,8 @@ def loud(caplog: pytest.LogCaptureFixture) -> list[str]:
 def _with(payload: dict[str, Any], path: str, value: Any) -> dict[str, Any]:
     """`payload`, copied, with the field at a dotted `path` set to `value` (MISSING: removed)."""
     changed = copy.deepcopy(payload)
-    *parents, last = path.split(".")
-    node = changed
+    *parents, last = [int(p) if p.isdigit() else p for p in path.split(".")]
+    node: Any = changed
     for part in parents:
         node = node[part]
     if value is MISSING_FIELD:
@@ -1134,6 +1134,67 @@ async def test_a_click_that_does_not_fit_is_kept_and_the_gateway_goes_on(
     (kept,) = await wait_for(lambda: _async(bot.router.unreadable), what="the dead letter")
     assert (kept.platform, kept.kind) == ("discord", "click") and kept.reason
     assert bot.router.clicks == [] and loud(caplog) == []
+
+
+async def test_a_click_on_a_message_whose_buttons_do_not_read_is_kept(
+    bot: Bot, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Reproduces a click whose message carries a component discord.py cannot rebuild (a button
+    of type `true`, a row in a row): its task for the buttons raised where nothing caught it,
+    logged by asyncio at ERROR, and the click was lost."""
+    thread_id = await bot.open_conversation()
+    escalation = await post_escalation(bot.api, thread_id, "Refund $250.00?")
+    click = bot.api.component_interaction(
+        thread_id, escalation["id"], AGENT, custom_ids(escalation)[0]
+    )
+    bot.gateway("INTERACTION_CREATE", _with(click, "message.components.0.components.0.type", True))
+    (kept,) = await wait_for(lambda: _async(bot.router.unreadable), what="the dead letter")
+    assert kept.kind == "click" and "components" in kept.reason
+    await asyncio.sleep(0.2)  # the task that raised, before: it would have by now
+    assert bot.router.clicks == [] and loud(caplog) == []
+
+
+async def test_an_interaction_from_no_one_discord_py_can_name_is_kept(
+    bot: Bot, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Reproduces an interaction with a `member` but no guild: discord.py reads `user` outside a
+    guild, left it MISSING, and the handler raised on it with a traceback."""
+    thread_id = await bot.open_conversation()
+    escalation = await post_escalation(bot.api, thread_id, "Refund $250.00?")
+    click = bot.api.component_interaction(
+        thread_id, escalation["id"], AGENT, custom_ids(escalation)[0]
+    )
+    bot.gateway("INTERACTION_CREATE", _with(click, "guild_id", None))
+    (kept,) = await wait_for(lambda: _async(bot.router.unreadable), what="the dead letter")
+    assert kept.kind == "click" and bot.router.clicks == [] and loud(caplog) == []
+
+
+@pytest.mark.parametrize(
+    ("path", "value"),
+    [
+        ("data.type", None),  # discord.py makes an AppCommandType of it
+        ("data.type", 99),
+        ("data.options", None),  # discord.py iterates them
+        ("data.options.0.value", ["a list"]),
+        ("data.guild_id", [1]),
+        ("data.resolved", {"users": {"1": "not a user"}}),
+    ],
+)
+async def test_a_command_discord_py_cannot_read_is_answered_in_one_line(
+    bot: Bot, path: str, value: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Reproduces slash commands whose options discord.py cannot read raising in the command
+    tree's own task (asyncio's ERROR and a traceback; the caller never answered), or in its
+    error handler, which reads the same options again."""
+    payload = bot.api.command_interaction(
+        "refund-status", SUPPORT, PRESENTER, {"conversation": "t1"}
+    )
+    bot.gateway("INTERACTION_CREATE", _with(payload, path, value))
+    await asyncio.sleep(0.3)
+    record = interaction(bot.api, payload)
+    if record.callbacks:  # refused at the edge it is never answered: Discord says it failed
+        assert "cannot read" in record.callbacks[0]["data"]["content"]
+    assert loud(caplog) == []
 
 
 async def test_a_link_of_5000_digits_is_a_plain_answer(

@@ -38,7 +38,6 @@ from typing import Any
 
 import discord
 import yarl
-from discord import app_commands
 from discord.gateway import DiscordWebSocket, ReconnectWebSocket
 from discord.http import Route
 from discord.utils import MISSING
@@ -51,7 +50,7 @@ from bot.conversations import Router
 from bot.discord.buttons import DecisionButton
 from bot.discord.commands_spec import load_manifest, mismatches, register_commands
 from bot.discord.customer_messages import is_from_a_person, route_customer_message
-from bot.discord.edge import guard_parsers
+from bot.discord.edge import CheckedCommandTree, guard_parsers
 from bot.discord.outbound import RoutedHTTPClient
 from bot.discord.parts import BotParts
 from bot.discord.replies import NO_PINGS
@@ -122,7 +121,7 @@ class RefundBotClient(discord.Client):
             self.http = routed
             self._connection.http = routed
         # Built after the HTTP client is final: the tree keeps a reference to it.
-        self.tree = app_commands.CommandTree(self)
+        self.tree = CheckedCommandTree(self)
         self.tree.error(on_command_error)
         manifest = load_manifest()
         for command in build_commands(self.parts, manifest):

@@ -3,7 +3,9 @@
     MESSAGE_CREATE, INTERACTION_CREATE -> the fields refund-bot reads, typed (MessageCreate,
         InteractionCreate) -> discord.py's parser -> on_message, a button, a slash command
                                     ... does not fit, or discord.py cannot parse it
-                                    -> kept in the inbox as a dead letter, one line
+                                    -> one line; a message or a click kept as a dead letter
+    a slash command's options -> CheckedCommandTree (discord.py reads them) ... cannot
+                                    -> one line, and the caller is told
 
 discord.py's parsers trust the gateway: a field of an unexpected type raises in the parser (a
 TypeError out of `int()`, a KeyError), which ends the gateway connection; and a few fields it
@@ -20,9 +22,12 @@ import logging
 from collections.abc import Callable
 from typing import Annotated, Any, Literal
 
+import discord
+from discord import app_commands
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from bot.conversations import Router, keep_unreadable
+from bot.discord.replies import tell_privately
 
 log = logging.getLogger(__name__)
 
@@ -67,9 +72,25 @@ class MessageCreate(_Shape):
     member: _Member | None = None
 
 
+class _Component(_Shape):
+    type: int = Field(ge=2)  # a button, a select, …: never a row inside a row
+    custom_id: str | None = None
+    style: int | None = None
+    label: str | None = None
+
+
+class _Row(_Shape):
+    type: Literal[1]
+    components: list[_Component]
+
+
 class _ClickedMessage(_Shape):
+    """The message a button was on: discord.py rebuilds its buttons to edit it (View.from_message,
+    in a task of its own, whose failure nothing would catch)."""
+
     id: Snowflake
     content: str
+    components: list[_Row] = []
 
 
 class _ComponentData(_Shape):
@@ -77,11 +98,24 @@ class _ComponentData(_Shape):
     component_type: int
 
 
+class _Option(_Shape):
+    name: str
+    type: int
+    value: str | int | float | bool | None = None
+    focused: bool | None = None
+    options: list[_Option] = []  # a subcommand's (discord.py iterates it: never null)
+
+
 class _CommandData(_Shape):
     id: Snowflake
     name: str
-    options: list[dict[str, Any]] | None = None
-    resolved: dict[str, Any] | None = None
+    guild_id: Snowflake | None = None
+    # A slash command, a user's or a message's context menu, an entry point: discord.py makes
+    # an enum of it, and an unknown one raises where nothing catches it.
+    type: Literal[1, 2, 3, 4] = 1
+    options: list[_Option] = []  # discord.py iterates these and reads the maps: never null
+    # users, members, channels, roles, …: each a map of ids to objects.
+    resolved: dict[str, dict[Snowflake, dict[str, Any]]] = {}
 
 
 class InteractionCreate(_Shape):
@@ -100,8 +134,12 @@ class InteractionCreate(_Shape):
 
     @model_validator(mode="after")
     def _someone_did_it(self) -> InteractionCreate:
-        if self.member is None and self.user is None:
-            raise ValueError("neither `member` nor `user`")
+        # discord.py reads who did it from `member` in a guild and from `user` elsewhere, and
+        # leaves the other unread: an interaction with neither has nobody (MISSING) to act for.
+        if self.guild_id is not None and (self.member is None or self.member.user is None):
+            raise ValueError("in a guild, and no `member.user`")
+        if self.guild_id is None and self.user is None:
+            raise ValueError("outside a guild, and no `user`")
         return self
 
 
@@ -127,6 +165,11 @@ def why(err: Exception) -> str:
     return f"discord.py cannot parse it ({type(err).__name__}: {text})"
 
 
+def _a_command(data: Any) -> bool:
+    # A slash command, its autocomplete, a modal: an interaction of another type may be a click.
+    return isinstance(data, dict) and type(data.get("type")) is int and data["type"] in (2, 4, 5)
+
+
 def guard_parsers(parsers: dict[str, Parser], router: Router) -> None:
     """Check GUARDED events before discord.py's parsers take them (in place: discord.py's
     gateway reads this very dict); what does not fit is kept through `router`."""
@@ -148,6 +191,8 @@ def guard_parsers(parsers: dict[str, Parser], router: Router) -> None:
             # the same): the event is kept either way, and the connection goes on.
             except _UNPARSABLE as err:
                 log.warning("discord: a %s event does not fit: %s", event, why(err))
+                if kind == "click" and _a_command(data):
+                    return  # not a customer's words nor a decision: Discord tells its caller
                 task = asyncio.get_running_loop().create_task(
                     keep_unreadable(router, "discord", kind, data, why(err))
                 )
@@ -155,3 +200,28 @@ def guard_parsers(parsers: dict[str, Parser], router: Router) -> None:
                 task.add_done_callback(kept.discard)
 
         parsers[event] = checked
+
+
+# What the caller of a slash command discord.py cannot read is told.
+UNREADABLE_COMMAND = "Discord sent this command in a form refund-bot cannot read; nothing was done."
+
+
+class CheckedCommandTree(app_commands.CommandTree):  # type: ignore[type-arg]
+    """discord.py's command tree, a command whose options it cannot read answered in one line.
+
+    The tree reads a command's options (and the users, members and channels they name) in a task
+    of its own; what it raises there, other than its own AppCommandError, nothing catches, and
+    asyncio logs it at ERROR with a traceback. Nor can the tree's error handler take it: it reads
+    the same options again. An error of the command's own work still comes as discord.py's
+    CommandInvokeError, to the tree's handler, as before.
+    """
+
+    async def _call(self, interaction: discord.Interaction[Any]) -> None:
+        try:
+            await super()._call(interaction)
+        except _UNPARSABLE as err:
+            log.warning("discord: a slash command discord.py cannot read: %s", why(err))
+            try:
+                await tell_privately(interaction, UNREADABLE_COMMAND)
+            except discord.HTTPException as failed:
+                log.warning("discord: could not tell its caller: %s %s", failed.status, failed.text)

@@ -24,6 +24,7 @@ from bot.commands import CommandReply, Conversation
 from bot.demo_stage import ChannelRef
 from bot.discord.actors import actor_for
 from bot.discord.commands_spec import command_spec
+from bot.discord.edge import UNREADABLE_COMMAND
 from bot.discord.parts import BotParts
 from bot.discord.replies import FAILED, finished_within, tell_privately
 from bot.discord.stage import DiscordStage
@@ -145,6 +146,8 @@ async def on_command_error(
     text = FAILED
     if isinstance(error, app_commands.CommandNotFound | app_commands.CommandSignatureMismatch):
         text = OUT_OF_DATE
+    elif isinstance(error, app_commands.TransformerError):
+        text = UNREADABLE_COMMAND
     try:
         await tell_privately(interaction, text)
     except discord.HTTPException:
