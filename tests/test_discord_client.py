@@ -1054,7 +1054,12 @@ def _with(payload: dict[str, Any], path: str, value: Any) -> dict[str, Any]:
     return changed
 
 
-MISSING_FIELD = object()
+class _Missing:
+    def __repr__(self) -> str:
+        return "MISSING"
+
+
+MISSING_FIELD = _Missing()  # a field left out
 HOSTILE_MESSAGE_FIELDS = [
     ("content", 5),
     ("content", None),
@@ -1073,6 +1078,8 @@ HOSTILE_MESSAGE_FIELDS = [
     ("edited_timestamp", "not a time"),
     ("attachments", None),
     ("content", MISSING_FIELD),
+    ("author.discriminator", MISSING_FIELD),  # discord.py swallows the KeyError: no author
+    ("author.avatar", MISSING_FIELD),
 ]
 
 
@@ -1115,6 +1122,9 @@ HOSTILE_CLICK_FIELDS = [
     ("application_id", "x"),
     ("entitlements", 5),
     ("authorizing_integration_owners", [1]),
+    ("message.flags", "x"),  # read in discord.py's task for the buttons
+    ("message.components", MISSING_FIELD),
+    ("message.components.0.components.0.style", MISSING_FIELD),
 ]
 
 

@@ -48,8 +48,12 @@ class _Shape(BaseModel):
 
 
 class _User(_Shape):
+    # discord.py reads each of these with [], inside a KeyError it swallows: a user missing one
+    # comes out with no author at all, which the handlers then read.
     id: Snowflake
     username: str
+    discriminator: str
+    avatar: str | None
     global_name: str | None = None
     bot: bool | None = None
 
@@ -72,25 +76,34 @@ class MessageCreate(_Shape):
     member: _Member | None = None
 
 
-class _Component(_Shape):
-    type: int = Field(ge=2)  # a button, a select, …: never a row inside a row
-    custom_id: str | None = None
-    style: int | None = None
+class _Button(_Shape):
+    """A button on the clicked message, as discord.py rebuilds it (ui.Button.from_component)."""
+
+    type: Literal[2]  # the Worker's messages carry buttons only; a row inside a row, never
+    style: int
     label: str | None = None
+    custom_id: str | None = None
+    url: str | None = None
+    disabled: bool = False
+    emoji: dict[str, Any] | None = None
+    sku_id: Snowflake | None = None
+    id: int | None = None
 
 
 class _Row(_Shape):
     type: Literal[1]
-    components: list[_Component]
+    components: list[_Button]
+    id: int | None = None
 
 
 class _ClickedMessage(_Shape):
-    """The message a button was on: discord.py rebuilds its buttons to edit it (View.from_message,
-    in a task of its own, whose failure nothing would catch)."""
+    """The message a button was on: discord.py rebuilds its buttons from it (View.from_message)
+    in a task of its own, whose failure nothing would catch."""
 
     id: Snowflake
     content: str
-    components: list[_Row] = []
+    flags: int = 0
+    components: list[_Row]  # a message with a button has them; discord.py reads them unasked
 
 
 class _ComponentData(_Shape):
