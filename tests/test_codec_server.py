@@ -36,6 +36,7 @@ from harness.conditions import wait_for
 from harness.conversation import LocalConversation
 from harness.fakes.loopback import serve_on_loopback
 from harness.inproc import running_worker
+from harness.raw_http import exchange, raw_request
 from worker.codec_server import allowed_origins, codec_app
 from worker.server import temporal_cli_path
 
@@ -162,19 +163,11 @@ async def test_a_missing_key_is_a_clear_answer_not_a_blank(client, conversation)
 
 
 def _raw_post(body: bytes, headers: dict[str, bytes]) -> bytes:
-    lines = [b"POST /decode HTTP/1.1", b"Host: 127.0.0.1", b"Content-Length: %d" % len(body)]
-    lines += [name.encode() + b": " + value for name, value in headers.items()]
-    return b"\r\n".join(lines) + b"\r\n\r\n" + body
+    return raw_request(b"POST", b"/decode", [(k.encode(), v) for k, v in headers.items()], body)
 
 
-async def _raw_status(url: str, request: bytes) -> int:
-    port = int(url.rsplit(":", 1)[1])
-    reader, writer = await asyncio.open_connection("127.0.0.1", port)
-    writer.write(request)
-    await writer.drain()
-    status = await asyncio.wait_for(reader.readline(), 10)
-    writer.close()
-    return int(status.split()[1])
+async def _raw_status(url: str, request: bytes) -> int | None:
+    return await exchange(int(url.rsplit(":", 1)[1]), request)
 
 
 async def test_a_header_that_is_not_ascii_is_refused_not_a_500() -> None:

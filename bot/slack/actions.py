@@ -67,7 +67,7 @@ def register_decision_actions(app: AsyncApp, router: Router, grants: GrantSource
         except (MalformedRequest, ValidationError) as err:
             await keep_unreadable(router, "slack", "click", body, str(err).splitlines()[0])
             return
-        where = _click_location(pressed)
+        where = click_location(pressed)
         if click is None or where is None:
             return
         surface = ClickedMessage(client, respond, pressed, where, click)
@@ -115,7 +115,7 @@ def inbound_click(pressed: BlockActions) -> InboundClick | None:
         return None
     action = actions[0]
     workflow_id, round = parse_button_value(action.value or "")
-    where = _click_location(pressed)
+    where = click_location(pressed)
     team_id = (pressed.team.id if pressed.team else None) or user.team_id or ""
     if where is not None and where[2] is not None:
         # The button's value names the conversation; it must be the thread the button sits in.
@@ -162,7 +162,7 @@ def decided_blocks(
     ]
 
 
-def _click_location(pressed: BlockActions) -> tuple[str, str, str | None] | None:
+def click_location(pressed: BlockActions) -> tuple[str, str, str | None] | None:
     """(channel, message ts, thread root ts) of the message whose button was clicked."""
     container, message = pressed.container, pressed.message
     channel = (container.channel_id if container else None) or (
@@ -182,7 +182,7 @@ async def _update_clicked(
 ) -> None:
     # A failed update does not stop the click: the Workflow takes one decision at a time and
     # drops a repeated click id.
-    where = _click_location(pressed)
+    where = click_location(pressed)
     if where is None or blocks is None:
         return
     text = (pressed.message.text if pressed.message else None) or "Refund decision"
