@@ -35,6 +35,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from google.protobuf.message import DecodeError
 from temporalio.api.common.v1 import Payload
 from temporalio.converter import PayloadCodec
 
@@ -45,6 +46,7 @@ KEY_ID_METADATA = "encryption-key-id"
 COMPRESSION_METADATA = "compression"  # the preset dictionary's name; absent: not compressed
 KEY_BYTES = 32  # AES-256
 NONCE_BYTES = 12
+TAG_BYTES = 16  # AES-GCM's authentication tag, after the ciphertext
 # Raw DEFLATE (no zlib header: the metadata already names the format), read with a 32 KiB window.
 _WBITS = -15
 # A payload inflating past this is refused: Temporal's own limit on one payload is 2 MB.
@@ -90,6 +92,16 @@ class UnknownDictionary(CodecError):
 
 class UndecodablePayload(CodecError):
     """A payload that opened with its key but does not inflate."""
+
+
+class TruncatedPayload(CodecError):
+    """An encrypted payload too short to hold its nonce and tag: nothing this codec wrote."""
+
+    def __init__(self, key_id: str, size: int) -> None:
+        super().__init__(
+            f"a payload encrypted with codec key {key_id!r} holds {size} bytes, fewer than its "
+            f"nonce and tag ({NONCE_BYTES + TAG_BYTES}): it was cut short or never encrypted"
+        )
 
 
 class NoCodecKey(CodecKeyError):
@@ -197,6 +209,9 @@ class AesGcmCodec(PayloadCodec):
         key_id = payload.metadata.get(KEY_ID_METADATA, b"").decode(errors="replace")
         if key_id not in self._secrets:
             raise MissingCodecKey(key_id, self.key_ids)
+        if len(payload.data) < NONCE_BYTES + TAG_BYTES:
+            # AESGCM.decrypt raises ValueError on a nonce under 8 bytes, not InvalidTag.
+            raise TruncatedPayload(key_id, len(payload.data))
         cipher = self._cipher(key_id)
         nonce, sealed = payload.data[:NONCE_BYTES], payload.data[NONCE_BYTES:]
         from cryptography.exceptions import InvalidTag  # imported late: see _cipher
@@ -207,7 +222,10 @@ class AesGcmCodec(PayloadCodec):
             raise WrongCodecKey(key_id) from None
         if COMPRESSION_METADATA in payload.metadata:
             plain = _decompress(plain, payload.metadata[COMPRESSION_METADATA])
-        return Payload.FromString(plain)
+        try:
+            return Payload.FromString(plain)
+        except DecodeError as err:  # authenticated, so written with this key: not by this codec
+            raise UndecodablePayload(f"a payload sealed with {key_id!r} is not a Payload") from err
 
 
 def _aad(metadata: Mapping[str, bytes]) -> bytes:

@@ -58,8 +58,8 @@ from bench import percentile
 from bench.http_load import Connection, build_request
 from bench.plot import axes, cdf, default_path, save
 from bench.proc import wait_idle
-from bot.commands import CommandReply
-from bot.conversations import InboundClick, InboundMessage, Routed
+from bot.commands import CommandReply, Conversation
+from bot.conversations import InboundClick, InboundMessage, Routed, UnreadableEvent
 from bot.slack.app import EVENTS_PATH, build_app, checked_request, serve
 from bot.slack.requests import (
     bolt_request,
@@ -101,14 +101,18 @@ class SlowRouter:
     async def on_click(self, click: InboundClick) -> Routed:
         return await self.on_message(None)
 
+    async def keep_unreadable(self, event: UnreadableEvent) -> None:
+        raise AssertionError(f"the benchmark sends only what Slack sends: {event.reason}")
+
 
 class SlowCommands:
     def __init__(self, router: SlowRouter) -> None:
         self.router = router
 
-    async def refund_status(self, actor: Any, workflow_id: str) -> CommandReply:
+    async def refund_status(self, actor: Any, conversation: Conversation) -> CommandReply:
         await self.router.on_message(None)
-        return CommandReply(text=f"{workflow_id}: fine")
+        found = conversation if isinstance(conversation, str) else await conversation()
+        return found if isinstance(found, CommandReply) else CommandReply(text=f"{found}: fine")
 
 
 def bolt_answers(app: AsyncApp, signing_secret: str) -> web.Application:

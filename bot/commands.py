@@ -3,6 +3,8 @@
 Each adapter parses its platform's command payload (and mentions) into an Actor and arguments, calls
 one of these, and shows the reply privately to whoever ran it. Who may run a command is itself a
 live role check against the authorization store: presenter for the demo commands, admin for grants.
+The conversation a command names is found after that check (`Conversation`): a link typed by
+someone who may not run the command is never parsed, nor an order number searched for.
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ from agent.visibility import escalations_waiting
 from agent.workflow import RefundConversation
 from bot.hold import HoldSwitch
 from bot.ids import thread_link
-from bot.untrusted import quoted
+from bot.untrusted import neutral, quoted
 
 if TYPE_CHECKING:
     from discord.http import HTTPClient
@@ -39,6 +41,10 @@ if TYPE_CHECKING:
     from bot.local.thread_store import LocalThreadStore
 
 GRANTABLE_ROLES: tuple[Role, ...] = ("refund_approver", "presenter", "admin")
+# Temporal's answers for a Workflow ID it has no conversation by: none by that id, or an id it
+# refuses outright (past its length limit, say). Both were typed by a person.
+_NO_SUCH_ID = frozenset({RPCStatusCode.NOT_FOUND, RPCStatusCode.INVALID_ARGUMENT})
+_MAX_SHOWN_ID = 120
 _MONEY = re.compile(r"^\$?(\d{1,9})(?:\.(\d{1,2}))?$")
 
 
@@ -126,6 +132,11 @@ DEMO_USAGE = "/refund-demo [next | auto [seconds] | crash | stop]"
 MAX_AUTO_SECONDS = 60.0
 
 
+# The conversation a command is about: its Workflow ID, or how to find it once the caller may run
+# the command (the Workflow ID, or the reply saying why not: a malformed link, an unknown order).
+Conversation = str | Callable[[], Awaitable["str | CommandReply"]]
+
+
 class CommandReply(BaseModel):
     text: str
     ok: bool = True  # False: refused or failed; the adapter still shows `text` privately
@@ -165,15 +176,15 @@ class ChatCommands(Protocol):
         self, actor: Actor, action: str, stage: StageFor, channel: ChannelRef
     ) -> CommandReply: ...
 
-    async def refund_status(self, actor: Actor, workflow_id: str) -> CommandReply: ...
+    async def refund_status(self, actor: Actor, conversation: Conversation) -> CommandReply: ...
 
     async def refund_queue(self, actor: Actor) -> CommandReply: ...
 
     async def refund_takeover(
-        self, actor: Actor, workflow_id: str, taken: bool
+        self, actor: Actor, conversation: Conversation, taken: bool
     ) -> CommandReply: ...
 
-    async def refund_release(self, actor: Actor, workflow_id: str) -> CommandReply: ...
+    async def refund_release(self, actor: Actor, conversation: Conversation) -> CommandReply: ...
 
     async def refund_hold(self, actor: Actor, enabled: bool | None) -> CommandReply: ...
 
@@ -301,14 +312,17 @@ class Commands:
         action = words[0] if words else ""
         return await self._demos.command(action, stage(self._demos.stages), channel, seconds)
 
-    async def refund_status(self, actor: Actor, workflow_id: str) -> CommandReply:
+    async def refund_status(self, actor: Actor, conversation: Conversation) -> CommandReply:
         if refusal := await self._refusal(actor, "presenter", "refund_approver"):
             return refusal
+        workflow_id = await _found(conversation)
+        if isinstance(workflow_id, CommandReply):
+            return workflow_id
         try:
             survivors = await what_survives(self._client, workflow_id)
         except RPCError as err:
-            if err.status == RPCStatusCode.NOT_FOUND:
-                return CommandReply(ok=False, text=f"No conversation {workflow_id}.")
+            if err.status in _NO_SUCH_ID:
+                return CommandReply(ok=False, text=f"No conversation {_shown(workflow_id)}.")
             raise
         except CodecError as err:
             # Never an empty view: say which key is missing (its id, never the key).
@@ -353,18 +367,23 @@ class Commands:
             )
         return CommandReply(text="\n".join(lines))
 
-    async def refund_takeover(self, actor: Actor, workflow_id: str, taken: bool) -> CommandReply:
+    async def refund_takeover(
+        self, actor: Actor, conversation: Conversation, taken: bool
+    ) -> CommandReply:
         """/refund-takeover (taken) and /refund-handback: a support agent holds the conversation;
         the agent says nothing there until it is handed back. Approvals still count meanwhile."""
         if refusal := await self._refusal(actor, "refund_approver", "presenter"):
             return refusal
+        workflow_id = await _found(conversation)
+        if isinstance(workflow_id, CommandReply):
+            return workflow_id
         try:
             await self._client.get_workflow_handle(workflow_id).signal(
                 RefundConversation.takeover, Takeover(actor=actor, taken=taken)
             )
         except RPCError as err:
-            if err.status == RPCStatusCode.NOT_FOUND:
-                return CommandReply(ok=False, text=f"No open conversation {workflow_id}.")
+            if err.status in _NO_SUCH_ID:
+                return CommandReply(ok=False, text=f"No open conversation {_shown(workflow_id)}.")
             raise
         if taken:
             return CommandReply(
@@ -376,14 +395,17 @@ class Commands:
             "wrote meanwhile."
         )
 
-    async def refund_release(self, actor: Actor, workflow_id: str) -> CommandReply:
+    async def refund_release(self, actor: Actor, conversation: Conversation) -> CommandReply:
         if refusal := await self._refusal(actor, "presenter"):
             return refusal
+        workflow_id = await _found(conversation)
+        if isinstance(workflow_id, CommandReply):
+            return workflow_id
         try:
             await self._client.get_workflow_handle(workflow_id).signal(RefundConversation.release)
         except RPCError as err:
-            if err.status == RPCStatusCode.NOT_FOUND:
-                return CommandReply(ok=False, text=f"No open conversation {workflow_id}.")
+            if err.status in _NO_SUCH_ID:
+                return CommandReply(ok=False, text=f"No open conversation {_shown(workflow_id)}.")
             raise
         return CommandReply(text=f"Released {workflow_id}: the refund goes ahead.")
 
@@ -424,3 +446,12 @@ class Commands:
         return CommandReply(
             text=f"Revoked {role} from {target.label}. The next refund check sees it."
         )
+
+
+async def _found(conversation: Conversation) -> str | CommandReply:
+    return conversation if isinstance(conversation, str) else await conversation()
+
+
+def _shown(workflow_id: str) -> str:
+    # A typed id is quoted back; one that is no id of ours may be long.
+    return neutral(workflow_id, _MAX_SHOWN_ID)

@@ -9,6 +9,7 @@ adapter shows the customer the notice that goes with the result.
 
     adapter (after its platform's ack) -> on_message / on_click -> Temporal
                                                    ... fails, for any reason -> inbox -> retried
+    adapter, an acknowledged event it cannot read -> keep_unreadable -> inbox, as a dead letter
 
 The platform has acknowledged the event before the router sees it (Slack never sends an
 acknowledged envelope again; Discord's gateway sends once), so an event the router cannot deliver
@@ -22,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -44,6 +46,7 @@ from agent.models import (
     Approval,
     ConversationStart,
     CustomerMessage,
+    Platform,
     ThreadRef,
     Timing,
 )
@@ -110,6 +113,16 @@ class InboundClick(BaseModel):
     round: int | None = None  # the escalation round of the clicked buttons (None: older buttons)
 
 
+class UnreadableEvent(BaseModel):
+    """An event its platform has had its ack for that the adapter cannot turn into an
+    InboundMessage or InboundClick: kept as a dead letter, as the platform sent it, with why."""
+
+    platform: Platform
+    kind: Literal["message", "click"]  # what it would have been
+    payload: str  # the platform's payload, as JSON text
+    reason: str  # one line
+
+
 class Routed(StrEnum):
     STARTED = "started"
     SIGNALLED = "signalled"
@@ -144,6 +157,37 @@ class Router(Protocol):
     async def on_click(self, click: InboundClick) -> Routed: ...
 
     def seen(self, event_id: str) -> bool: ...
+
+    async def keep_unreadable(self, event: UnreadableEvent) -> None:
+        """Keep an acknowledged event that cannot be read as a dead letter; raises when it cannot
+        be kept."""
+        ...
+
+
+async def keep_unreadable(
+    router: Router, platform: Platform, kind: Literal["message", "click"], raw: Any, reason: str
+) -> None:
+    """What an adapter does with an acknowledged event it cannot read: the router keeps it as a
+    dead letter. One line in the log either way, never a traceback: it came from outside."""
+    payload = raw if isinstance(raw, str) else json.dumps(raw, default=repr)
+    event = UnreadableEvent(
+        platform=platform, kind=kind, payload=_storable(payload), reason=_storable(reason)
+    )
+    try:
+        await router.keep_unreadable(event)
+    except Exception as err:
+        log.warning(
+            "an unreadable %s %s (%s) could not be kept either: %s",
+            platform,
+            kind,
+            reason,
+            one_line(err),
+        )
+
+
+def _storable(text: str) -> str:
+    # A lone surrogate (JSON's "\ud800") cannot be written as UTF-8: kept as its escape.
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 def cut(text: str) -> str:
@@ -249,6 +293,16 @@ class ConversationRouter:
 
     async def on_click(self, click: InboundClick) -> Routed:
         return await self._accept(click.event_id, "click", click)
+
+    async def keep_unreadable(self, event: UnreadableEvent) -> None:
+        seq = await self._inbox.keep_dead("unreadable", event, event.reason)
+        log.warning(
+            "a %s %s could not be read (%s); kept as dead letter %d in the inbox",
+            event.platform,
+            event.kind,
+            event.reason,
+            seq,
+        )
 
     async def _accept(self, event_id: str, kind: str, payload: BaseModel) -> Routed:
         """Deliver (or queue) an event once: a redelivery of an accepted event is a duplicate; a

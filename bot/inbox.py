@@ -3,6 +3,7 @@
     router cannot deliver now -> put -> pending ... delivered -> removed
                                                ... failed    -> retried later (attempts, error)
                                                ... never     -> dead letter (kept, with its error)
+    acknowledged, cannot be read -> keep_dead  -> dead letter (kept, with why)
 
 An entry is kept in the stores' database (DATABASE_URL), so it survives a bot restart, and is
 delivered in arrival order within its conversation (`workflow_id`). Nothing is dropped: an entry
@@ -194,6 +195,29 @@ class Inbox:
                 seq,
             )
             await db.execute("DELETE FROM inbox WHERE seq = ?", seq)
+
+    async def keep_dead(self, kind: str, payload: BaseModel, error: str) -> int:
+        """Keep an entry straight as a dead letter: something acknowledged that no attempt could
+        deliver (an event an adapter cannot read). Returns its seq, numbered with the inbox's."""
+        async with self._database.connect(SCHEMA) as db, db.transaction():
+            # Through the inbox table, whose seq the dead letters share: PostgreSQL's
+            # dead_letters.seq has no sequence of its own.
+            seq = await db.fetchval(
+                "INSERT INTO inbox (kind, payload, queued_at) VALUES (?, ?, ?) RETURNING seq",
+                kind,
+                payload.model_dump_json(),
+                _now(),
+            )
+            await db.execute(
+                "INSERT INTO dead_letters (seq, kind, payload, queued_at, workflow_id, attempts, "
+                "error, buried_at) SELECT seq, kind, payload, queued_at, NULL, 0, ?, ? "
+                "FROM inbox WHERE seq = ?",
+                error,
+                _now(),
+                seq,
+            )
+            await db.execute("DELETE FROM inbox WHERE seq = ?", seq)
+        return int(seq)
 
     async def dead_letters(self) -> list[DeadLetter]:
         async with self._database.connect(SCHEMA) as db:

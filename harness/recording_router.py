@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass, field
 
-from bot.conversations import InboundClick, InboundMessage, Routed
+from bot.conversations import InboundClick, InboundMessage, Routed, UnreadableEvent
 
 
 @dataclass
@@ -29,6 +29,7 @@ class RecordingRouter:
     messages: list[InboundMessage] = field(default_factory=list)  # answered (past the gate)
     clicks: list[InboundClick] = field(default_factory=list)
     accepted: set[str] = field(default_factory=set)  # event ids answered without an error
+    unreadable: list[UnreadableEvent] = field(default_factory=list)  # kept as dead letters
 
     def seen(self, event_id: str) -> bool:
         return event_id in self.accepted
@@ -44,6 +45,9 @@ class RecordingRouter:
         if self.message_result is not None:
             return self.message_result
         return Routed.STARTED if message.opens_thread else Routed.SIGNALLED
+
+    async def keep_unreadable(self, event: UnreadableEvent) -> None:
+        self.unreadable.append(event)
 
     async def on_click(self, click: InboundClick) -> Routed:
         self.clicks.append(click)

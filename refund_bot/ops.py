@@ -28,6 +28,7 @@ from aiohttp import web
 from temporalio.client import Client
 from temporalio.common import MetricMeter
 
+from agent import http_edge
 from bot.conversations import OPENED, OPENED_DESCRIPTION
 from bot.inbox import Inbox
 from bot.platform_health import PlatformHealth
@@ -149,11 +150,20 @@ def ops_app(ops: Ops) -> web.Application:
         for platform in ops.platforms:
             connected.set(int(platform.ready), {"platform": platform.name})
         await from_temporal()
-        async with (
-            aiohttp.ClientSession() as http,
-            http.get(ops.exporter, timeout=aiohttp.ClientTimeout(total=5)) as resp,
-        ):
-            text = await resp.text()
+        try:
+            async with (
+                aiohttp.ClientSession() as http,
+                http.get(ops.exporter, timeout=aiohttp.ClientTimeout(total=5)) as resp,
+            ):
+                resp.raise_for_status()
+                text = await resp.text()
+        except (aiohttp.ClientError, TimeoutError, UnicodeDecodeError) as err:
+            # Not the scraper's mistake, and no traceback per scrape: one line, and a 503 it
+            # can tell from an empty page.
+            log.warning(
+                "/metrics: the exporter at %s did not answer (%s)", ops.exporter, one_line(err)
+            )
+            return web.Response(status=503, text="the metrics exporter did not answer\n")
         return web.Response(text=text, content_type="text/plain", charset="utf-8")
 
     app = web.Application()
@@ -166,7 +176,7 @@ def ops_app(ops: Ops) -> web.Application:
 async def serving_ops(address: str, ops: Ops) -> AsyncIterator[None]:
     """Serve /healthz and /metrics at `address` (host:port) while inside."""
     host, port = parse_address(address)
-    runner = web.AppRunner(ops_app(ops), access_log=None)
+    runner = http_edge.runner(ops_app(ops))
     await runner.setup()
     try:
         try:

@@ -25,6 +25,7 @@ from agent.codec import (
     CodecKeyError,
     MissingCodecKey,
     NoCodecKey,
+    TruncatedPayload,
     UndecodablePayload,
     UnknownDictionary,
     WrongCodecKey,
@@ -180,6 +181,18 @@ async def test_a_payload_that_inflates_past_the_limit_is_refused() -> None:
     )
     with pytest.raises(UndecodablePayload, match="inflates past"):
         await AesGcmCodec([K1]).decode([sealed])
+
+
+@pytest.mark.parametrize("size", [0, 1, 7, 8, NONCE_BYTES, NONCE_BYTES + 15])
+async def test_an_encrypted_payload_too_short_for_its_nonce_and_tag_is_one_clear_line(
+    size: int,
+) -> None:
+    """Reproduces AESGCM refusing a nonce under 8 bytes with a ValueError, not a CodecError:
+    the codec server answered such a payload of a known key id with 500."""
+    short = Payload(metadata={"encoding": ENCODING, KEY_ID_METADATA: b"k1"}, data=b"n" * size)
+    with pytest.raises(TruncatedPayload) as truncated:
+        await AesGcmCodec([K1]).decode([short])
+    assert f"holds {size} bytes" in str(truncated.value) and "\n" not in str(truncated.value)
 
 
 def test_every_released_dictionary_is_exactly_as_released(monkeypatch) -> None:

@@ -10,7 +10,9 @@ stores, with a stub Temporal client and a fake Worker restart.
 from __future__ import annotations
 
 import asyncio
+import copy
 import json
+import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -1140,6 +1142,227 @@ def test_the_manifest_is_valid_json_for_discord() -> None:
         assert 1 <= len(command["description"]) <= 100
         required = [o.get("required", False) for o in command["options"]]
         assert required == sorted(required, reverse=True), "required options come first"
+
+
+# -- hostile payloads ---------------------------------------------------------------------------
+
+
+def loud(caplog: pytest.LogCaptureFixture) -> list[str]:
+    """What input must never cause: a traceback, or anything at ERROR."""
+    return [r.getMessage() for r in caplog.records if r.exc_info or r.levelno >= logging.ERROR]
+
+
+def _with(payload: dict[str, Any], path: str, value: Any) -> dict[str, Any]:
+    """`payload`, copied, with the field at a dotted `path` set to `value` (MISSING: removed)."""
+    changed = copy.deepcopy(payload)
+    *parents, last = [int(p) if p.isdigit() else p for p in path.split(".")]
+    node: Any = changed
+    for part in parents:
+        node = node[part]
+    if value is MISSING_FIELD:
+        node.pop(last, None)
+    else:
+        node[last] = value
+    return changed
+
+
+class _Missing:
+    def __repr__(self) -> str:
+        return "MISSING"
+
+
+MISSING_FIELD = _Missing()  # a field left out
+HOSTILE_MESSAGE_FIELDS = [
+    ("content", 5),
+    ("content", None),
+    ("type", {"a": 1}),
+    ("id", "9" * 5000),
+    ("channel_id", "x"),
+    ("guild_id", [1]),
+    ("author", None),
+    ("author.id", None),
+    ("author.username", 7),
+    ("member", "x"),
+    ("member.nick", ["sam"]),
+    ("mentions", [1]),
+    ("mention_roles", "x"),
+    ("embeds", [1]),
+    ("edited_timestamp", "not a time"),
+    ("attachments", None),
+    ("content", MISSING_FIELD),
+    ("author.discriminator", MISSING_FIELD),  # discord.py swallows the KeyError: no author
+    ("author.avatar", MISSING_FIELD),
+]
+
+
+@pytest.mark.parametrize(
+    ("path", "value"),
+    HOSTILE_MESSAGE_FIELDS,
+    ids=[f"{p}={v!r:.20}" for p, v in HOSTILE_MESSAGE_FIELDS],
+)
+async def test_a_message_event_that_does_not_fit_is_kept_and_the_gateway_goes_on(
+    bot: Bot, path: str, value: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Reproduces MESSAGE_CREATE payloads with fields of unexpected types raising out of
+    discord.py's parser (which ended the gateway connection, the message lost) or out of
+    on_message with a traceback (content not a string, type not hashable)."""
+    thread_id = await bot.open_conversation()
+    sent = []
+    for channel in (SUPPORT, thread_id):
+        event = _with(bot.api.user_message(channel, CUSTOMER, "refund 1234"), path, value)
+        sent.append(event["id"])
+        bot.gateway("MESSAGE_CREATE", event)  # never raises into the gateway's reader
+    await wait_for(lambda: _async(len(bot.router.unreadable) == 2), what="two dead letters")
+    assert all(u.platform == "discord" and u.kind == "message" for u in bot.router.unreadable)
+    assert [json.loads(u.payload)["id"] for u in bot.router.unreadable] == sent
+    before = len(bot.router.arrived)
+    await bot.post(thread_id, CUSTOMER, "still listening")
+    await wait_for(bot.routed_after(before), what="the next message routed")
+    assert loud(caplog) == []
+
+
+HOSTILE_CLICK_FIELDS = [
+    ("data.custom_id", 5),
+    ("data.custom_id", "refund:approve:" + "x" * 200),
+    ("data.component_type", [1]),
+    ("data", None),
+    ("member.user.id", "x"),
+    ("member.nick", 5),
+    ("member", MISSING_FIELD),
+    ("message.content", None),
+    ("message.id", "9" * 5000),
+    ("application_id", "x"),
+    ("entitlements", 5),
+    ("authorizing_integration_owners", [1]),
+    ("message.flags", "x"),  # read in discord.py's task for the buttons
+    ("message.components", MISSING_FIELD),
+    ("message.components.0.components.0.style", MISSING_FIELD),
+]
+
+
+@pytest.mark.parametrize(
+    ("path", "value"), HOSTILE_CLICK_FIELDS, ids=[f"{p}={v!r:.20}" for p, v in HOSTILE_CLICK_FIELDS]
+)
+async def test_a_click_that_does_not_fit_is_kept_and_the_gateway_goes_on(
+    bot: Bot, path: str, value: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Reproduces INTERACTION_CREATE payloads with fields of unexpected types raising out of
+    discord.py's parser: the connection ended and the click was lost."""
+    thread_id = await bot.open_conversation()
+    escalation = await post_escalation(bot.api, thread_id, "Refund $250.00?")
+    approve = custom_ids(escalation)[0]
+    click = bot.api.component_interaction(thread_id, escalation["id"], AGENT, approve)
+    bot.gateway("INTERACTION_CREATE", _with(click, path, value))
+    (kept,) = await wait_for(lambda: _async(bot.router.unreadable), what="the dead letter")
+    assert (kept.platform, kept.kind) == ("discord", "click") and kept.reason
+    assert bot.router.clicks == [] and loud(caplog) == []
+
+
+async def test_a_click_on_a_message_whose_buttons_do_not_read_is_kept(
+    bot: Bot, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Reproduces a click whose message carries a component discord.py cannot rebuild (a button
+    of type `true`, a row in a row): its task for the buttons raised where nothing caught it,
+    logged by asyncio at ERROR, and the click was lost."""
+    thread_id = await bot.open_conversation()
+    escalation = await post_escalation(bot.api, thread_id, "Refund $250.00?")
+    click = bot.api.component_interaction(
+        thread_id, escalation["id"], AGENT, custom_ids(escalation)[0]
+    )
+    bot.gateway("INTERACTION_CREATE", _with(click, "message.components.0.components.0.type", True))
+    (kept,) = await wait_for(lambda: _async(bot.router.unreadable), what="the dead letter")
+    assert kept.kind == "click" and "components" in kept.reason
+    await asyncio.sleep(0.2)  # the task that raised, before: it would have by now
+    assert bot.router.clicks == [] and loud(caplog) == []
+
+
+async def test_an_interaction_from_no_one_discord_py_can_name_is_kept(
+    bot: Bot, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Reproduces an interaction with a `member` but no guild: discord.py reads `user` outside a
+    guild, left it MISSING, and the handler raised on it with a traceback."""
+    thread_id = await bot.open_conversation()
+    escalation = await post_escalation(bot.api, thread_id, "Refund $250.00?")
+    click = bot.api.component_interaction(
+        thread_id, escalation["id"], AGENT, custom_ids(escalation)[0]
+    )
+    bot.gateway("INTERACTION_CREATE", _with(click, "guild_id", None))
+    (kept,) = await wait_for(lambda: _async(bot.router.unreadable), what="the dead letter")
+    assert kept.kind == "click" and bot.router.clicks == [] and loud(caplog) == []
+
+
+@pytest.mark.parametrize(
+    ("path", "value"),
+    [
+        ("data.type", None),  # discord.py makes an AppCommandType of it
+        ("data.type", 99),
+        ("data.options", None),  # discord.py iterates them
+        ("data.options.0.value", ["a list"]),
+        ("data.guild_id", [1]),
+        ("data.resolved", {"users": {"1": "not a user"}}),
+    ],
+)
+async def test_a_command_discord_py_cannot_read_is_answered_in_one_line(
+    bot: Bot, path: str, value: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Reproduces slash commands whose options discord.py cannot read raising in the command
+    tree's own task (asyncio's ERROR and a traceback; the caller never answered), or in its
+    error handler, which reads the same options again."""
+    payload = bot.api.command_interaction(
+        "refund-status", SUPPORT, PRESENTER, {"conversation": "t1"}
+    )
+    bot.gateway("INTERACTION_CREATE", _with(payload, path, value))
+    await asyncio.sleep(0.3)
+    record = interaction(bot.api, payload)
+    if record.callbacks:  # refused at the edge it is never answered: Discord says it failed
+        assert "cannot read" in record.callbacks[0]["data"]["content"]
+    assert loud(caplog) == []
+
+
+async def test_a_link_of_5000_digits_is_a_plain_answer(
+    bot: Bot, temporal: StubTemporal, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Reproduces /refund-status conversation:https://discord.com/channels/<5,000 digits> raising
+    ValueError out of int() (a traceback, and "failed on our side"), parsed before the role
+    check."""
+    link = f"https://discord.com/channels/{GUILD}/{'9' * 5000}"
+    refused = await run_command(bot, "refund-status", STRANGER, options={"conversation": link})
+    assert "needs the presenter or refund_approver role" in refused
+    answer = await run_command(bot, "refund-status", PRESENTER, options={"conversation": link})
+    assert "failed" not in answer and temporal.calls, answer
+    assert loud(caplog) == []
+
+
+async def test_a_click_delivered_twice_is_answered_once(
+    bot: Bot, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Reproduces a click the gateway delivered again (a RESUME replays at will) answered a
+    second time: Discord refuses (40060 already acknowledged), logged with a traceback."""
+    thread_id = await bot.open_conversation()
+    escalation = await post_escalation(bot.api, thread_id, "Refund $250.00?")
+    click = bot.api.component_interaction(
+        thread_id, escalation["id"], AGENT, custom_ids(escalation)[0]
+    )
+    bot.gateway("INTERACTION_CREATE", click)
+    await wait_for(lambda: _async(bool(bot.router.clicks)), what="the click routed")
+    bot.gateway("INTERACTION_CREATE", click)
+    await asyncio.sleep(0.3)
+    assert len(interaction(bot.api, click).callbacks) == 1
+    assert len(bot.router.clicks) == 1 and loud(caplog) == []
+
+
+async def test_a_workflow_id_temporal_refuses_is_a_plain_answer(
+    bot: Bot, temporal: StubTemporal, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Reproduces a typed Workflow ID Temporal refuses outright (INVALID_ARGUMENT: past its
+    length limit) raised out of the command: a traceback, and "failed on our side"."""
+    temporal.fail_with = RPCError(
+        "WorkflowId length exceeds limit", RPCStatusCode.INVALID_ARGUMENT, b""
+    )
+    typed = "discord-" + "9" * 2000
+    answer = await run_command(bot, "refund-release", PRESENTER, options={"conversation": typed})
+    assert answer.startswith("No open conversation discord-999") and len(answer) < 200
+    assert loud(caplog) == []
 
 
 async def _allow(actor: Actor) -> bool:

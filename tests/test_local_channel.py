@@ -190,3 +190,24 @@ async def test_a_message_in_a_finished_thread_says_how_to_start_a_new_one(tmp_pa
     channel, out, _ = channel_on(tmp_path, Routed.CLOSED)
     await channel.handle("please refund order 1234")
     assert "Type /new, then your message, to start a new one." in out.getvalue()
+
+
+async def test_words_a_command_does_not_take_are_an_answer_not_a_crash(tmp_path: Path) -> None:
+    """Reproduces a typed command with more words than it takes (`/quit now`, `/as a b`)
+    raising TypeError out of the channel's loop, which ended the terminal."""
+    channel, out, commands = channel_on(tmp_path)
+    channel.me = PEOPLE["presenter"]
+    for line in ("/quit now", "/as support presenter", "/refund-status t1 t2", "/help me"):
+        assert await channel.handle(line) is True, line
+    assert out.getvalue().count("does not take") == 4
+    assert channel.me == PEOPLE["presenter"] and commands.calls == []
+
+
+async def test_a_command_that_fails_is_said_and_the_channel_goes_on(tmp_path: Path) -> None:
+    """Reproduces a command whose work raised (Temporal not answering) ending the terminal."""
+    channel, out, commands = channel_on(tmp_path)
+    commands.fail = True
+    channel.me = PEOPLE["presenter"]
+    assert await channel.handle("/refund-status t1") is True
+    assert "! /refund-status failed on our side" in out.getvalue()
+    assert "Traceback" not in out.getvalue()

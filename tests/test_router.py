@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import sqlite3
 import time
 from collections.abc import Callable
@@ -25,6 +26,8 @@ from bot.conversations import (
     InboundClick,
     InboundMessage,
     Routed,
+    UnreadableEvent,
+    keep_unreadable,
 )
 from bot.dedup import RecentEvents
 from bot.ids import workflow_id_for
@@ -412,3 +415,35 @@ async def test_a_redelivery_during_the_first_delivery_waits_for_its_verdict(
     release.set()
     assert sorted([await first, await retry]) == [Routed.DUPLICATE, Routed.SIGNALLED]
     assert [c[2] for c in temporal.calls] == ["customer_message", "customer_message"]  # start + 1
+
+
+async def test_an_event_an_adapter_cannot_read_is_kept_as_a_dead_letter(
+    router, temporal, tmp_path, caplog: pytest.LogCaptureFixture
+) -> None:
+    raw = {"event": {"user_profile": {"display_name": 7}}, "text": "lone \ud800 surrogate"}
+    await keep_unreadable(router, "slack", "message", raw, "`event.user_profile`: not a string")
+    [dead] = await router_inbox(tmp_path).dead_letters()
+    kept = UnreadableEvent.model_validate_json(dead.payload)
+    assert (kept.platform, kept.kind, kept.reason) == (
+        "slack",
+        "message",
+        "`event.user_profile`: not a string",
+    )
+    assert json.loads(kept.payload) == raw and dead.error == kept.reason
+    assert temporal.attempts == [] and await router_inbox(tmp_path).pending() == []
+    (line,) = [r for r in caplog.records if r.name == "bot.conversations"]
+    assert line.levelname == "WARNING" and line.exc_info is None
+    assert f"dead letter {dead.seq}" in line.getMessage()
+
+
+async def test_an_unreadable_event_that_cannot_be_kept_either_is_one_line(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    class Broken:
+        async def keep_unreadable(self, event: UnreadableEvent) -> None:
+            raise OSError("disk full")
+
+    await keep_unreadable(Broken(), "discord", "click", "{}", "no id")  # type: ignore[arg-type]
+    (line,) = caplog.records
+    assert line.levelname == "WARNING" and line.exc_info is None
+    assert "disk full" in line.getMessage()

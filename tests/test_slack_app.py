@@ -48,7 +48,7 @@ from bot.keyed_locks import KeyedLocks
 from bot.platform_health import PlatformHealth
 from bot.reconnect import Backoff
 from bot.slack import commands as slack_commands
-from bot.slack.app import EVENTS_PATH, build_app, http_web_app, serve
+from bot.slack.app import EVENTS_PATH, SlackApp, build_app, http_web_app, serve
 from bot.slack.commands import parse_grant_args
 from bot.slack.grants import SlackUserGroupGrants
 from bot.slack.links import parse_mention, parse_order_number, parse_thread_link
@@ -82,7 +82,9 @@ SUPPORT = ("U0SAM", "sam")
 
 @dataclass
 class RecordingCommands:
-    """Stands in for bot.commands.Commands: records each call, answers with its name."""
+    """Stands in for bot.commands.Commands: records each call, answers with its name. A
+    conversation given as a way to find it is found first, as Commands does after its role
+    check; a call whose conversation is not found is answered with why, and not recorded."""
 
     calls: list[tuple[str, tuple[Any, ...]]] = field(default_factory=list)
     reply_text: str | None = None
@@ -93,6 +95,11 @@ class RecordingCommands:
             raise AttributeError(name)
 
         async def command(*args: Any) -> CommandReply:
+            if name in ("refund_status", "refund_release") and callable(args[1]):
+                found = await args[1]()
+                if isinstance(found, CommandReply):
+                    return found
+                args = (args[0], found, *args[2:])
             self.calls.append((name, args))
             if self.fail:
                 raise RuntimeError("boom: secret-looking detail")
@@ -105,7 +112,7 @@ class RecordingCommands:
 class Harness:
     slack: FakeSlackApi
     sender: SlackSender
-    app: AsyncApp
+    app: SlackApp
     router: RecordingRouter
     commands: RecordingCommands
     finder_calls: list[tuple[str, str]]
@@ -580,7 +587,7 @@ QUICK = Backoff(first=0.05, cap=0.2, jitter=False)
 
 @asynccontextmanager
 async def serving(
-    app: AsyncApp, settings: SlackSettings, **kwargs: Any
+    app: SlackApp, settings: SlackSettings, **kwargs: Any
 ) -> AsyncIterator[PlatformHealth]:
     """`serve` in a task, as `refund-bot run` runs it; cancelled at the end (health: stopped)."""
     health = PlatformHealth("slack")

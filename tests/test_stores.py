@@ -360,6 +360,26 @@ async def test_the_inbox_keeps_orders_retries_and_buries(database) -> None:
     assert await inbox.size() == 0 and await inbox.pending() == []
 
 
+async def test_the_inbox_keeps_an_unreadable_event_straight_as_a_dead_letter(database) -> None:
+    inbox = Inbox(database)
+    payload = ThreadRef(platform="slack", workspace="T1", channel="C2", thread="1.2")
+    waiting = await inbox.put("message", payload, "wf-1")
+    dead_seq = await inbox.keep_dead("unreadable", payload, "`event.user_profile`: not a string")
+    again = await inbox.keep_dead("unreadable", payload, "another")
+    assert waiting < dead_seq < again  # numbered with the inbox's entries, on either backend
+    assert [p.seq for p in await inbox.pending()] == [waiting]  # it holds nothing back
+    first, _ = await inbox.dead_letters()
+    assert (first.seq, first.kind, first.attempts, first.workflow_id) == (
+        dead_seq,
+        "unreadable",
+        0,
+        None,
+    )
+    assert first.error == "`event.user_profile`: not a string"
+    assert ThreadRef.model_validate_json(first.payload) == payload
+    assert str(await inbox.depth()) == "1 waiting, 2 dead letters"
+
+
 async def test_the_hold_switch_is_shared_and_defaults_until_set(database_url) -> None:
     hosts = await two_hosts(database_url)
     try:

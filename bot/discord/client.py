@@ -2,6 +2,7 @@
 
 What happens where:
 
+    gateway event -> edge (MESSAGE_CREATE and INTERACTION_CREATE checked; kept if unreadable)
     customer message in the support channel or a thread -> customer_messages -> router.on_message
     Approve / Deny click (DecisionButton)               -> buttons -> bot.clicks -> router.on_click
     /crash-worker, /refund-… commands                   -> slash_commands    -> bot.commands
@@ -37,7 +38,6 @@ from typing import Any
 
 import discord
 import yarl
-from discord import app_commands
 from discord.gateway import DiscordWebSocket, ReconnectWebSocket
 from discord.http import Route
 from discord.utils import MISSING
@@ -51,6 +51,7 @@ from bot.conversations import Router
 from bot.discord.buttons import DecisionButton
 from bot.discord.commands_spec import load_manifest, mismatches, register_commands
 from bot.discord.customer_messages import is_from_a_person, route_customer_message
+from bot.discord.edge import CheckedCommandTree, guard_parsers
 from bot.discord.outbound import RoutedHTTPClient
 from bot.discord.parts import BotParts
 from bot.discord.replies import NO_PINGS
@@ -106,6 +107,9 @@ class RefundBotClient(discord.Client):
         self.settings = settings
         self.support_channel_id: int = settings.support_channel_id
         self.parts = BotParts(router, commands, settings, settings.support_channel_id, can_approve)
+        # Before any event: what refund-bot reads of a message or an interaction is checked
+        # before discord.py parses it, and one that does not fit is kept (bot.discord.edge).
+        guard_parsers(self._connection.parsers, router)
         self._sync_commands = sync_commands
         self._in_arrival_order = KeyedLocks()
         # What the gateway last did; serve() and on_ready() keep it current.
@@ -118,7 +122,7 @@ class RefundBotClient(discord.Client):
             self.http = routed
             self._connection.http = routed
         # Built after the HTTP client is final: the tree keeps a reference to it.
-        self.tree = app_commands.CommandTree(self)
+        self.tree = CheckedCommandTree(self)
         self.tree.error(on_command_error)
         manifest = load_manifest()
         for command in build_commands(self.parts, manifest):

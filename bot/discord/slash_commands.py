@@ -21,9 +21,10 @@ from discord import app_commands
 
 from agent import tracing
 from agent.models import Actor, ThreadRef
-from bot.commands import ChannelRef, ChatCommands, CommandReply, DemoStage, DemoStages
+from bot.commands import ChannelRef, ChatCommands, CommandReply, Conversation, DemoStage, DemoStages
 from bot.discord.actors import actor_for
 from bot.discord.commands_spec import command_spec
+from bot.discord.edge import UNREADABLE_COMMAND
 from bot.discord.parts import BotParts
 from bot.discord.replies import FAILED, finished_within, tell_privately
 from bot.ids import workflow_id_for
@@ -38,7 +39,13 @@ WHICH_CONVERSATION = (
 )
 WHICH_CHANNEL = "Run /refund-demo in the support channel: its two threads open there."
 OUT_OF_DATE = "This command is out of date here; run `refund-bot discord sync-commands`."
-_LINK = re.compile(r"channels/(\d+)/(\d+)(?:/(\d+))?")
+_NOT_OURS = (
+    app_commands.CommandNotFound,
+    app_commands.CommandSignatureMismatch,
+    app_commands.TransformerError,
+)
+# Discord's ids are up to 20 digits; int() of a longer run of digits raised (past 4,300).
+_LINK = re.compile(r"channels/([0-9]{1,20})/([0-9]{1,20})(?:/([0-9]{1,20}))?")
 
 
 def build_commands(parts: BotParts, manifest: tuple[dict[str, Any], ...]) -> list[Command]:
@@ -154,11 +161,18 @@ async def on_command_error(
 ) -> None:
     """The command tree's error handler: log it, and tell the caller."""
     # CommandNotFound / CommandSignatureMismatch: Discord holds definitions other than the
-    # manifest's (run sync-commands). Anything else is a bug; either way the caller hears.
-    log.error("Discord command failed: %s", error, exc_info=error)
+    # manifest's (run sync-commands); a TransformerError: an option Discord sent does not fit
+    # the handler's. One line each. Anything else is a bug, with its traceback; either way the
+    # caller hears.
+    if isinstance(error, _NOT_OURS):
+        log.warning("Discord command refused: %s: %s", type(error).__name__, error)
+    else:
+        log.error("Discord command failed: %s", error, exc_info=error)
     text = FAILED
     if isinstance(error, app_commands.CommandNotFound | app_commands.CommandSignatureMismatch):
         text = OUT_OF_DATE
+    elif isinstance(error, app_commands.TransformerError):
+        text = UNREADABLE_COMMAND
     try:
         await tell_privately(interaction, text)
     except discord.HTTPException:
@@ -229,23 +243,27 @@ async def _answer_for_conversation(
     parts: BotParts,
     interaction: discord.Interaction,
     given: str | None,
-    work: Callable[[Actor, str], Awaitable[CommandReply]],
+    work: Callable[[Actor, Conversation], Awaitable[CommandReply]],
     *,
     defer: bool,
 ) -> None:
-    workflow_id = conversation_for(interaction, given, parts.support_channel_id)
-    if workflow_id is None:
-        await tell_privately(interaction, WHICH_CONVERSATION)
-        return
+    async def named() -> str | CommandReply:
+        # Read by Commands once the caller's role allows the command, not before.
+        workflow_id = conversation_for(interaction, given, parts.support_channel_id)
+        return workflow_id or CommandReply(ok=False, text=WHICH_CONVERSATION)
+
     actor = actor_for(interaction.user)
-    await _answer(parts, interaction, lambda: work(actor, workflow_id), defer=defer)
+    await _answer(parts, interaction, lambda: work(actor, named), defer=defer)
 
 
-def _taking(commands: ChatCommands, taken: bool) -> Callable[[Actor, str], Awaitable[CommandReply]]:
-    """/refund-takeover (taken) or /refund-handback, for the conversation the command names."""
+def _taking(
+    commands: ChatCommands, taken: bool
+) -> Callable[[Actor, Conversation], Awaitable[CommandReply]]:
+    """/refund-takeover (taken) or /refund-handback, for the conversation the command names
+    (read once the caller's role allows it)."""
 
-    async def work(actor: Actor, workflow_id: str) -> CommandReply:
-        return await commands.refund_takeover(actor, workflow_id, taken)
+    async def work(actor: Actor, conversation: Conversation) -> CommandReply:
+        return await commands.refund_takeover(actor, conversation, taken)
 
     return work
 

@@ -1,14 +1,16 @@
 """The Slack inbound half: a slack-bolt AsyncApp for the support channel, its buttons and commands.
 
 Every request is acknowledged before any slow work. In HTTP mode the aiohttp handler itself
-answers the requests whose ack is an empty 200 (message events, the buttons, the commands and
-shortcuts), once their signature and shape are checked, and hands them to bolt in the background:
-bolt's middleware and listener matching (about a millisecond each) stay off the ack path, so a
-burst of requests is answered at the rate aiohttp can answer them. Anything else (URL
-verification, a request no listener handles) is bolt's to answer, as before. In Socket Mode bolt
-acks Events API envelopes itself before the listener runs (process_before_response stays False),
-and every other listener calls `ack()` first. The router call, which may wait on Temporal, always
-happens after the HTTP 200 (or the envelope ack) has gone back to Slack.
+answers every request once its signature and shape are checked (bot.slack.requests): the kinds
+refund-bot handles (message events, the buttons, the commands and shortcuts) with the empty 200
+their listeners' `ack()` sends, handed to bolt in the background, so bolt's middleware and
+listener matching (about a millisecond each) stay off the ack path and a burst is answered at the
+rate aiohttp can answer it; URL verification with its challenge; anything else with a 200 and
+nothing more, since Slack retries a request answered otherwise. Bolt sees only the kinds it has
+listeners for. In Socket Mode bolt acks Events API envelopes itself before the listener runs
+(process_before_response stays False), every other listener calls `ack()` first, and the handler
+acks whatever bolt does not. The router call, which may wait on Temporal, always happens after
+the HTTP 200 (or the envelope ack) has gone back to Slack.
 
     HTTP POST -> signature (401) -> shape (400) -> 200 -> after the burst: bolt -> listener
 
@@ -38,15 +40,14 @@ import gc
 import logging
 import os
 from collections.abc import Callable
-from typing import Any
 
 from aiohttp import web
-from slack_bolt.adapter.aiohttp import to_aiohttp_response
 from slack_bolt.async_app import AsyncApp
 from slack_bolt.request.async_request import AsyncBoltRequest
 from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
+from agent import http_edge
 from agent.activities.authorize import GrantSource
 from bot.commands import ChatCommands
 from bot.conversations import Router
@@ -58,12 +59,19 @@ from bot.slack.events import register_message_events
 from bot.slack.handover import Handovers
 from bot.slack.links import FindByOrder
 from bot.slack.requests import (
+    BlockActions,
     Checked,
     CheckedSocketModeHandler,
     MalformedRequest,
+    MessageEventCallback,
+    MessageShortcut,
+    SlackRequest,
+    SlashCommand,
+    UrlVerification,
+    bolt_context,
     bolt_request,
-    check_shape,
     parse_body,
+    read_request,
     signature_valid,
 )
 from bot.slack.settings import SlackSettings
@@ -96,6 +104,12 @@ TOKEN_REFUSED = frozenset(
 _SOCKET_MODE_LOG = logging.getLogger(__name__ + ".socket_mode")
 
 
+class SlackApp(AsyncApp):
+    """The bolt app, and the router that Socket Mode's edge hands an envelope it cannot read."""
+
+    router: Router
+
+
 def build_app(
     settings: SlackSettings,
     router: Router,
@@ -104,7 +118,7 @@ def build_app(
     client: AsyncWebClient | None = None,
     find_by_order: FindByOrder | None = None,
     grants: GrantSource | None = None,
-) -> AsyncApp:
+) -> SlackApp:
     """The bolt app with every listener registered; run it with `serve` (or `http_web_app`).
 
     `find_by_order(team_id, order_number)` lets /refund-status and /refund-release take an order
@@ -131,7 +145,7 @@ def build_app(
             token=settings.bot_token.get_secret_value(), base_url=settings.api_url
         )
     secret = settings.signing_secret.get_secret_value() if settings.signing_secret else ""
-    app = AsyncApp(
+    app = SlackApp(
         name="refund-bot",
         client=client,
         signing_secret=secret,
@@ -141,32 +155,38 @@ def build_app(
     register_message_events(app, router, settings.support_channel)
     register_decision_actions(app, router, grants)
     register_commands(app, commands, find_by_order)
+    app.router = router
     return app
 
 
 async def checked_request(request: web.Request, signing_secret: str) -> Checked | web.Response:
     """The request, if Slack signed it and shaped it as Slack sends; otherwise the answer to
     give: 401 for a bad signature (checked before parsing), 400."""
-    raw = await request.read()
+    # A body that does not decode is a 400 before the signature: the bytes signed are the
+    # decoded ones, and these never decode.
+    raw = await http_edge.read_body(request, "slack")
     if not signature_valid(signing_secret, raw, request.headers):
         return web.json_response({"error": "invalid request"}, status=401)
     try:
         body = parse_body(raw, request.content_type)
-        context = check_shape(body)
+        typed = read_request(body)
+        # Built here only for what bolt will see; the rest never reaches it.
+        context = bolt_context(typed, body) if handled(typed) else None
     except MalformedRequest as err:
         log.warning("slack: refused a signed but malformed request: %s", err)
         return web.json_response({"error": "malformed request"}, status=400)
-    return Checked(raw, body, context)
+    return Checked(raw, body, typed, context)
 
 
 def http_web_app(app: AsyncApp, signing_secret: str) -> web.Application:
     """An aiohttp application serving POST /slack/events (Events API, interactivity, commands).
 
     The signature is checked before the body is parsed (401), the body's shape before bolt sees
-    it (400): see bot.slack.requests. A request whose ack is an empty 200 (`acked_at_once`) is
-    answered then and there and handed to bolt once the burst it came in is answered
-    (bot.slack.handover); bolt answers the others. On shutdown, requests already answered are
-    given HANDOVER_TIMEOUT to reach their listener.
+    it (400): see bot.slack.requests. A request refund-bot handles (`handled`) is answered then
+    and there with an empty 200 and handed to bolt once the burst it came in is answered
+    (bot.slack.handover); URL verification gets its challenge; anything else an empty 200 and
+    nothing more. On shutdown, requests already answered are given HANDOVER_TIMEOUT to reach
+    their listener.
     """
     handovers = Handovers()
 
@@ -175,9 +195,12 @@ def http_web_app(app: AsyncApp, signing_secret: str) -> web.Application:
         checked = await checked_request(request, signing_secret)
         if isinstance(checked, web.Response):
             return checked
+        if isinstance(checked.request, UrlVerification):
+            return web.json_response({"challenge": checked.request.challenge})
+        if checked.context is None:
+            log.debug("slack: ignored %s", checked.request)
+            return web.Response()  # acknowledged, so that Slack does not send it again
         bolt = functools.partial(bolt_request, checked, request.query_string, request.headers)
-        if not acked_at_once(checked.body):
-            return await to_aiohttp_response(await app.async_dispatch(bolt()))
         handovers.hand_over(functools.partial(_hand_over, app, bolt))
         return web.Response()  # what bolt's ack() sends for these: 200, no body
 
@@ -190,18 +213,20 @@ def http_web_app(app: AsyncApp, signing_secret: str) -> web.Application:
     return web_app
 
 
-def acked_at_once(body: dict[str, Any]) -> bool:
-    """Whether this (checked) request's ack is an empty 200 whatever bolt does next: a message
-    event (bolt acks events before their listener), one of our buttons, commands or shortcuts
-    (each listener's first line is `ack()`). Anything else goes through bolt to be answered."""
-    kind = body.get("type")
-    if kind == "event_callback":
-        return body["event"]["type"] == "message"
-    if kind == "block_actions":
-        return body["actions"][0]["action_id"] in DECISION_ACTIONS
-    if kind == "message_action":
-        return body["callback_id"] in SHORTCUTS
-    return kind is None and body.get("command") in COMMANDS
+def handled(request: SlackRequest) -> bool:
+    """Whether the app has a listener for this (typed) request, whose ack is an empty 200
+    whatever bolt does next: a message event (bolt acks events before their listener), one of
+    our buttons, commands or shortcuts (each listener's first line is `ack()`)."""
+    match request:
+        case MessageEventCallback():
+            return True
+        case BlockActions():
+            return request.actions[0].action_id in DECISION_ACTIONS
+        case MessageShortcut():
+            return request.callback_id in SHORTCUTS
+        case SlashCommand():
+            return request.command in COMMANDS
+    return False
 
 
 async def _hand_over(app: AsyncApp, request: Callable[[], AsyncBoltRequest]) -> None:
@@ -216,7 +241,7 @@ async def _hand_over(app: AsyncApp, request: Callable[[], AsyncBoltRequest]) -> 
 
 
 async def serve(
-    app: AsyncApp,
+    app: SlackApp,
     settings: SlackSettings,
     health: PlatformHealth | None = None,
     *,
@@ -259,7 +284,7 @@ def _freeze_startup_heap() -> None:
 
 async def _http_mode(app: AsyncApp, port: int, signing_secret: str, health: PlatformHealth) -> None:
     await _check_bot_token(app.client)
-    runner = web.AppRunner(http_web_app(app, signing_secret), access_log=None)
+    runner = http_edge.runner(http_web_app(app, signing_secret))
     await runner.setup()
     try:
         try:
@@ -278,7 +303,7 @@ async def _http_mode(app: AsyncApp, port: int, signing_secret: str, health: Plat
 
 
 async def _socket_mode(
-    app: AsyncApp, app_token: str, health: PlatformHealth, ping_interval: float
+    app: SlackApp, app_token: str, health: PlatformHealth, ping_interval: float
 ) -> None:
     await _check_bot_token(app.client)
     try:
@@ -293,7 +318,12 @@ async def _socket_mode(
             ) from None
         raise
     handler = CheckedSocketModeHandler(
-        app, app_token, logger=_SOCKET_MODE_LOG, ping_interval=ping_interval
+        app,
+        app_token,
+        handles=handled,
+        router=app.router,
+        logger=_SOCKET_MODE_LOG,
+        ping_interval=ping_interval,
     )
     client = handler.client
     client.default_auto_reconnect_enabled = client.auto_reconnect_enabled = False

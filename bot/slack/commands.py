@@ -3,26 +3,32 @@
     /refund-… commands, message shortcuts -> Commands -> ephemeral answer
 
 A slash command names its conversation in its text (a thread link, an order number or a Workflow
-ID: `resolve_conversation`); a message shortcut is run on a message, whose thread is the
-conversation. Every listener acks first, and the answer is seen only by whoever asked.
+ID: `resolve_conversation`, run by bot.commands once the caller's role allows the command); a
+message shortcut is run on a message, whose thread is the conversation. Every listener acks
+first, reads the request as the edge typed it (bot.slack.requests), and the answer is seen only by
+whoever asked.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
+import aiohttp
 from slack_bolt.async_app import AsyncApp
 from slack_bolt.context.ack.async_ack import AsyncAck
+from slack_bolt.context.async_context import AsyncBoltContext
 from slack_bolt.context.respond.async_respond import AsyncRespond
+from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
 from agent import tracing
 from agent.codec import CodecError
 from agent.models import Actor
-from bot.commands import ChannelRef, ChatCommands, CommandReply, DemoStage, DemoStages
+from bot.commands import ChannelRef, ChatCommands, CommandReply, Conversation, DemoStage, DemoStages
 from bot.slack.links import (
     FindByOrder,
     conversation_prefix,
@@ -33,6 +39,7 @@ from bot.slack.links import (
 )
 from bot.slack.render import escape, unescape
 from bot.slack.replies import post_ephemeral
+from bot.slack.requests import MalformedRequest, MessageShortcut, SlashCommand, typed
 
 log = logging.getLogger(__name__)
 
@@ -101,17 +108,15 @@ def register_commands(
     number; without it they take a thread link or a Workflow ID only.
     """
 
+    def named(text: str, where: Where, command: str) -> Conversation:
+        # Found only once Commands has checked the caller's role.
+        return functools.partial(resolve_conversation, text, where.team_id, command, find_by_order)
+
     async def status(actor: Actor, text: str, where: Where) -> CommandReply:
-        target = await resolve_conversation(text, where.team_id, REFUND_STATUS, find_by_order)
-        if isinstance(target, CommandReply):
-            return target
-        return await commands.refund_status(actor, target)
+        return await commands.refund_status(actor, named(text, where, REFUND_STATUS))
 
     async def release(actor: Actor, text: str, where: Where) -> CommandReply:
-        target = await resolve_conversation(text, where.team_id, REFUND_RELEASE, find_by_order)
-        if isinstance(target, CommandReply):
-            return target
-        return await commands.refund_release(actor, target)
+        return await commands.refund_release(actor, named(text, where, REFUND_RELEASE))
 
     async def crash(actor: Actor, text: str, where: Where) -> CommandReply:
         words = text.split()
@@ -189,10 +194,11 @@ def register_support_commands(
 
     def taking(command: str, taken: bool) -> CommandWork:
         async def work(actor: Actor, text: str, where: Where) -> CommandReply:
-            target = await resolve_conversation(text, where.team_id, command, find_by_order)
-            if isinstance(target, CommandReply):
-                return target
-            return await commands.refund_takeover(actor, target, taken)
+            # Found only once Commands has checked the caller's role.
+            named = functools.partial(
+                resolve_conversation, text, where.team_id, command, find_by_order
+            )
+            return await commands.refund_takeover(actor, named, taken)
 
         return work
 
@@ -257,42 +263,68 @@ async def resolve_conversation(
 
 def _command_listener(name: str, work: CommandWork) -> Callable[..., Awaitable[None]]:
     async def listener(
-        ack: AsyncAck, command: dict[str, Any], respond: AsyncRespond, client: AsyncWebClient
+        ack: AsyncAck,
+        body: dict[str, Any],
+        context: AsyncBoltContext,
+        respond: AsyncRespond | None,
+        client: AsyncWebClient,
     ) -> None:
         await ack()  # first: the work below may take seconds (a Worker restart, a history read)
+        try:
+            command = typed(SlashCommand, context, body)
+        except MalformedRequest as err:
+            # Only a request that skipped the edge: nothing in it can be trusted to answer to.
+            log.warning("slack command %s could not be read (%s); not answered", name, err)
+            return
         actor = Actor(
-            platform="slack",
-            user_id=command["user_id"],
-            display_name=command.get("user_name") or "",
+            platform="slack", user_id=command.user_id, display_name=command.user_name or ""
         )
         # Slack sends the text with `&`, `<` and `>` escaped (a link's `&thread_ts=` arrives as
         # `&amp;thread_ts=`); its own markup (`<@U…|name>`, `<https://…>`) is not.
-        text = unescape(command.get("text") or "")
-        where = Where(command.get("team_id") or "", command.get("channel_id") or "", client)
+        text = unescape(command.text)
+        where = Where(command.team_id or "", command.channel_id or "", client)
         with tracing.span("slack.command", "server", platform="slack", command=name) as span:
             reply = await _reply_or_failure(f"command {name}", work(actor, text, where))
             span.set(outcome="ok" if reply.ok else "refused")
             # Escaped: replies can quote customer text (answers), which must not ping anyone.
-            await respond(text=escape(reply.shown()), response_type="ephemeral")
+            await _respond(respond, name, escape(reply.shown()))
 
     listener.__name__ = f"command_{name.strip('/').replace('-', '_')}"
     return listener
 
 
+async def _respond(respond: AsyncRespond | None, name: str, text: str) -> None:
+    """The answer, by the command's response_url: a failure to deliver it is one line."""
+    if respond is None:
+        log.warning("slack command %s has no response_url; its answer went nowhere", name)
+        return
+    try:
+        await respond(text=text, response_type="ephemeral")
+    except (SlackApiError, aiohttp.ClientError, TimeoutError, ValueError) as err:
+        log.warning("could not answer slack command %s: %s: %s", name, type(err).__name__, err)
+
+
 def _shortcut_listener(name: str, work: ShortcutWork) -> Callable[..., Awaitable[None]]:
     async def listener(
-        ack: AsyncAck, shortcut: dict[str, Any], client: AsyncWebClient, respond: AsyncRespond
+        ack: AsyncAck,
+        body: dict[str, Any],
+        context: AsyncBoltContext,
+        client: AsyncWebClient,
+        respond: AsyncRespond | None,
     ) -> None:
         await ack()
-        user = shortcut.get("user") or {}
-        channel = (shortcut.get("channel") or {}).get("id") or ""
-        message = shortcut.get("message") or {}
-        root = message.get("thread_ts") or message.get("ts") or ""
-        team_id = (shortcut.get("team") or {}).get("id") or user.get("team_id") or ""
+        try:
+            shortcut = typed(MessageShortcut, context, body)
+        except MalformedRequest as err:
+            log.warning("slack shortcut %s could not be read (%s); not answered", name, err)
+            return
+        user = shortcut.user
+        channel = (shortcut.channel.id if shortcut.channel else None) or ""
+        message = shortcut.message
+        root = ((message.thread_ts or message.ts) if message else None) or ""
+        team_id = (shortcut.team.id if shortcut.team else None) or user.team_id or ""
         actor = Actor(
-            platform="slack",
-            user_id=user.get("id") or "",
-            display_name=user.get("username") or user.get("name") or "",
+            platform="slack", user_id=user.id, display_name=user.username or user.name or ""
         )
         workflow_id = thread_workflow_id(team_id, channel, root)
         with tracing.span(

@@ -26,7 +26,13 @@ from agent.models import Actor
 from agent.settings import DEMO_CUSTOMER
 from agent.stores.databases import database_for
 from agent.stores.grants import GrantStore
-from bot.conversations import ConversationRouter, InboundClick, InboundMessage, Routed
+from bot.conversations import (
+    ConversationRouter,
+    InboundClick,
+    InboundMessage,
+    Routed,
+    UnreadableEvent,
+)
 from bot.slack.app import build_app, http_web_app
 from bot.slack.links import order_finder
 from harness import NO_PROXY
@@ -65,6 +71,9 @@ class CountingRouter:
 
     def seen(self, event_id: str) -> bool:
         return self.inner.seen(event_id)
+
+    async def keep_unreadable(self, event: UnreadableEvent) -> None:
+        await self.inner.keep_unreadable(event)
 
 
 @dataclass
