@@ -28,7 +28,7 @@ from demo.paused_restart import (
     PauseRequest,
     WorkerDown,
 )
-from worker.control import RestartReport, host_control_queue
+from worker.control import RestartOrder, RestartReport, host_control_queue, refuse_stale
 from worker.supervisor import WorkerSupervisor
 
 log = logging.getLogger(__name__)
@@ -54,6 +54,10 @@ class WorkerHold:
         self._pauses: dict[str, _Pause] = {}  # EXECUTION STATE: by restart Workflow id
 
     @property
+    def host(self) -> str:
+        return self._supervisor.host
+
+    @property
     def workflows(self) -> Sequence[type]:
         return [PausedRestartWorker]
 
@@ -63,6 +67,8 @@ class WorkerHold:
 
     @activity.defn(name=KILL_ACTIVITY)
     async def kill_worker(self, pause: PauseRequest) -> WorkerDown:
+        # Obeyed only by the host it names, while it is fresh (worker.control).
+        refuse_stale(RestartOrder(host=pause.host, requested_at=pause.requested_at), self.host)
         # The restart Workflow's id names the pause: its start_worker finds the same one.
         return await self.kill_and_hold(activity.info().workflow_id, pause.max_seconds)
 

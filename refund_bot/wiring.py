@@ -17,11 +17,12 @@ from agent.activities.notify import ThreadPoster
 from agent.settings import AgentSettings, TemporalSettings
 from agent.stores.databases import database_for
 from agent.stores.grants import GrantStore
+from bot.commands import SupervisorGone
 from bot.discord.settings import DiscordSettings
 from bot.local.thread_store import LocalThreadStore
 from bot.slack.settings import SlackSettings
 from demo.paused_restart import paused_worker_restart
-from worker.control import RestartReport, request_worker_restart
+from worker.control import NoSupervisorAnswers, RestartReport, request_worker_restart
 from worker.pollers import supervisor_hosts
 from worker.supervisor import WorkerSupervisor
 
@@ -108,9 +109,12 @@ class SupervisorsOverTemporal:
         self, host: str | None, while_down: Callable[[], Awaitable[None]] | None = None
     ) -> RestartReport:
         queue = self.temporal.control_task_queue
-        if while_down is None:
-            return await request_worker_restart(self.client, queue, host)
-        return await paused_worker_restart(self.client, queue, host, while_down)
+        try:
+            if while_down is None:
+                return await request_worker_restart(self.client, queue, host)
+            return await paused_worker_restart(self.client, queue, host, while_down)
+        except NoSupervisorAnswers as err:
+            raise SupervisorGone(str(err)) from err
 
 
 @dataclass(frozen=True)

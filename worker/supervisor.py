@@ -51,15 +51,18 @@ from agent.settings import TemporalSettings
 from agent.temporal_client import connect
 from worker.control import (
     RESTART_ACTIVITY,
+    RestartOrder,
     RestartReport,
     RestartWorker,
+    heartbeating,
     host_control_queue,
+    refuse_stale,
     reset_sticky_queues,
     supervisor_identity,
     worker_identity,
 )
 from worker.lifecycle import spawn_child, terminate, to_the_end
-from worker.pollers import other_workers, worker_is_polling, workflow_pollers
+from worker.pollers import live_workers, other_workers, worker_is_polling, workflow_pollers
 from worker.standby import WarmStandby
 
 log = logging.getLogger(__name__)
@@ -94,8 +97,12 @@ class ControlActivities:
         self._supervisor = supervisor
 
     @activity.defn(name=RESTART_ACTIVITY)
-    async def restart_worker(self) -> RestartReport:
-        return await self._supervisor.restart(kill=True)
+    async def restart_worker(self, order: RestartOrder | None = None) -> RestartReport:
+        # None: a request from before orders expired (a bot of the previous release).
+        if order is not None:
+            refuse_stale(order, self._supervisor.host)
+        # Heartbeats say this host is still there while it restarts (worker.control).
+        return await heartbeating(self._supervisor.restart(kill=True))
 
 
 class WorkerSupervisor:
@@ -243,7 +250,9 @@ class WorkerSupervisor:
                 for _ in range(self.workers):
                     self._procs.append(await self._spawn())
                 procs = list(self._procs)
-                await asyncio.gather(*(self._wait_ready(proc) for proc in procs))
+                await asyncio.gather(
+                    *(self._wait_ready(proc) for proc in procs), self._wait_control_alive()
+                )
                 log.info(
                     "Worker pid %s polling %r (%.2f s)",
                     ", ".join(str(p.pid) for p in procs), self.settings.task_queue,
@@ -432,6 +441,30 @@ class WorkerSupervisor:
                     f"within {self.ready_timeout:.0f} s"
                 )
             await asyncio.sleep(_POLL_INTERVAL)
+
+    async def _wait_control_alive(self) -> None:
+        """Until Temporal has this supervisor's first heartbeat, so that a /crash-worker made
+        once it started finds it alive (worker.pollers); a second at most. A server that keeps
+        no heartbeats, or one slow to record it, does not hold the start up: it is said."""
+        if not self.serve_control:
+            return
+        identity = supervisor_identity(self.host)
+        queue = self.settings.control_task_queue
+        deadline = time.monotonic() + self.ready_timeout
+        while time.monotonic() < deadline:
+            try:
+                live = await live_workers(self.client, self.settings.namespace, queue)
+            except Exception as err:  # a transient RPC failure is not a verdict
+                log.debug("ListWorkers failed: %s", err)
+            else:
+                if live is None or identity in live:
+                    return
+            await asyncio.sleep(_POLL_INTERVAL)
+        log.warning(
+            "Temporal has no heartbeat of this supervisor (%s) after %.0f s: /crash-worker may "
+            "not find it",
+            identity, self.ready_timeout,
+        )  # fmt: skip
 
     async def _ready_later(self, proc: asyncio.subprocess.Process) -> None:
         try:
