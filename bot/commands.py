@@ -52,7 +52,8 @@ class RestartReport(Protocol):
 
 class SupervisorGone(Exception):
     """No supervisor took a restart while it was meant (its host is gone, or was lost while it
-    restarted): the message is the one line that says so. Nothing was restarted by it later."""
+    restarted): the message is the one line that says so, without its full stop. Nothing is
+    restarted by it later."""
 
 
 class WorkerControl(Protocol):
@@ -233,7 +234,7 @@ class Commands:
             # Gone since the hosts were read (or lost while it restarted): one line, naming the
             # hosts alive now.
             alive = [h for h in await self._workers.supervisor_hosts() if h != host]
-            where = f" They answer on: {', '.join(alive)}." if alive else ""
+            where = f"; they answer on: {', '.join(alive)}." if alive else "."
             return CommandReply(ok=False, text=f"{err}{where}")
         except WorkflowFailureError as err:
             return CommandReply(ok=False, text=f"The Worker restart failed: {err.cause or err}")

@@ -64,6 +64,8 @@ class PauseRequest(BaseModel):
 
     max_seconds: float = Field(default=PAUSE_LIMIT.total_seconds(), gt=0)
     host: str | None = None  # None: any supervisor's Worker
+    # The supervisor seen alive on `host` (its identity): no other obeys (worker.control).
+    supervisor: str | None = None
     # When the request's Workflow started (seconds since the epoch): set by the Workflow for
     # kill_worker, whose supervisor refuses an order older than worker.control.ORDER_MAX_AGE.
     requested_at: float | None = None
@@ -152,10 +154,12 @@ async def paused_worker_restart(
     host: str | None,
     while_down: Callable[[], Awaitable[None]],
     *,
+    supervisor: str | None = None,
     max_seconds: float = PAUSE_LIMIT.total_seconds(),
 ) -> RestartReport:
     """Like worker.control.request_worker_restart, with `while_down` awaited after the old Worker
-    is dead and before a new one polls: no Worker of that supervisor is alive while it runs, for
+    is dead and before a new one polls (`supervisor`: the one seen alive on `host`, as for
+    request_worker_restart): no Worker of that supervisor is alive while it runs, for
     at most `max_seconds` (and the supervisor's own limit): past it the Worker comes back
     regardless.
 
@@ -167,7 +171,7 @@ async def paused_worker_restart(
     budget = REQUEST_TIMEOUT.total_seconds() + max_seconds
     handle = await client.start_workflow(
         PausedRestartWorker.run,
-        PauseRequest(max_seconds=max_seconds, host=host),
+        PauseRequest(max_seconds=max_seconds, host=host, supervisor=supervisor),
         id=f"restart-worker-{uuid.uuid4().hex}",
         # Any live supervisor runs the request; the kill goes to `host`'s own queue.
         task_queue=control_task_queue,

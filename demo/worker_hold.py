@@ -68,7 +68,10 @@ class WorkerHold:
     @activity.defn(name=KILL_ACTIVITY)
     async def kill_worker(self, pause: PauseRequest) -> WorkerDown:
         # Obeyed only by the host it names, while it is fresh (worker.control).
-        refuse_stale(RestartOrder(host=pause.host, requested_at=pause.requested_at), self.host)
+        order = RestartOrder(
+            host=pause.host, supervisor=pause.supervisor, requested_at=pause.requested_at
+        )
+        refuse_stale(order, self.host)
         # The restart Workflow's id names the pause: its start_worker finds the same one.
         return await self.kill_and_hold(activity.info().workflow_id, pause.max_seconds)
 

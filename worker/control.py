@@ -1,7 +1,8 @@
 """The control plane of the Worker process: its identity, the restart request, the sticky reset.
 
-    /crash-worker [host] -> worker.pollers.supervisor_hosts (the supervisors' heartbeats)
-        -> RestartWorker(RestartOrder) on the shared control queue, run by any live supervisor
+    /crash-worker [host] -> worker.pollers.live_supervisors (the supervisors' heartbeats)
+        -> RestartWorker(RestartOrder: the host, the supervisor seen alive there)
+        -> on the shared control queue, run by any live supervisor
         -> restart_worker on `host`'s own queue: taken within PICKUP_TIMEOUT or never
         -> that supervisor: SIGKILL, sticky reset, new Worker polling -> RestartReport
         (not taken in time, or taken too late to obey: NoSupervisorAnswers, one line)
@@ -16,9 +17,10 @@ it. Temporal keeps listing a dead host's pollers for a minute or more, so the re
 trust that list: the Workflow runs wherever a supervisor is alive, and hands the restart to the
 named host's queue with a schedule-to-start timeout of a second. A host with no live poller never
 starts it (the request fails at once: "does not answer"), and a task not started in time is never
-started later, so a replacement host that comes up under the same name cannot take it. The order
-carries the time it was made, and a supervisor refuses one older than ORDER_MAX_AGE all the same
-(a request whose Workflow waited for any supervisor to come up).
+started later. The order names the supervisor that was alive when it was made, and the time it
+was made: a replacement that comes up under the same name within that second refuses an order
+meant for its predecessor, and any supervisor refuses one older than ORDER_MAX_AGE (a request
+whose Workflow waited for a supervisor to come up).
 
 The presenter's paused restart (no Worker alive while the story reads Event History) is a control
 Workflow of the demo's own (demo/paused_restart.py), served beside this one.
@@ -121,12 +123,16 @@ class RestartOrder(BaseModel):
     """What a restart request asks of a supervisor: whose Worker, and when it was asked."""
 
     host: str | None = None  # None: any supervisor's
+    # The supervisor (its identity) seen alive on `host` when the order was made: only it obeys.
+    # None: whichever supervisor of `host` takes it (Temporal keeps no heartbeats to tell).
+    supervisor: str | None = None
     # Seconds since the epoch, Temporal's clock: when the request's Workflow started.
     requested_at: float | None = None
 
 
 class NoSupervisorAnswers(Exception):
-    """No supervisor took a restart request while it was still meant (the message: one line)."""
+    """No supervisor took a restart request while it was still meant (the message: one line,
+    without its full stop, which the caller adds after what it knows: the hosts alive)."""
 
 
 class OrderExpired(ApplicationError):
@@ -137,10 +143,16 @@ class OrderExpired(ApplicationError):
 
 
 def refuse_stale(order: RestartOrder, host: str, now: float | None = None) -> None:
-    """Raise OrderExpired unless `order` is for `host` (or anyone) and younger than
-    ORDER_MAX_AGE: a supervisor obeys only what was asked of it, while it was asked."""
+    """Raise OrderExpired unless `order` is for this supervisor (`host`'s, this process) or
+    anyone's, and younger than ORDER_MAX_AGE: a supervisor obeys only what was asked of it, while
+    it was asked."""
     if order.host is not None and order.host != host:
         raise OrderExpired(f"the order was for {order.host}, not {host}")
+    if order.supervisor is not None and order.supervisor != supervisor_identity(host):
+        raise OrderExpired(
+            f"the order was for {order.supervisor}, gone since; {host}'s supervisor is now "
+            f"{supervisor_identity(host)}"
+        )
     if order.requested_at is None:
         return
     age = (time.time() if now is None else now) - order.requested_at
@@ -178,8 +190,9 @@ class RestartWorker:
                 result_type=RestartReport,
             )
         info = workflow.info()
-        host = order.host if order else None
-        stamped = RestartOrder(host=host, requested_at=info.start_time.timestamp())
+        order = order or RestartOrder()
+        host = order.host
+        stamped = order.model_copy(update={"requested_at": info.start_time.timestamp()})
         # The host's own queue (its supervisor only), or any supervisor's: this Workflow's.
         queue = host_control_queue(info.task_queue, host) if host else info.task_queue
         return await workflow.execute_activity(  # EXTERNAL EFFECT: SIGKILL and a new Worker
@@ -202,10 +215,12 @@ async def request_worker_restart(
     control_task_queue: str,
     host: str | None = None,
     *,
+    supervisor: str | None = None,
     execution_timeout: timedelta = REQUEST_TIMEOUT,
 ) -> RestartReport:
     """Ask a supervisor to SIGKILL and restart its Worker: `host`'s, or any that polls
-    `control_task_queue` (the report says whose).
+    `control_task_queue` (the report says whose). `supervisor`: the identity of the one seen
+    alive on `host` (worker.pollers.live_supervisors): no other obeys.
 
     `client` must use agent.temporal_client's data converter (pydantic, encrypted). Raises
     NoSupervisorAnswers (one line) if no supervisor took it while it was meant: `host` does not
@@ -214,7 +229,7 @@ async def request_worker_restart(
     """
     handle = await client.start_workflow(
         RestartWorker.run,
-        RestartOrder(host=host),
+        RestartOrder(host=host, supervisor=supervisor),
         id=f"restart-worker-{uuid.uuid4().hex}",
         # Any live supervisor runs the request; the restart itself goes to `host`'s queue.
         task_queue=control_task_queue,
@@ -232,7 +247,8 @@ async def request_worker_restart(
         with contextlib.suppress(BaseException):
             await result
         raise NoSupervisorAnswers(
-            f"No Worker supervisor took the restart request within {_FIRST_TASK_WAIT:.0f} s."
+            f"No Worker supervisor answers: none took the restart request within "
+            f"{_FIRST_TASK_WAIT:.0f} s"
         )
     try:
         return await result
@@ -249,16 +265,17 @@ def not_answered(err: WorkflowFailureError, host: str | None) -> NoSupervisorAns
     inner = cause.cause
     if isinstance(inner, ActivityTimeout) and inner.type == TimeoutType.SCHEDULE_TO_START:
         return NoSupervisorAnswers(
-            f"{host or 'No host'} does not answer: no supervisor took the restart request "
-            f"within {PICKUP_TIMEOUT.total_seconds():.0f} s."
+            f"No Worker supervisor answers on {who}: none took the restart request within "
+            f"{PICKUP_TIMEOUT.total_seconds():.0f} s"
         )
     if isinstance(inner, ActivityTimeout) and inner.type == TimeoutType.HEARTBEAT:
         return NoSupervisorAnswers(
-            f"The supervisor on {who} took the restart request, then stopped answering: its "
-            "host may be lost."
+            f"The Worker supervisor on {who} took the restart request, then stopped answering "
+            "(its host may be lost)"
         )
     if isinstance(inner, ApplicationError) and inner.type == "OrderExpired":
-        return NoSupervisorAnswers(f"The restart request was not obeyed: {inner.message}.")
+        # Taken by a supervisor the order was not meant for (a replacement), or too late.
+        return NoSupervisorAnswers(f"No Worker supervisor answers on {who}: {inner.message}")
     return None
 
 

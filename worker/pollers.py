@@ -1,7 +1,8 @@
 """Who polls a task queue, and who is alive there now, asked of Temporal.
 
     DescribeTaskQueue -> workflow_pollers -> worker_is_polling (a new child's first poll)
-    ListWorkers (each Worker's heartbeat) -> live_workers -> supervisor_hosts | other_workers
+    ListWorkers (each Worker's heartbeat) -> live_workers -> live_supervisors, supervisor_hosts
+                                                          | other_workers
 
 Temporal, not a process list, says whether a Worker can make progress: a child counts as ready
 only once a poller with its identity is listed. Whether a Worker is alive *now* is another
@@ -20,7 +21,6 @@ import logging
 import re
 import socket
 import time
-from collections.abc import Collection
 from dataclasses import dataclass
 from datetime import timedelta
 
@@ -107,18 +107,33 @@ async def live_workers(client: Client, namespace: str, task_queue: str) -> dict[
     return found
 
 
+async def live_supervisors(
+    client: Client, namespace: str, control_task_queue: str
+) -> dict[str, str] | None:
+    """Each host with a supervisor alive on `control_task_queue` now -> that supervisor's identity
+    (the freshest, should a replacement and its dead predecessor both still be listed); None when
+    Temporal keeps no heartbeats to read."""
+    live = await live_workers(client, namespace, control_task_queue)
+    if live is None:
+        return None
+    found: dict[str, str] = {}
+    for identity in sorted(live, key=live.__getitem__, reverse=True):  # the freshest last
+        if match := _SUPERVISOR.match(identity):
+            found[match.group(1)] = identity
+    return found
+
+
 async def supervisor_hosts(client: Client, namespace: str, control_task_queue: str) -> list[str]:
     """The hosts whose Worker supervisors are alive on `control_task_queue` now, sorted."""
-    live = await live_workers(client, namespace, control_task_queue)
+    live = await live_supervisors(client, namespace, control_task_queue)
     if live is not None:
-        identities: Collection[str] = live
-    else:
-        now = time.time()
-        identities = [
-            poller.identity
-            for poller in await workflow_pollers(client, namespace, control_task_queue)
-            if now - poller.last_access_time.ToSeconds() <= _POLLER_SEEN_WITHIN
-        ]
+        return sorted(live)
+    now = time.time()
+    identities = [
+        poller.identity
+        for poller in await workflow_pollers(client, namespace, control_task_queue)
+        if now - poller.last_access_time.ToSeconds() <= _POLLER_SEEN_WITHIN
+    ]
     return sorted({m.group(1) for i in identities if (m := _SUPERVISOR.match(i))})
 
 
