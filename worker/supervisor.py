@@ -63,6 +63,7 @@ from worker.control import (
 )
 from worker.lifecycle import spawn_child, terminate, to_the_end
 from worker.pollers import live_workers, other_workers, worker_is_polling, workflow_pollers
+from worker.settings import WORKER_SECRETS, child_environment
 from worker.standby import WarmStandby
 
 log = logging.getLogger(__name__)
@@ -110,7 +111,8 @@ class WorkerSupervisor:
 
     `client` must use agent.temporal_client's data converter; without one, `start()` connects with
     `connect(settings)`. `env` is added to the child's environment on top of this process's
-    environment and the TEMPORAL_ADDRESS / _NAMESPACE / _TASK_QUEUE derived from `settings`.
+    environment (less the secrets a Worker does not use: worker.settings.WORKER_SECRETS) and the
+    TEMPORAL_ADDRESS / _NAMESPACE / _TASK_QUEUE derived from `settings`.
     `host` is the name this host goes by (REFUND_BOT_HOST; default the machine's hostname): in
     the child's identity, the host control queue and the restart reports. `workers`: how many
     children poll at once (REFUND_BOT_WORKERS); a restart replaces them all, a death only itself.
@@ -387,7 +389,9 @@ class WorkerSupervisor:
     async def _spawn(self, standby: bool = False) -> asyncio.subprocess.Process:
         slot = self._free_slot()
         env = {
-            **os.environ,
+            # Only the secrets a Worker uses: not the chat platforms' inbound ones, not the codec
+            # server's token (worker.settings).
+            **child_environment(WORKER_SECRETS),
             "TEMPORAL_ADDRESS": self.settings.address,
             "TEMPORAL_NAMESPACE": self.settings.namespace,
             "TEMPORAL_TASK_QUEUE": self.settings.task_queue,
