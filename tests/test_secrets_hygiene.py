@@ -33,6 +33,7 @@ import contextlib
 import json
 import os
 import signal
+import socket
 import sys
 import uuid
 from collections.abc import AsyncIterator, Iterable
@@ -214,7 +215,7 @@ async def test_no_secret_leaks_through_any_path(
     assert DB_PASSWORD in database_url
     queue = f"hygiene-{uuid.uuid4().hex[:8]}"
     upstream = temporal_env.client.service_client.config.target_host
-    ops, worker_metrics = f"127.0.0.1:{free_port()}", free_port()
+    ops, worker_metrics = f"127.0.0.1:{free_port()}", _two_free_ports()
     slack_port, codec_port = free_port(), free_port()
     found: list[str] = []
     async with (
@@ -328,9 +329,9 @@ async def test_no_secret_leaks_through_any_path(
                 "Worker /metrics": f"http://127.0.0.1:{worker_metrics}/metrics",
                 "standby /metrics": f"http://127.0.0.1:{worker_metrics + 1}/metrics",
             }.items():
-                async with http.get(url) as response:
-                    pages[name] = await response.text()
-                    assert response.status == 200, (name, pages[name])
+                pages[name] = await wait_for(
+                    lambda url=url: _page(http, url), timeout=TURN, what=f"{name} at {url}"
+                )
             found += leaks("an HTTP page", pages.values())
 
             # Every process's command line, and what each child of run holds of the secrets.
@@ -382,7 +383,7 @@ async def test_no_secret_leaks_through_any_path(
 
     logs = {**outputs, "worker.log": (tmp_path / "run" / "worker.log").read_text(errors="replace")}
     assert "issue_refund" in logs["worker.log"]  # the Worker logged its work at INFO
-    assert "status: " in logs["run"] and "status: " in logs["bot"]  # -vv: the status line
+    assert " DEBUG " in logs["run"]  # -vv: the debug lines too
     assert "Codec server on" in logs["codec-server"]
     found += [leak for name, text in logs.items() for leak in leaks(f"the log of {name}", [text])]
     # Posted in a thread, answered to a command, edited: everything sent to either platform.
@@ -488,6 +489,27 @@ async def test_the_plain_loop_gets_only_the_secrets_it_uses(
         await loop.stop()
     assert leaks("its log", [(tmp_path / "plain.log").read_text(errors="replace")]) == []
     assert os.environ["CODEC_KEYS"] == SECRETS["CODEC_KEYS"]  # this process held them all
+
+
+def _two_free_ports() -> int:
+    """A port free with the next one: the Worker's and its standby's metrics (slots 0 and 1)."""
+    for _ in range(50):
+        port = free_port()
+        with contextlib.suppress(OSError), socket.socket() as probe:
+            probe.bind(("127.0.0.1", port + 1))
+            return port
+    raise AssertionError("no two free ports in a row")
+
+
+async def _page(http: aiohttp.ClientSession, url: str) -> str | None:
+    """The page once it is served (a standby's exporter starts with it); /healthz may say 503
+    (a platform reconnecting): what it says is the point, not its verdict."""
+    try:
+        async with http.get(url) as response:
+            assert response.status in (200, 503), (url, response.status)
+            return await response.text()
+    except aiohttp.ClientConnectionError:
+        return None
 
 
 async def _questions(slack: FakeSlackApi, root: str, story: Story, count: int) -> None:
