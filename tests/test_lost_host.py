@@ -39,6 +39,7 @@ from harness.codec import TEST_CODEC_ENV, TEST_KEY
 from harness.conditions import wait_for
 from harness.fakes.slack_api import FakeSlackApi
 from refund_bot.wiring import SupervisorsOverTemporal
+from worker.control import OrderExpired, RestartOrder, refuse_stale, supervisor_identity
 from worker.lifecycle import alive
 from worker.pollers import HEARTBEAT_FRESH, supervisor_hosts
 
@@ -230,3 +231,18 @@ async def _bot_status(lab: Hosts, tmp_path: Path) -> str:
         finally:
             await bot.close()
         return match.group(0)
+
+
+def test_a_supervisor_obeys_only_a_fresh_order_meant_for_it() -> None:
+    """The supervisor's own check, whatever brought the order to it (worker.control)."""
+    me = supervisor_identity("host-a")
+    now = time.time()
+    refuse_stale(RestartOrder(host="host-a", supervisor=me, requested_at=now - 1), "host-a", now)
+    refuse_stale(RestartOrder(), "host-a", now)  # anyone's, from a bot of the previous release
+    for order, why in (
+        (RestartOrder(host="host-a", requested_at=now - 30), "too late to obey"),
+        (RestartOrder(host="host-b", requested_at=now), "was for host-b"),
+        (RestartOrder(host="host-a", supervisor="refund-bot-supervisor-1@host-a"), "gone since"),
+    ):
+        with pytest.raises(OrderExpired, match=why):
+            refuse_stale(order, "host-a", now)

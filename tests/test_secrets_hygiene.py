@@ -38,6 +38,7 @@ import sys
 import uuid
 from collections.abc import AsyncIterator, Iterable
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 
 import aiohttp
@@ -322,17 +323,15 @@ async def test_no_secret_leaks_through_any_path(
             )
 
             # /healthz and /metrics of the main job, /metrics of its Worker and its standby.
-            pages = {}
-            for name, url in {
-                "/healthz": f"http://{ops}/healthz",
-                "/metrics": f"http://{ops}/metrics",
-                "Worker /metrics": f"http://127.0.0.1:{worker_metrics}/metrics",
-                "standby /metrics": f"http://127.0.0.1:{worker_metrics + 1}/metrics",
-            }.items():
-                pages[name] = await wait_for(
-                    lambda url=url: _page(http, url), timeout=TURN, what=f"{name} at {url}"
-                )
-            found += leaks("an HTTP page", pages.values())
+            pages: list[str] = []
+            for url in (
+                f"http://{ops}/healthz",
+                f"http://{ops}/metrics",
+                f"http://127.0.0.1:{worker_metrics}/metrics",  # the Worker's
+                f"http://127.0.0.1:{worker_metrics + 1}/metrics",  # the standby's
+            ):
+                pages.append(str(await wait_for(partial(_page, http, url), timeout=TURN, what=url)))
+            found += leaks("an HTTP page", pages)
 
             # Every process's command line, and what each child of run holds of the secrets.
             codec_server = story.processes[-1]
