@@ -57,12 +57,18 @@ class RestartReport(Protocol):
     seconds_paused: float  # of seconds_to_ready, held down on purpose (while_down)
 
 
+class SupervisorGone(Exception):
+    """No supervisor took a restart while it was meant (its host is gone, or was lost while it
+    restarted): the message is the one line that says so, without its full stop. Nothing is
+    restarted by it later."""
+
+
 class WorkerControl(Protocol):
     """The Worker supervisors, wherever they run (refund_bot.wiring implements it: over Temporal,
     or in process; injected here)."""
 
     async def supervisor_hosts(self) -> list[str]:
-        """The hosts whose supervisors answer now."""
+        """The hosts whose supervisors are alive now (not merely listed by Temporal)."""
         ...
 
     async def restart(
@@ -72,7 +78,8 @@ class WorkerControl(Protocol):
         awaited after the old Worker is dead and before a new one polls (no Worker of that
         supervisor is alive while it runs), then the new Worker starts. Over Temporal the pause
         is bounded (demo.paused_restart.PAUSE_LIMIT): past it the Worker comes back regardless.
-        If while_down raises, the Worker still comes back and the error propagates."""
+        If while_down raises, the Worker still comes back and the error propagates. Raises
+        SupervisorGone when no supervisor took it in time."""
         ...
 
 
@@ -274,6 +281,12 @@ class Commands:
             )
         try:
             report = await self._workers.restart(host)
+        except SupervisorGone as err:
+            # Gone since the hosts were read (or lost while it restarted): one line, naming the
+            # hosts alive now.
+            alive = [h for h in await self._workers.supervisor_hosts() if h != host]
+            where = f"; they answer on: {', '.join(alive)}." if alive else "."
+            return CommandReply(ok=False, text=f"{err}{where}")
         except WorkflowFailureError as err:
             return CommandReply(ok=False, text=f"The Worker restart failed: {err.cause or err}")
         supervisor = f" (supervisor pid {report.supervisor_pid})" if report.supervisor_pid else ""

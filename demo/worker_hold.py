@@ -28,7 +28,7 @@ from demo.paused_restart import (
     PauseRequest,
     WorkerDown,
 )
-from worker.control import RestartReport, host_control_queue
+from worker.control import RestartOrder, RestartReport, host_control_queue, refuse_stale
 from worker.supervisor import WorkerSupervisor
 
 log = logging.getLogger(__name__)
@@ -54,6 +54,10 @@ class WorkerHold:
         self._pauses: dict[str, _Pause] = {}  # EXECUTION STATE: by restart Workflow id
 
     @property
+    def host(self) -> str:
+        return self._supervisor.host
+
+    @property
     def workflows(self) -> Sequence[type]:
         return [PausedRestartWorker]
 
@@ -63,6 +67,11 @@ class WorkerHold:
 
     @activity.defn(name=KILL_ACTIVITY)
     async def kill_worker(self, pause: PauseRequest) -> WorkerDown:
+        # Obeyed only by the host it names, while it is fresh (worker.control).
+        order = RestartOrder(
+            host=pause.host, supervisor=pause.supervisor, requested_at=pause.requested_at
+        )
+        refuse_stale(order, self.host)
         # The restart Workflow's id names the pause: its start_worker finds the same one.
         return await self.kill_and_hold(_restart_id(), pause.max_seconds)
 

@@ -12,6 +12,7 @@ from typing import Any
 
 from temporalio.testing import WorkflowEnvironment
 
+from agent.temporal_client import process_runtime
 from agent.visibility import dev_server_args as search_attribute_args
 from harness.codec import TEST_CONVERTER
 from worker.server import dynamic_config_args, temporal_cli_path
@@ -23,5 +24,7 @@ async def start_dev_server(**kwargs: Any) -> WorkflowEnvironment:
         dev_server_existing_path=str(temporal_cli_path()),
         dev_server_extra_args=[*dynamic_config_args(), *search_attribute_args()],
         data_converter=kwargs.pop("data_converter", TEST_CONVERTER),
+        # A supervisor on the environment's client heartbeats as one in a refund-bot process does.
+        runtime=kwargs.pop("runtime", None) or process_runtime(),
         **kwargs,
     )

@@ -2,6 +2,7 @@
 
     session start -> initdb -> keeper -> postgres (tied to pytest's life, on a unix socket only)
     each test     -> CREATE DATABASE t_<random> -> its URL -> DROP DATABASE … WITH (FORCE)
+                     (or create_password_database: a user who must give a password, and its URL)
     session end   -> SIGINT (PostgreSQL's fast shutdown) -> the directory removed (by the keeper
                      too, so a SIGKILLed pytest leaves nothing behind)
 
@@ -185,6 +186,31 @@ class PostgresServer:
         finally:
             await conn.close()
         return self.url(name)
+
+    async def create_password_database(self, user: str, password: str) -> str:
+        """A fresh database owned by `user`, who must give `password` (SCRAM), unlike every other
+        connection here (trusted): its URL, the password in it, as a deployment's DATABASE_URL.
+        Only `user` is asked: the rule goes first in pg_hba.conf, reloaded at once."""
+        hba = self.data_dir / "pg_hba.conf"
+        rule = f"local all {user} scram-sha-256\n"
+        if rule not in hba.read_text():
+            hba.write_text(rule + hba.read_text())
+        conn = await asyncpg.connect(self.admin_url)
+        try:
+            exists = await conn.fetchval("SELECT 1 FROM pg_roles WHERE rolname = $1", user)
+            verb = "ALTER" if exists else "CREATE"
+            await conn.execute(f"{verb} ROLE \"{user}\" LOGIN PASSWORD '{password}'")
+            await conn.execute("SELECT pg_reload_conf()")
+        finally:
+            await conn.close()
+        url = await self.create_database()
+        name = url.split("/")[3].split("?")[0]
+        conn = await asyncpg.connect(self.admin_url)
+        try:
+            await conn.execute(f'ALTER DATABASE "{name}" OWNER TO "{user}"')
+        finally:
+            await conn.close()
+        return url.replace("postgres@", f"{user}:{password}@", 1)
 
     async def drop_database(self, url: str) -> None:
         await close_database(url)

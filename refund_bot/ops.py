@@ -2,8 +2,8 @@
 
     GET /healthz -> Temporal's health check, each platform's PlatformHealth, the inbox
                  -> 200 when all are well, else 503; a JSON body says which part is not
-    GET /metrics -> inbox depth, dead letters, platforms connected, Workers polling (Temporal's
-                    list of pollers) and escalations waiting (refund_bot/escalations.py), set now
+    GET /metrics -> inbox depth, dead letters, platforms connected, Workers polling (alive by
+                    their heartbeats) and escalations waiting (refund_bot/escalations.py), set now
                  -> this process's exporter (worker/telemetry: the SDK's metrics and refund-bot's)
 
 A load balancer asks /healthz whether to send Slack's requests here; Prometheus scrapes /metrics.
@@ -103,7 +103,7 @@ def ops_app(ops: Ops) -> web.Application:
     )
     polling = meter.create_gauge(
         PREFIX + "workers_polling",
-        "Worker processes polling the conversations' task queue, as Temporal lists them",
+        "Worker processes alive on the conversations' task queue (their heartbeats to Temporal)",
     )
     escalations_waiting = meter.create_gauge(
         PREFIX + "escalations_waiting", "Escalations posted and not yet answered by a support agent"
