@@ -44,6 +44,7 @@ import os
 import signal
 import statistics
 import sys
+import tempfile
 import uuid
 from collections.abc import Callable
 from pathlib import Path
@@ -54,12 +55,14 @@ from pydantic import SecretStr
 from slack_bolt.adapter.aiohttp import to_aiohttp_response
 from slack_bolt.async_app import AsyncApp
 
+from agent.stores.sqlite import SqliteDatabase
 from bench import percentile
 from bench.http_load import Connection, build_request
 from bench.plot import axes, cdf, default_path, save
 from bench.proc import wait_idle
 from bot.commands import CommandReply, Conversation
-from bot.conversations import InboundClick, InboundMessage, Routed, UnreadableEvent
+from bot.conversations import InboundClick, InboundMessage, Kept, Routed, UnreadableEvent
+from bot.inbox import Inbox
 from bot.slack.app import EVENTS_PATH, build_app, checked_request, serve
 from bot.slack.requests import (
     bolt_request,
@@ -85,12 +88,18 @@ HOST = "127.0.0.1"
 
 
 class SlowRouter:
-    """Takes `delay` seconds per call, like a router waiting on an unresponsive Temporal."""
+    """Writes a message ahead to a real inbox (SQLite, committed) as the router does before the
+    ack, then takes `delay` seconds per call, like a router waiting on an unresponsive Temporal."""
 
-    def __init__(self, delay: float) -> None:
+    def __init__(self, delay: float, inbox: Inbox) -> None:
         self.delay = delay
+        self.inbox = inbox
         self.started = 0
         self.finished = 0
+
+    async def keep(self, message: InboundMessage) -> Kept | Routed:
+        seq = await self.inbox.put("message", message, message.thread.thread)
+        return Kept(message.event_id, seq, message.thread.thread)
 
     async def on_message(self, message: InboundMessage | None) -> Routed:
         self.started += 1
@@ -160,7 +169,7 @@ async def serve_variant(variant: str, port: int, api_url: str, token: str, delay
         api_url=api_url,
         port=port,
     )
-    router = SlowRouter(delay)
+    router = SlowRouter(delay, Inbox(SqliteDatabase(Path(tempfile.mkdtemp(prefix="slack-ack-")))))
     # SlowCommands answers /refund-status only: the one command the benchmark sends.
     app = build_app(settings, router, SlowCommands(router))  # type: ignore[arg-type]
     try:

@@ -25,6 +25,7 @@ from bot.conversations import (
     ConversationRouter,
     InboundClick,
     InboundMessage,
+    Kept,
     Routed,
     UnreadableEvent,
     keep_unreadable,
@@ -447,3 +448,43 @@ async def test_an_unreadable_event_that_cannot_be_kept_either_is_one_line(
     (line,) = caplog.records
     assert line.levelname == "WARNING" and line.exc_info is None
     assert "disk full" in line.getMessage()
+
+
+async def test_a_message_is_in_the_inbox_before_its_ack_and_a_restart_delivers_it_once(
+    router, temporal, tmp_path
+) -> None:
+    """keep() commits the message to the inbox and returns: that is when the platform may hear
+    "ok". If the process dies right then (its delivery never runs), a new router on the same
+    inbox delivers it, once."""
+    await router.on_message(message("e1", "refund 1234", opens=True))
+    kept = await router.keep(message("e2", "Yes"))
+    assert isinstance(kept, Kept)
+    [entry] = await router_inbox(tmp_path).pending()
+    assert entry.seq == kept.seq and entry.workflow_id == kept.workflow_id
+    assert [c[2] for c in temporal.calls] == ["customer_message"]  # the opening only, so far
+
+    # The process is gone; another starts on the same inbox and delivers what it finds.
+    async def hold() -> bool:
+        return False
+
+    restarted = ConversationRouter(temporal, "refund-bot", router_inbox(tmp_path), hold)  # type: ignore[arg-type]
+    assert await restarted.deliver_pending() == 1
+    assert [c[3].text for c in temporal.calls[1:]] == ["Yes"]
+    assert await _empty(tmp_path)
+    assert await restarted.deliver_pending() == 0  # once
+
+
+async def test_a_kept_message_is_delivered_right_after_its_ack_not_twice(
+    router, temporal, tmp_path
+) -> None:
+    await router.on_message(message("e1", "refund 1234", opens=True))
+    kept = await router.keep(message("e2", "Yes"))
+    assert isinstance(kept, Kept)
+    # The delivery loop leaves it to the handler that kept it (its ack is going out) ...
+    assert await router.deliver_pending() == 0
+    # ... which delivers it (the listener's on_message finds it kept), and the redelivery that
+    # arrives meanwhile is a duplicate.
+    assert await router.on_message(message("e2", "Yes")) == Routed.SIGNALLED
+    assert await router.on_message(message("e2", "Yes")) == Routed.DUPLICATE
+    assert [c[3].text for c in temporal.calls[1:]] == ["Yes"]
+    assert await _empty(tmp_path)

@@ -95,7 +95,7 @@ class RecordingCommands:
             raise AttributeError(name)
 
         async def command(*args: Any) -> CommandReply:
-            if name in ("refund_status", "refund_release") and callable(args[1]):
+            if name in ("refund_status", "refund_release", "refund_takeover") and callable(args[1]):
                 found = await args[1]()
                 if isinstance(found, CommandReply):
                     return found
@@ -305,6 +305,7 @@ class EdgeTemporal:
 
     calls: list[tuple[str, str]] = field(default_factory=list)
     fail_next: bool = False
+    gate: asyncio.Event | None = None  # while set and not yet open, starts wait: Temporal is slow
 
     def _maybe_fail(self) -> None:
         if self.fail_next:
@@ -313,6 +314,8 @@ class EdgeTemporal:
             raise RPCError("internal error", RPCStatusCode.INTERNAL, b"")
 
     async def start_workflow(self, _run: Any, _start: Any, **kwargs: Any) -> SimpleNamespace:
+        if self.gate is not None:
+            await self.gate.wait()
         self._maybe_fail()
         assert kwargs["id_reuse_policy"] == WorkflowIDReusePolicy.REJECT_DUPLICATE
         new = ("start", kwargs["id"]) not in self.calls
@@ -405,6 +408,62 @@ async def test_an_acked_message_whose_delivery_fails_is_kept_and_delivered_once(
     assert await router.deliver_pending() == 1
     assert [kind for kind, _ in temporal.calls] == ["start"]
     assert await router.deliver_pending() == 0 and [k for k, _ in temporal.calls] == ["start"]
+
+
+@asynccontextmanager
+async def _over_http(app: AsyncApp) -> AsyncIterator[Callable[..., Any]]:
+    """The app behind http_web_app on a loopback port: yields post(delivery, **sign) -> status."""
+    runner = aiohttp.web.AppRunner(http_web_app(app, SECRET))  # type: ignore[arg-type]
+    await runner.setup()
+    await aiohttp.web.TCPSite(runner, "127.0.0.1", 0).start()
+    url = f"http://127.0.0.1:{runner.addresses[0][1]}{EVENTS_PATH}"
+    try:
+        async with aiohttp.ClientSession() as http:
+
+            async def post(delivery: Delivery, **sign: Any) -> int:
+                headers = signed_headers(SECRET, delivery, **sign)
+                async with http.post(url, data=delivery.body, headers=headers) as resp:
+                    return resp.status
+
+            yield post
+    finally:
+        await runner.cleanup()
+
+
+async def test_a_message_is_committed_to_the_inbox_before_slack_hears_ok(
+    real_router_app, tmp_path: Path
+) -> None:
+    app, temporal, sender, _ = real_router_app
+    temporal.gate = asyncio.Event()  # Temporal takes its time: delivery is still under way
+    root = sender.post(CHANNEL, "refund 1234")
+    async with _over_http(app) as post:
+        assert await post(root) == 200
+        # What the 200 promises, read back from the database file by a second reader.
+        (entry,) = await Inbox(SqliteDatabase(tmp_path)).pending()
+        assert entry.kind == "start" and temporal.calls == []
+        assert "refund 1234" in entry.payload
+        temporal.gate.set()
+
+        async def delivered() -> bool:
+            return temporal.calls != [] and await Inbox(SqliteDatabase(tmp_path)).size() == 0
+
+        await wait_for(delivered, timeout=5, what="the kept message delivered")
+        # Slack's retry of it (our 200 came late) is the same event: nothing new.
+        assert await post(root, retry_num=1) == 200
+    assert [kind for kind, _ in temporal.calls] == ["start"]
+
+
+async def test_a_message_that_cannot_be_kept_is_not_acknowledged(harness: Harness) -> None:
+    harness.router.keep_error = OSError("disk full")  # the inbox cannot be written
+    root = harness.sender.post(CHANNEL, "refund 1234")
+    async with _over_http(harness.app) as post:
+        # Not a 200: Slack sends it again, rather than the bot forgetting what it acknowledged.
+        assert await post(root) == 503
+        assert harness.router.arrived == [] and harness.router.kept == []
+        harness.router.keep_error = None
+        assert await post(root, retry_num=1) == 200
+    (message,) = await routed_messages(harness, 1)
+    assert [m.event_id for m in harness.router.kept] == [message.event_id]
 
 
 async def test_a_message_the_router_cannot_even_keep_is_answered(harness: Harness) -> None:
@@ -580,6 +639,46 @@ async def test_serve_in_socket_mode_acks_envelopes_before_the_work(harness: Harn
         return slack.socket_connections == 0
 
     await wait_for(closed, timeout=5, what="the socket closed")
+
+
+async def test_socket_mode_does_not_ack_a_message_it_cannot_keep(
+    harness: Harness, caplog: pytest.LogCaptureFixture
+) -> None:
+    slack = harness.slack
+    settings = settings_for(slack, app_token=slack.app_token, signing_secret=None)
+    router = RecordingRouter(keep_error=OSError("disk full"))  # the inbox cannot be written
+    app = build_app(settings, router, RecordingCommands())  # type: ignore[arg-type]
+    serving = asyncio.create_task(serve(app, settings))
+    try:
+
+        async def connected() -> bool:
+            return slack.socket_connections == 1
+
+        await wait_for(connected, timeout=10, what="the Socket Mode connection")
+        delivery = harness.sender.post(CHANNEL, "please refund order 1234")
+        refused = await slack.socket_send("events_api", delivery.payload)
+
+        async def logged() -> bool:
+            return "could not be kept" in caplog.text
+
+        await wait_for(logged, timeout=5, what="the refusal logged")
+        acked = {a["envelope_id"] for a in slack.socket_acks}
+        assert refused not in acked and router.arrived == []  # Slack sends it again
+        router.keep_error = None
+        again = await slack.socket_send("events_api", delivery.payload, retry_attempt=1)
+
+        async def acked_again() -> bool:
+            return again in {a["envelope_id"] for a in slack.socket_acks}
+
+        await wait_for(acked_again, timeout=5, what="the resent envelope's ack")
+        (message,) = await routed_messages(
+            Harness(slack, harness.sender, app, router, RecordingCommands(), []), 1
+        )
+        assert [m.event_id for m in router.kept] == [message.event_id]
+    finally:
+        serving.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await serving
 
 
 QUICK = Backoff(first=0.05, cap=0.2, jitter=False)

@@ -340,9 +340,11 @@ async def test_the_inbox_keeps_orders_retries_and_buries(database) -> None:
     inbox = Inbox(database)
     payload = ThreadRef(platform="slack", workspace="T1", channel="C2", thread="1.2")
     first = await inbox.put("message", payload, "wf-1")
-    second = await inbox.put("message", payload, "wf-2", failure="refused", retry_at=123.5)
+    second = await inbox.put("message", payload, "wf-2")
     assert second > first
-    assert await inbox.holds("wf-1") and not await inbox.holds("wf-3")
+    await inbox.failed(second, "refused", 123.5)
+    found = await inbox.first_for("wf-1")
+    assert found is not None and found.seq == first and await inbox.first_for("wf-3") is None
     pending = await inbox.pending()
     assert [(p.seq, p.workflow_id, p.attempts, p.retry_at) for p in pending] == [
         (first, "wf-1", 0, None),
@@ -358,6 +360,30 @@ async def test_the_inbox_keeps_orders_retries_and_buries(database) -> None:
     assert str(await inbox.depth()) == "1 waiting, 1 dead letter"
     await inbox.remove(first)
     assert await inbox.size() == 0 and await inbox.pending() == []
+
+
+async def test_the_inbox_commits_a_burst_of_keeps_together_in_arrival_order(
+    database, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    inbox = Inbox(database)
+    await inbox.size()  # the schema in place: what follows counts only the keeps
+    connections = 0
+    connect = database.connect
+
+    def counted(schema: Schema):  # type: ignore[no-untyped-def]
+        nonlocal connections
+        connections += 1
+        return connect(schema)
+
+    monkeypatch.setattr(database, "connect", counted)
+    payload = ThreadRef(platform="slack", workspace="T1", channel="C2", thread="1.2")
+    seqs = await asyncio.gather(*(inbox.put("message", payload, f"wf-{i % 7}") for i in range(100)))
+    # Each keep returned once its entry was committed: all 100 there, in the order they came ...
+    assert seqs == sorted(seqs) and len(set(seqs)) == 100
+    monkeypatch.undo()
+    assert [p.seq for p in await Inbox(database).pending()] == seqs
+    # ... in a few transactions, not one (and one fsync) each.
+    assert connections <= 3, connections
 
 
 async def test_the_inbox_keeps_an_unreadable_event_straight_as_a_dead_letter(database) -> None:

@@ -52,10 +52,17 @@ from agent.activities.authorize import GrantSource
 from bot.commands import ChatCommands
 from bot.conversations import Router
 from bot.platform_health import PlatformHealth
-from bot.reconnect import DEFAULT_BACKOFF, Backoff, ConnectionLost, Refused, keep_connected
+from bot.reconnect import (
+    DEFAULT_BACKOFF,
+    Backoff,
+    ConnectionLost,
+    Refused,
+    keep_connected,
+    one_line,
+)
 from bot.slack.actions import DECISION_ACTIONS, register_decision_actions
 from bot.slack.commands import COMMANDS, SHORTCUTS, register_commands
-from bot.slack.events import register_message_events
+from bot.slack.events import inbound_message, register_message_events
 from bot.slack.handover import Handovers
 from bot.slack.links import FindByOrder
 from bot.slack.requests import (
@@ -105,9 +112,11 @@ _SOCKET_MODE_LOG = logging.getLogger(__name__ + ".socket_mode")
 
 
 class SlackApp(AsyncApp):
-    """The bolt app, and the router that Socket Mode's edge hands an envelope it cannot read."""
+    """The bolt app, the router its edges write customer messages ahead to (and hand what they
+    cannot read), and the support channel those messages come from."""
 
     router: Router
+    support_channel: str
 
 
 def build_app(
@@ -156,7 +165,29 @@ def build_app(
     register_decision_actions(app, router, grants)
     register_commands(app, commands, find_by_order)
     app.router = router
+    app.support_channel = settings.support_channel
     return app
+
+
+async def kept_ahead(app: SlackApp, request: SlackRequest) -> bool:
+    """Write a customer's message ahead to the inbox, before Slack hears "ok" (its listener then
+    delivers it): False when it could not be kept, and must not be acknowledged, so that Slack
+    sends it again. Anything else needs no keeping."""
+    if not isinstance(request, MessageEventCallback):
+        return True
+    inbound = inbound_message(request, app.support_channel)
+    if inbound is None:
+        return True
+    try:
+        await app.router.keep(inbound)
+    except Exception as err:
+        log.warning(
+            "slack: event %s could not be kept (%s); not acknowledged, Slack sends it again",
+            inbound.event_id,
+            one_line(err),
+        )
+        return False
+    return True
 
 
 async def checked_request(request: web.Request, signing_secret: str) -> Checked | web.Response:
@@ -178,7 +209,7 @@ async def checked_request(request: web.Request, signing_secret: str) -> Checked 
     return Checked(raw, body, typed, context)
 
 
-def http_web_app(app: AsyncApp, signing_secret: str) -> web.Application:
+def http_web_app(app: SlackApp, signing_secret: str) -> web.Application:
     """An aiohttp application serving POST /slack/events (Events API, interactivity, commands).
 
     The signature is checked before the body is parsed (401), the body's shape before bolt sees
@@ -200,6 +231,8 @@ def http_web_app(app: AsyncApp, signing_secret: str) -> web.Application:
         if checked.context is None:
             log.debug("slack: ignored %s", checked.request)
             return web.Response()  # acknowledged, so that Slack does not send it again
+        if not await kept_ahead(app, checked.request):
+            return web.Response(status=503)  # not kept: Slack retries what it got no 200 for
         bolt = functools.partial(bolt_request, checked, request.query_string, request.headers)
         handovers.hand_over(functools.partial(_hand_over, app, bolt))
         return web.Response()  # what bolt's ack() sends for these: 200, no body
@@ -322,6 +355,7 @@ async def _socket_mode(
         app_token,
         handles=handled,
         router=app.router,
+        kept_ahead=functools.partial(kept_ahead, app),
         logger=_SOCKET_MODE_LOG,
         ping_interval=ping_interval,
     )

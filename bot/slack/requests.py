@@ -21,7 +21,7 @@ from __future__ import annotations
 import hmac
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal, TypeVar
 
@@ -358,6 +358,8 @@ def bolt_request(checked: Checked, query: str, headers: Mapping[str, str]) -> As
 
 # Whether the app has a listener for a (typed) request: bot.slack.app's `handled`.
 Handles = Callable[[SlackRequest], bool]
+# Write a customer message ahead to the inbox before its ack: False if it could not be kept.
+KeptAhead = Callable[[SlackRequest], Awaitable[bool]]
 # Socket Mode envelopes that carry a customer's message or a click, maybe: kept if unreadable.
 _KEPT_AS: dict[str, Literal["message", "click"]] = {"events_api": "message", "interactive": "click"}
 
@@ -366,14 +368,24 @@ class CheckedSocketModeHandler(AsyncSocketModeHandler):
     """Socket Mode with the same checks. Every envelope is acknowledged, whatever becomes of it,
     so that Slack does not redeliver it for ever: one that does not fit is logged in one line,
     and kept as a dead letter when it was an event or an interaction (a message or a click,
-    maybe); one the app does not handle is dropped; the rest goes to bolt, typed."""
+    maybe); one the app does not handle is dropped; a customer message is written ahead to the
+    inbox before its ack (not acknowledged when it cannot be: Slack sends it again); the rest
+    goes to bolt, typed."""
 
     def __init__(
-        self, app: AsyncApp, app_token: str, *, handles: Handles, router: Router, **kwargs: Any
+        self,
+        app: AsyncApp,
+        app_token: str,
+        *,
+        handles: Handles,
+        router: Router,
+        kept_ahead: KeptAhead,
+        **kwargs: Any,
     ) -> None:
         super().__init__(app, app_token, **kwargs)
         self._handles = handles
         self._router = router
+        self._kept_ahead = kept_ahead
         self.client.message_listeners.append(self._unwrappable)
 
     async def _unwrappable(
@@ -414,6 +426,8 @@ class CheckedSocketModeHandler(AsyncSocketModeHandler):
             log.debug("slack: ignored a %s envelope (%s)", req.type, _kind(request))
             await self._ack(client, req.envelope_id)
             return
+        if not await self._kept_ahead(request):
+            return  # not acknowledged: Slack sends the envelope again
         bolt = AsyncBoltRequest(
             mode="socket_mode", body=req.payload, headers=build_headers(req), context=context
         )

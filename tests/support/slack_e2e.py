@@ -30,6 +30,7 @@ from bot.conversations import (
     ConversationRouter,
     InboundClick,
     InboundMessage,
+    Kept,
     Routed,
     UnreadableEvent,
 )
@@ -58,6 +59,9 @@ class CountingRouter:
     messages: list[InboundMessage] = field(default_factory=list)
     clicks: list[InboundClick] = field(default_factory=list)
     results: dict[str, list[Routed]] = field(default_factory=dict)  # event id -> what happened
+
+    async def keep(self, message: InboundMessage) -> Kept | Routed:
+        return await self.inner.keep(message)
 
     async def on_message(self, message: InboundMessage) -> Routed:
         self.messages.append(message)
