@@ -80,7 +80,7 @@ class Hosts:
 async def lab(temporal_env: WorkflowEnvironment, tmp_path: Path) -> AsyncIterator[Hosts]:
     queue = f"lost-{uuid.uuid4().hex[:8]}"
     settings = TemporalSettings(
-        _env_file=None,  # type: ignore[call-arg]
+        _env_file=None,
         address=temporal_env.client.service_client.config.target_host,
         task_queue=queue,
         control_task_queue=f"{queue}-control",
@@ -113,7 +113,7 @@ async def test_a_lost_host_is_refused_at_once_and_its_replacement_keeps_its_work
         lab.supervised("host-a", workers=2), lab.supervised("host-b")
     )
     await wait_for(lambda: lab.hosts_are("host-a", "host-b"), timeout=30, what="both alive")
-    agent = AgentSettings(_env_file=None, data_dir=tmp_path / "bot")  # type: ignore[call-arg]
+    agent = AgentSettings(_env_file=None, data_dir=tmp_path / "bot")
     grants = GrantStore(database_for(agent))
     await grants.seed()  # the local presenter holds the presenter role
     client = await connect(lab.settings, keys=[TEST_KEY])
@@ -180,7 +180,7 @@ async def test_a_gone_host_alone_is_refused_in_one_line(lab: Hosts, tmp_path: Pa
     await wait_for(lambda: lab.hosts_are("host-a"), timeout=30, what="host-a alive")
     sigkill_tree(host_a)
     await wait_for(lambda: lab.hosts_are(), timeout=10, what="host-a seen gone")
-    agent = AgentSettings(_env_file=None, data_dir=tmp_path / "bot")  # type: ignore[call-arg]
+    agent = AgentSettings(_env_file=None, data_dir=tmp_path / "bot")
     grants = GrantStore(database_for(agent))
     await grants.seed()
     client = await connect(lab.settings, keys=[TEST_KEY])

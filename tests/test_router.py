@@ -467,7 +467,7 @@ async def test_a_message_is_in_the_inbox_before_its_ack_and_a_restart_delivers_i
     async def hold() -> bool:
         return False
 
-    restarted = ConversationRouter(temporal, "refund-bot", router_inbox(tmp_path), hold)  # type: ignore[arg-type]
+    restarted = ConversationRouter(temporal, "refund-bot", router_inbox(tmp_path), hold)
     assert await restarted.deliver_pending() == 1
     assert [c[3].text for c in temporal.calls[1:]] == ["Yes"]
     assert await _empty(tmp_path)

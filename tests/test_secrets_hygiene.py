@@ -467,7 +467,7 @@ async def test_the_plain_loop_gets_only_the_secrets_it_uses(
     secret: it posts, refunds and asks the model, and never talks to Temporal."""
     for name, value in SECRETS.items():
         monkeypatch.setenv(name, value)
-    settings = AgentSettings(_env_file=None, data_dir=tmp_path)  # type: ignore[call-arg]
+    settings = AgentSettings(_env_file=None, data_dir=tmp_path)
     thread = ThreadRef(platform="local", workspace="local", channel="support", thread="t9")
     customer = Actor(platform="local", user_id="nyghtowl", display_name="Ny")
     loop = await PlainProcess.start(

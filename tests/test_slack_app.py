@@ -647,7 +647,7 @@ async def test_socket_mode_does_not_ack_a_message_it_cannot_keep(
     slack = harness.slack
     settings = settings_for(slack, app_token=slack.app_token, signing_secret=None)
     router = RecordingRouter(keep_error=OSError("disk full"))  # the inbox cannot be written
-    app = build_app(settings, router, RecordingCommands())  # type: ignore[arg-type]
+    app = build_app(settings, router, RecordingCommands())
     serving = asyncio.create_task(serve(app, settings))
     try:
 

@@ -370,7 +370,7 @@ async def test_the_inbox_commits_a_burst_of_keeps_together_in_arrival_order(
     connections = 0
     connect = database.connect
 
-    def counted(schema: Schema):  # type: ignore[no-untyped-def]
+    def counted(schema: Schema):
         nonlocal connections
         connections += 1
         return connect(schema)

@@ -315,7 +315,7 @@ def _freeze_startup_heap() -> None:
     gc.freeze()
 
 
-async def _http_mode(app: AsyncApp, port: int, signing_secret: str, health: PlatformHealth) -> None:
+async def _http_mode(app: SlackApp, port: int, signing_secret: str, health: PlatformHealth) -> None:
     await _check_bot_token(app.client)
     runner = http_edge.runner(http_web_app(app, signing_secret))
     await runner.setup()
