@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import collections
 import os
 import signal
 import statistics
@@ -17,7 +18,7 @@ from temporalio.client import Client, WorkflowHandle
 from temporalio.testing import WorkflowEnvironment
 
 from harness import queue_settings
-from harness.codec import TEST_CODEC_ENV
+from harness.codec import TEST_CODEC_ENV, TEST_CONVERTER
 from harness.conditions import wait_for
 from worker.control import (
     RestartReport,
@@ -27,6 +28,7 @@ from worker.control import (
 )
 from worker.lifecycle import alive
 from worker.pollers import worker_is_polling
+from worker.sticky import sticky_queue_of
 from worker.supervisor import WorkerSupervisor
 
 CHILD = [sys.executable, "-m", "tests.support.dummy_worker"]
@@ -152,3 +154,45 @@ async def test_open_conversation_resumes_promptly_after_a_kill(
     await handle.signal("reply", "again")
     # Without the reset this waits out the 10 s sticky schedule-to-start timeout (measured: 10.1 s).
     assert await asyncio.wait_for(handle.result(), timeout=5) == "hello again"
+
+
+async def test_a_death_releases_the_sticky_queue_in_one_call_for_every_conversation(
+    temporal_env: WorkflowEnvironment, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Recovery that does not grow with the open conversations: the dead child's sticky queue is
+    released with one ShutdownWorker, not one sticky reset per conversation, and every
+    conversation it held answers its next message at once."""
+    target = temporal_env.client.service_client.config.target_host
+    client = await Client.connect(target, data_converter=TEST_CONVERTER)
+    calls: collections.Counter[str] = collections.Counter()
+    for rpc in ("reset_sticky_task_queue", "shutdown_worker"):
+        real = getattr(client.workflow_service, rpc)
+
+        async def counted(*args: Any, _real: Any = real, _rpc: str = rpc, **kw: Any) -> Any:
+            calls[_rpc] += 1
+            return await _real(*args, **kw)
+
+        monkeypatch.setattr(client.workflow_service, rpc, counted)
+    settings = queue_settings(client, "refund-bot-release")
+    sup = WorkerSupervisor(settings, CHILD, client=client, env=TEST_CODEC_ENV, ready_timeout=20)
+    await sup.start()
+    try:
+        old = sup.pid
+        assert old is not None
+
+        async def announced() -> bool:
+            return await sticky_queue_of(client, worker_identity(old)) is not None
+
+        await wait_for(announced, timeout=20, what="the child to announce its sticky queue")
+        handles = [await start_sticky_echo(client, settings.task_queue) for _ in range(12)]
+        calls.clear()
+        os.kill(old, signal.SIGKILL)  # unannounced: the supervisor sees only a death
+        await wait_for(lambda: sup.pid not in (None, old), timeout=20, what="a new child")
+        await wait_for(lambda: polling(sup, sup.pid or 0), timeout=20, what="the new child to poll")
+        await asyncio.gather(*(h.signal("reply", "again") for h in handles))
+        # Left on the dead Worker's sticky queue, each would wait out the 10 s sticky timeout.
+        results = await asyncio.wait_for(asyncio.gather(*(h.result() for h in handles)), 5)
+        assert results == ["hello again"] * len(handles)
+        assert calls == {"shutdown_worker": 1}
+    finally:
+        await sup.stop()

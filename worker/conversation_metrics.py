@@ -41,6 +41,8 @@ from temporalio.worker import (
     WorkflowOutboundInterceptor,
 )
 
+from agent.workflow import WORKFLOW_TYPE
+
 TURN_HEADER = "refund-bot-turn"
 # The Signals a customer (or a support agent) waits on an answer to, and the Activity that answers.
 TURN_SIGNALS = frozenset({"customer_message", "approval"})
@@ -93,6 +95,9 @@ class _Conversation(WorkflowInboundInterceptor):
         super().init(_StampPosts(outbound, self))
 
     async def execute_workflow(self, input: ExecuteWorkflowInput) -> Any:
+        if temporalio.workflow.info().workflow_type != WORKFLOW_TYPE:
+            # The Worker's other Workflows (its sticky-queue probe) are no conversations.
+            return await super().execute_workflow(input)
         try:
             outcome = await super().execute_workflow(input)
         except temporalio.exceptions.FailureError:

@@ -107,6 +107,33 @@ async def live_workers(client: Client, namespace: str, task_queue: str) -> dict[
     return found
 
 
+async def gone_workers(client: Client, namespace: str, task_queue: str) -> list[str] | None:
+    """The identities of Workers on `task_queue` that Temporal still lists as running but whose
+    heartbeat is older than HEARTBEAT_FRESH (SIGKILLed, or their host lost) and that no fresh
+    heartbeat of the same identity contradicts; None when Temporal keeps no heartbeats. A Worker
+    that stopped gracefully is listed as shut down: it released its own sticky queue."""
+    query = f"TaskQueue = '{task_queue}'"
+    try:
+        response = await client.workflow_service.list_workers(
+            ListWorkersRequest(namespace=namespace, page_size=_PAGE, query=query),
+            timeout=_DESCRIBE_TIMEOUT,
+        )
+    except RPCError as err:
+        if err.status not in _NOT_KEPT:
+            raise
+        return None
+    now = time.time()
+    stale: set[str] = set()
+    fresh: set[str] = set()
+    for info in response.workers_info:
+        beat = info.worker_heartbeat
+        if beat.status != WorkerStatus.WORKER_STATUS_RUNNING:
+            continue
+        ago = now - beat.heartbeat_time.ToSeconds()
+        (fresh if ago <= HEARTBEAT_FRESH else stale).add(beat.worker_identity)
+    return sorted(stale - fresh)
+
+
 async def live_supervisors(
     client: Client, namespace: str, control_task_queue: str
 ) -> dict[str, str] | None:

@@ -43,6 +43,7 @@ from worker.conversation_metrics import (
     ConversationMetrics,
 )
 from worker.sandbox import CompiledOnceSandboxRunner
+from worker.sticky import StickyProbe, announce_in_background
 from worker.telemetry import PREFIX, metric_meter
 
 log = logging.getLogger(__name__)
@@ -110,7 +111,8 @@ async def build_worker(
         client,
         task_queue=task_queue,
         identity=worker_identity(host=host),
-        workflows=[RefundConversation],
+        # The probe that finds this Worker's sticky queue out, for whoever outlives it.
+        workflows=[RefundConversation, StickyProbe],
         activities=[
             DecideActivities(settings).decide_next_step,
             lookups.lookup_order,
@@ -206,5 +208,14 @@ async def run_worker(
         await go()  # DURABLE WAIT (of a process): until the supervisor promotes this standby
     standby.set(0)
     async with worker:
-        log.info("worker %s polling %s", worker_identity(host=host), temporal.task_queue)
-        await asyncio.Event().wait()
+        identity = worker_identity(host=host)
+        log.info("worker %s polling %s", identity, temporal.task_queue)
+        # Once polling: the probe's tasks need this Worker. Its name is then in Temporal for
+        # whoever outlives this process (worker.sticky).
+        announcing = asyncio.create_task(
+            announce_in_background(client, temporal.task_queue, identity)
+        )
+        try:
+            await asyncio.Event().wait()
+        finally:
+            announcing.cancel()

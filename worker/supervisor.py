@@ -62,9 +62,16 @@ from worker.control import (
     worker_identity,
 )
 from worker.lifecycle import spawn_child, terminate, to_the_end
-from worker.pollers import live_workers, other_workers, worker_is_polling, workflow_pollers
+from worker.pollers import (
+    gone_workers,
+    live_workers,
+    other_workers,
+    worker_is_polling,
+    workflow_pollers,
+)
 from worker.settings import WORKER_SECRETS, child_environment
 from worker.standby import WarmStandby
+from worker.sticky import release_sticky_queue
 
 log = logging.getLogger(__name__)
 
@@ -248,7 +255,7 @@ class WorkerSupervisor:
                 started = time.monotonic()
                 await self._report_other_workers()
                 # A previous run's Worker may have died with conversations still sticky to it.
-                await self._reset_sticky()
+                await self._release_gone()
                 for _ in range(self.workers):
                     self._procs.append(await self._spawn())
                 procs = list(self._procs)
@@ -336,18 +343,20 @@ class WorkerSupervisor:
             finally:
                 waiting.cancel()  # this restart was cancelled: so is the wait
             paused = time.monotonic() - started
-        # The standby starts its pollers while the sticky queues are reset: conversations reach
-        # the normal queue (and it) once both are done, so neither waits for the other.
-        survivors = len(self._procs)
-        new: list[asyncio.subprocess.Process] = []
-        while len(self._procs) < self.workers:
-            promoted = None if new else await self._standby.promote()
-            proc = promoted or await self._spawn()
-            self._procs.append(proc)  # at once: a death from here on is its watcher's to handle
-            new.append(proc)
-        # Conversations held by a surviving Worker stay with it; only the dead ones' go to anyone.
+        # The dead Workers' sticky queues are released while the standby starts its pollers:
+        # conversations reach the normal queue (and it) once both are done, so neither waits for
+        # the other. Conversations held by a surviving Worker stay with it.
         dead_ones = {worker_identity(old.pid, self.host) for old in olds}
-        await self._reset_sticky(left_by=dead_ones if survivors else None)
+        releasing = asyncio.ensure_future(self._release(dead_ones))
+        new: list[asyncio.subprocess.Process] = []
+        try:
+            while len(self._procs) < self.workers:
+                promoted = None if new else await self._standby.promote()
+                proc = promoted or await self._spawn()
+                self._procs.append(proc)  # at once: a death from here on is its watcher's
+                new.append(proc)
+        finally:
+            await releasing
         # Conversations go on once the first (the promoted standby) polls; the others start cold
         # and join when ready, without holding up the report or the lock.
         proc = new[0]
@@ -493,6 +502,55 @@ class WorkerSupervisor:
                 "run's Worker joins them; stop them if they are left over (README: More Workers)",
                 self.settings.task_queue, len(others), "; ".join(map(str, others)),
             )  # fmt: skip
+
+    async def _release(self, dead: set[str]) -> None:
+        """Release the sticky queues of the `dead` Workers: one ShutdownWorker each, whatever
+        the number of conversations they held (worker.sticky). A Worker whose queue's name is
+        not known (it died before announcing it, or an older release's) has its conversations'
+        sticky queues reset one by one instead: seconds for thousands of conversations."""
+        if not self.reset_sticky or not dead:
+            return
+        started = time.monotonic()
+        by = supervisor_identity(self.host)
+
+        async def one(identity: str) -> bool:
+            try:
+                sticky = await release_sticky_queue(
+                    self.client, identity, by=by, reason="died; released by its supervisor"
+                )
+            except Exception as err:  # the fallback below does the job, more slowly
+                log.warning("Could not release the sticky queue of %s: %s", identity, err)
+                return False
+            if sticky is not None:
+                log.info(
+                    "Released sticky queue %s of %s (%.3f s)",
+                    sticky, identity, time.monotonic() - started,
+                )  # fmt: skip
+            return sticky is not None
+
+        released = await asyncio.gather(*(one(identity) for identity in sorted(dead)))
+        unknown = {i for i, ok in zip(sorted(dead), released, strict=True) if not ok}
+        if unknown:
+            await self._reset_sticky(left_by=unknown)
+
+    async def _release_gone(self) -> None:
+        """At start: release the sticky queues of Workers on the task queue that Temporal's
+        heartbeats show gone (a previous run's, SIGKILLed with its supervisor). One that died
+        more than 10 s ago needs nothing: Temporal stops queueing on a sticky queue nobody has
+        polled for that long. Where Temporal keeps no heartbeats, every conversation is reset."""
+        if not self.reset_sticky:
+            return
+        try:
+            gone = await gone_workers(
+                self.client, self.settings.namespace, self.settings.task_queue
+            )
+        except Exception as err:  # worst case a conversation waits out the sticky timeout
+            log.warning("Could not list the Workers of %r: %s", self.settings.task_queue, err)
+            return
+        if gone is None:
+            await self._reset_sticky()
+        else:
+            await self._release(set(gone))
 
     async def _reset_sticky(self, left_by: set[str] | None = None) -> None:
         """Reset the sticky queues of the running conversations (`left_by`: only those whose last

@@ -3,7 +3,7 @@
 Run as `python -m tests.support.dummy_worker`. It reads TemporalSettings from the environment the
 supervisor sets (TEMPORAL_ADDRESS, TEMPORAL_NAMESPACE, TEMPORAL_TASK_QUEUE, REFUND_BOT_HOST) and its
 codec keys from CODEC_KEYS, polls `settings.task_queue` with the identity `worker_identity()` on
-its host, and exits cleanly on SIGTERM.
+its host, announces its sticky queue (worker.sticky) and exits cleanly on SIGTERM.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from agent.settings import TemporalSettings
 from agent.temporal_client import connect
 from worker.control import worker_identity
 from worker.settings import ProcessSettings
+from worker.sticky import StickyProbe, announce_in_background
 
 
 @workflow.defn(name="Echo")
@@ -44,13 +45,16 @@ async def main() -> None:
     client = await connect(settings)
     stop = asyncio.Event()
     asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
+    identity = worker_identity(host=host)
     async with Worker(
-        client,
-        task_queue=settings.task_queue,
-        workflows=[Echo],
-        identity=worker_identity(host=host),
+        client, task_queue=settings.task_queue, workflows=[Echo, StickyProbe], identity=identity
     ):
+        # As the real Worker does, so that its supervisor can release its sticky queue.
+        announcing = asyncio.create_task(
+            announce_in_background(client, settings.task_queue, identity)
+        )
         await stop.wait()
+        announcing.cancel()
 
 
 if __name__ == "__main__":
