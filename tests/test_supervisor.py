@@ -165,7 +165,7 @@ async def test_a_death_releases_the_sticky_queue_in_one_call_for_every_conversat
     target = temporal_env.client.service_client.config.target_host
     client = await Client.connect(target, data_converter=TEST_CONVERTER)
     calls: collections.Counter[str] = collections.Counter()
-    for rpc in ("reset_sticky_task_queue", "shutdown_worker"):
+    for rpc in ("reset_sticky_task_queue", "shutdown_worker", "poll_workflow_task_queue"):
         real = getattr(client.workflow_service, rpc)
 
         async def counted(*args: Any, _real: Any = real, _rpc: str = rpc, **kw: Any) -> Any:
@@ -193,6 +193,57 @@ async def test_a_death_releases_the_sticky_queue_in_one_call_for_every_conversat
         # Left on the dead Worker's sticky queue, each would wait out the 10 s sticky timeout.
         results = await asyncio.wait_for(asyncio.gather(*(h.result() for h in handles)), 5)
         assert results == ["hello again"] * len(handles)
-        assert calls == {"shutdown_worker": 1}
+        # The release: the drain's two polls, ended by the unload (made twice, see worker.sticky).
+        await wait_for(lambda: calls["shutdown_worker"] == 2, timeout=5, what="the release")
+        assert calls == {"shutdown_worker": 2, "poll_workflow_task_queue": 2}
     finally:
+        await sup.stop()
+
+
+async def test_a_reply_queued_on_the_dead_workers_sticky_queue_before_the_release_goes_on(
+    temporal_env: WorkflowEnvironment, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A reply that reaches Temporal between the death and the release is queued on the dead
+    Worker's sticky queue: the release hands it to the normal queue, not the 10 s timeout."""
+    target = temporal_env.client.service_client.config.target_host
+    client = await Client.connect(target, data_converter=TEST_CONVERTER)
+    gate = asyncio.Event()  # the release waits for it: the reply is queued first
+    for rpc in ("shutdown_worker", "poll_workflow_task_queue"):
+        real = getattr(client.workflow_service, rpc)
+
+        async def held(*args: Any, _real: Any = real, **kw: Any) -> Any:
+            await gate.wait()
+            return await _real(*args, **kw)
+
+        monkeypatch.setattr(client.workflow_service, rpc, held)
+    settings = queue_settings(client, "refund-bot-drain")
+    sup = WorkerSupervisor(settings, CHILD, client=client, env=TEST_CODEC_ENV, ready_timeout=20)
+    await sup.start()
+    try:
+        old = sup.pid
+        assert old is not None
+
+        async def announced() -> bool:
+            return await sticky_queue_of(client, worker_identity(old)) is not None
+
+        await wait_for(announced, timeout=20, what="the child to announce its sticky queue")
+        handle = await start_sticky_echo(client, settings.task_queue)
+        os.kill(old, signal.SIGKILL)
+        await wait_for(lambda: sup.pid not in (None, old), timeout=20, what="a new child")
+        await handle.signal("reply", "again")
+
+        async def queued_on_the_dead_queue() -> bool:
+            scheduled = [
+                e.workflow_task_scheduled_event_attributes.task_queue.name
+                for e in (await handle.fetch_history()).events
+                if e.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_SCHEDULED
+            ]
+            return scheduled[-1].startswith(f"{worker_identity(old)}-")
+
+        await wait_for(queued_on_the_dead_queue, timeout=5, what="the reply's task, sticky")
+        gate.set()
+        # Left there, it would wait out the 10 s sticky timeout.
+        assert await asyncio.wait_for(handle.result(), 5) == "hello again"
+    finally:
+        gate.set()
         await sup.stop()

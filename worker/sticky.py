@@ -17,12 +17,11 @@ it back with one history read.
 ShutdownWorker is what the SDK itself sends on a graceful stop. It unloads the sticky queue from
 Temporal's matching service, which from then on answers every new task for it "sticky worker
 unavailable", and history puts the task on the normal queue, where a live Worker takes it at once
-(server: matching_engine AddWorkflowTask, transfer_queue_active_task_executor). A task already
-queued on the dead queue before the call stays there until the sticky schedule-to-start timeout
-(worker.runner.STICKY_TIMEOUT) moves it: only replies that reach Temporal between the death and
-the release (milliseconds, under a supervisor) wait that long. Without the release, Temporal keeps
-queueing on a dead Worker's sticky queue for 10 s after its last poll (matching's
-stickyPollerUnavailableWindow), and each of those tasks waits the timeout.
+(server: matching_engine AddWorkflowTask, transfer_queue_active_task_executor). A task queued on
+the dead queue before the call would stay there until the sticky schedule-to-start timeout
+(worker.runner.STICKY_TIMEOUT) moved it, so the release first drains them (release_sticky_queue).
+Without a release, Temporal keeps queueing on a dead Worker's sticky queue for 10 s after its
+last poll (matching's stickyPollerUnavailableWindow), and each of those tasks waits the timeout.
 """
 
 from __future__ import annotations
@@ -30,11 +29,18 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Awaitable
 from datetime import timedelta
 
 from temporalio import workflow
-from temporalio.api.enums.v1 import EventType, TaskQueueKind
-from temporalio.api.workflowservice.v1 import ShutdownWorkerRequest
+from temporalio.api.enums.v1 import EventType, TaskQueueKind, WorkflowTaskFailedCause
+from temporalio.api.failure.v1 import Failure
+from temporalio.api.taskqueue.v1 import TaskQueue
+from temporalio.api.workflowservice.v1 import (
+    PollWorkflowTaskQueueRequest,
+    RespondWorkflowTaskFailedRequest,
+    ShutdownWorkerRequest,
+)
 from temporalio.client import Client
 from temporalio.common import WorkflowIDConflictPolicy
 from temporalio.service import RPCError, RPCStatusCode
@@ -44,6 +50,12 @@ log = logging.getLogger(__name__)
 PROBE_WORKFLOW = "RefundBotStickyProbe"
 # A probe whose Worker died half way through ends on its own.
 _PROBE_TIMEOUT = timedelta(seconds=30)
+# A dead Worker's sticky queue is polled this long before it is unloaded: its backlog is read
+# and handed over in milliseconds once a poll loads the queue.
+_DRAIN = 0.5
+_DRAIN_POLLERS = 2
+# Temporal refuses a long poll shorter than a few seconds; the unload ends it sooner.
+_DRAIN_POLL_TIMEOUT = timedelta(seconds=10)
 # With several Workers on the queue, the probe's first task may go to another one: tries.
 _PROBE_TRIES = 8
 
@@ -122,20 +134,91 @@ async def sticky_queue_of(client: Client, identity: str) -> str | None:
 
 
 async def release_sticky_queue(
-    client: Client, identity: str, *, by: str, reason: str
-) -> str | None:
-    """Release the sticky queue of the gone Worker `identity` (ShutdownWorker in its name's
-    stead); returns the queue released, or None if its name is not known (the caller falls
-    back to resetting each conversation). `by`: the releasing process's identity."""
-    sticky = await sticky_queue_of(client, identity)
+    client: Client,
+    identity: str,
+    task_queue: str,
+    *,
+    by: str,
+    reason: str,
+    sticky: str | None = None,
+) -> int | None:
+    """Release the sticky queue of the gone Worker `identity` (of `task_queue`): the tasks
+    queued on it go back to the normal queue, and so will every later one. Returns how many
+    were queued there (drained), or None if the queue's name is not known (the caller falls back
+    to resetting each conversation). `by`: the releasing process's identity; `sticky`: the
+    queue's name, if already known (one call less while replies may be arriving).
+
+    ShutdownWorker alone would leave the tasks queued since the death where they are, each
+    waiting out the sticky timeout (10 s). So the queue is first polled as its Worker would,
+    _DRAIN_POLLERS polls at once for _DRAIN seconds, and each task taken is failed with
+    ResetStickyTaskQueue: what an SDK answers when a sticky task names a Workflow it no longer
+    caches. Temporal clears the conversation's stickiness and schedules the task again at once
+    on the normal queue, without counting an attempt (a WorkflowTaskFailed event in its
+    history, no command: replay is unchanged). Then ShutdownWorker, while the polls still wait:
+    a task added before it meets a poll; one after it goes to the normal queue directly."""
+    sticky = sticky or await sticky_queue_of(client, identity)
     if sticky is None:
         return None
-    await client.workflow_service.shutdown_worker(
-        ShutdownWorkerRequest(
-            namespace=client.namespace, sticky_task_queue=sticky, identity=by, reason=reason
-        )
+    queue = TaskQueue(
+        name=sticky, kind=TaskQueueKind.TASK_QUEUE_KIND_STICKY, normal_name=task_queue
     )
-    return sticky
+    drained = 0
+    unloaded = asyncio.Event()
+
+    async def poll() -> None:
+        nonlocal drained
+        while not unloaded.is_set():
+            try:
+                task = await client.workflow_service.poll_workflow_task_queue(
+                    PollWorkflowTaskQueueRequest(
+                        namespace=client.namespace, task_queue=queue, identity=by
+                    ),
+                    timeout=_DRAIN_POLL_TIMEOUT,
+                )
+            except RPCError as err:
+                log.debug("Draining %s: %s", sticky, err.message)
+                return
+            if not task.task_token:
+                continue  # its unload answers an outstanding poll with nothing
+            drained += 1
+            with contextlib.suppress(RPCError):  # it timed out or closed meanwhile
+                await client.workflow_service.respond_workflow_task_failed(
+                    RespondWorkflowTaskFailedRequest(
+                        namespace=client.namespace,
+                        task_token=task.task_token,
+                        cause=WorkflowTaskFailedCause.WORKFLOW_TASK_FAILED_CAUSE_RESET_STICKY_TASK_QUEUE,
+                        identity=by,
+                        failure=Failure(
+                            message=f"{identity} is gone ({reason}): its sticky queue is released"
+                        ),
+                    )
+                )
+
+    def unload() -> Awaitable[object]:
+        # Shielded: even when cancelled, a queue left loaded after its last poll would take
+        # tasks for another 10 s, and keep them for the sticky timeout.
+        return asyncio.shield(
+            client.workflow_service.shutdown_worker(
+                ShutdownWorkerRequest(
+                    namespace=client.namespace,
+                    sticky_task_queue=sticky,
+                    identity=by,
+                    reason=reason,
+                )
+            )
+        )
+
+    polls = [asyncio.ensure_future(poll()) for _ in range(_DRAIN_POLLERS)]
+    try:
+        await asyncio.wait(polls, timeout=_DRAIN)
+    finally:
+        unloaded.set()
+        await unload()
+        await asyncio.gather(*polls, return_exceptions=True)
+        # A poll that reached Temporal only after the unload (a slow machine) loaded the queue
+        # again: unloaded once more, now that no poll is left.
+        await unload()
+    return drained
 
 
 async def announce_in_background(client: Client, task_queue: str, identity: str) -> None:

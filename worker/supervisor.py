@@ -71,7 +71,7 @@ from worker.pollers import (
 )
 from worker.settings import WORKER_SECRETS, child_environment
 from worker.standby import WarmStandby
-from worker.sticky import release_sticky_queue
+from worker.sticky import release_sticky_queue, sticky_queue_of
 
 log = logging.getLogger(__name__)
 
@@ -174,6 +174,10 @@ class WorkerSupervisor:
         self._deaths: collections.deque[float] = collections.deque()
         # Each child's watcher, and a restart's later Workers waiting to poll: cancelled by stop().
         self._background: set[asyncio.Task[None]] = set()
+        # EXECUTION STATE: each polling child's sticky queue, read once it has announced it, so
+        # that its release on death is a single call; and the dead ones already released.
+        self._sticky: dict[str, str] = {}
+        self._released: set[str] = set()
         self._control: list[Worker] = []
         self._control_tasks: list[asyncio.Task[None]] = []
 
@@ -346,17 +350,13 @@ class WorkerSupervisor:
         # The dead Workers' sticky queues are released while the standby starts its pollers:
         # conversations reach the normal queue (and it) once both are done, so neither waits for
         # the other. Conversations held by a surviving Worker stay with it.
-        dead_ones = {worker_identity(old.pid, self.host) for old in olds}
-        releasing = asyncio.ensure_future(self._release(dead_ones))
+        self._release_soon({worker_identity(old.pid, self.host) for old in olds})
         new: list[asyncio.subprocess.Process] = []
-        try:
-            while len(self._procs) < self.workers:
-                promoted = None if new else await self._standby.promote()
-                proc = promoted or await self._spawn()
-                self._procs.append(proc)  # at once: a death from here on is its watcher's
-                new.append(proc)
-        finally:
-            await releasing
+        while len(self._procs) < self.workers:
+            promoted = None if new else await self._standby.promote()
+            proc = promoted or await self._spawn()
+            self._procs.append(proc)  # at once: a death from here on is its watcher's to handle
+            new.append(proc)
         # Conversations go on once the first (the promoted standby) polls; the others start cold
         # and join when ready, without holding up the report or the lock.
         proc = new[0]
@@ -443,6 +443,9 @@ class WorkerSupervisor:
                 if await worker_is_polling(
                     self.client, self.settings.namespace, self.settings.task_queue, identity
                 ):
+                    task = asyncio.create_task(self._learn_sticky(proc, identity))
+                    self._background.add(task)
+                    task.add_done_callback(self._background.discard)
                     return
             except Exception as err:  # a transient RPC failure is not a verdict on the child
                 log.debug("DescribeTaskQueue failed: %s", err)
@@ -454,6 +457,22 @@ class WorkerSupervisor:
                     f"within {self.ready_timeout:.0f} s"
                 )
             await asyncio.sleep(_POLL_INTERVAL)
+
+    async def _learn_sticky(self, proc: asyncio.subprocess.Process, identity: str) -> None:
+        """Read the child's sticky queue once it has announced it (a second or so after it
+        polls); a child that never does is released the slower way, should it die."""
+        deadline = time.monotonic() + self.ready_timeout
+        while proc.returncode is None and time.monotonic() < deadline:
+            try:
+                sticky = await sticky_queue_of(self.client, identity)
+            except Exception as err:  # a transient RPC failure: try again
+                log.debug("Reading the sticky queue of %s failed: %s", identity, err)
+                sticky = None
+            if sticky is not None:
+                if proc.returncode is None:
+                    self._sticky[identity] = sticky
+                return
+            await asyncio.sleep(_POLL_INTERVAL * 5)
 
     async def _wait_control_alive(self) -> None:
         """Until Temporal has this supervisor's first heartbeat, so that a /crash-worker made
@@ -503,30 +522,44 @@ class WorkerSupervisor:
                 self.settings.task_queue, len(others), "; ".join(map(str, others)),
             )  # fmt: skip
 
+    def _release_soon(self, dead: set[str]) -> None:
+        """Release the `dead` Workers' sticky queues in the background, beside the restart: the
+        release polls their queues for half a second, and the standby need not wait for it."""
+        task = asyncio.create_task(self._release(dead))
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
     async def _release(self, dead: set[str]) -> None:
-        """Release the sticky queues of the `dead` Workers: one ShutdownWorker each, whatever
-        the number of conversations they held (worker.sticky). A Worker whose queue's name is
-        not known (it died before announcing it, or an older release's) has its conversations'
+        """Release the sticky queues of the `dead` Workers: a few calls each, whatever the
+        number of conversations they held (worker.sticky). A Worker whose queue's name is not
+        known (it died before announcing it, or an older release's) has its conversations'
         sticky queues reset one by one instead: seconds for thousands of conversations."""
+        dead = dead - self._released
         if not self.reset_sticky or not dead:
             return
+        self._released |= dead
         started = time.monotonic()
         by = supervisor_identity(self.host)
 
         async def one(identity: str) -> bool:
             try:
-                sticky = await release_sticky_queue(
-                    self.client, identity, by=by, reason="died; released by its supervisor"
+                drained = await release_sticky_queue(
+                    self.client,
+                    identity,
+                    self.settings.task_queue,
+                    by=by,
+                    reason="died; released by its supervisor",
+                    sticky=self._sticky.pop(identity, None),
                 )
             except Exception as err:  # the fallback below does the job, more slowly
                 log.warning("Could not release the sticky queue of %s: %s", identity, err)
                 return False
-            if sticky is not None:
+            if drained is not None:
                 log.info(
-                    "Released sticky queue %s of %s (%.3f s)",
-                    sticky, identity, time.monotonic() - started,
+                    "Released the sticky queue of %s (%d task(s) queued there sent on; %.3f s)",
+                    identity, drained, time.monotonic() - started,
                 )  # fmt: skip
-            return sticky is not None
+            return drained is not None
 
         released = await asyncio.gather(*(one(identity) for identity in sorted(dead)))
         unknown = {i for i, ok in zip(sorted(dead), released, strict=True) if not ok}
@@ -588,6 +621,10 @@ class WorkerSupervisor:
         self._slots.pop(proc.pid, None)  # its port is free for the next child
         if self._stopping:
             return
+        if proc in self._procs:
+            # First of all: a reply that reaches Temporal before the release waits out the
+            # sticky timeout on the dead queue; one after it goes to the normal queue.
+            self._release_soon({worker_identity(proc.pid, self.host)})
         if self._standby.holds(proc):
             await self._standby_died(proc, code)
             return

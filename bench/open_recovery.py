@@ -1,0 +1,219 @@
+"""Recovery with many open conversations: seconds from a Worker's SIGKILL to replies answered.
+
+    N conversations opened (each asked its first question, sticky to the Worker) -> SIGKILL the
+    Worker (unannounced: its supervisor sees a death) -> a reply to one conversation every
+    --every s from the kill on -> each reply's answer (the workflow task that posts the next
+    question, completed: the server's timestamp)
+
+Two ways to release the dead Worker's conversations, in alternate rounds on one stack (the
+server `refund-bot run` embeds, one supervised Worker as shipped, a warm standby), each round
+opening N conversations of its own:
+
+- `shutdown`: what ships: one ShutdownWorker for the dead Worker's sticky queue (worker.sticky);
+- `reset`: the fallback, one ResetStickyTaskQueue per running conversation on the queue
+  (worker.control.reset_sticky_queues), as before the sticky queue was announced.
+
+A reply that reaches Temporal before the release waits out the sticky schedule-to-start timeout
+(worker.runner.STICKY_TIMEOUT) on the dead queue; after it, only the new Worker's pickup.
+
+    .venv/bin/python -m bench.open_recovery [--open 2000] [--rounds 2] [--replies 20]
+        [--every 0.05] [--variants shutdown reset]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import functools
+import os
+import random
+import signal
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+from temporalio.api.enums.v1 import EventType
+from temporalio.client import WorkflowHandle
+
+import worker.supervisor as supervisor_module
+from agent.models import Actor, ConversationStart, CustomerMessage, ThreadRef
+from agent.settings import AgentSettings, TemporalSettings
+from agent.versions import version_attributes
+from agent.workflow import RefundConversation
+from bench import percentile, run_benchmark
+from bench.proc import Sampler, wait_idle
+from harness import free_port
+from harness.codec import with_test_keys
+from harness.conditions import wait_for
+from harness.crowd import place_crowd
+from harness.stack import child_env
+from refund_bot.app import running_stack
+from refund_bot.stack import Stack
+from refund_bot.wiring import local_thread_store
+from worker.sticky import release_sticky_queue, sticky_queue_of
+
+OPEN_TIMEOUT = 3600.0
+
+
+async def _open(stack: Stack, n: int, prefix: str, first_order: int) -> list[WorkflowHandle]:
+    """N conversations opened (Signal-with-start, as the router does), returned once the Worker
+    has asked each its first question and gone idle: each is then sticky to it."""
+    shoppers = await place_crowd(stack.settings, n, prefix=prefix, first_order=first_order)
+    threads = local_thread_store(stack.settings)
+    gate = asyncio.Semaphore(50)
+
+    async def one(i: int) -> WorkflowHandle:
+        shopper = shoppers[i]
+        customer = shopper.actor
+        root = await threads.open_thread("support", customer.user_id, shopper.opening)
+        start = ConversationStart(
+            thread=ThreadRef(
+                platform="local", workspace="local", channel="support", thread=root.thread_id
+            ),
+            customer=customer,
+            opening_message_id=root.message_id,
+            opening_text=shopper.opening,
+        )
+        opening = CustomerMessage(message_id=root.message_id, author=customer, text=root.text)
+        CUSTOMERS[f"{prefix}-{root.thread_id}"] = customer
+        async with gate:
+            return await stack.client.start_workflow(
+                RefundConversation.run,
+                start,
+                id=f"{prefix}-{root.thread_id}",
+                task_queue=stack.temporal.task_queue,
+                search_attributes=version_attributes(),
+                start_signal="customer_message",
+                start_signal_args=[opening],
+            )
+
+    handles = [await one(i) for i in range(n)]  # the thread store is one SQLite file
+    supervisor = stack.supervisor
+    assert supervisor is not None and supervisor.pid is not None
+    sample = random.sample(handles, min(20, n))
+
+    async def asked() -> bool:
+        for handle in sample:
+            if not await _answered_after(handle, 0):
+                return False
+        return await wait_idle(supervisor.pid or 0, quiet=1.0, within=5.0)
+
+    await wait_for(asked, timeout=OPEN_TIMEOUT, interval=2.0, what="every first question")
+    return handles
+
+
+async def _answered_after(handle: WorkflowHandle, signals: int) -> float | None:
+    """When the workflow task after the conversation's (`signals`+1)-th customer_message Signal
+    completed (the server's clock, seconds since the epoch); None if not yet."""
+    seen = 0
+    for event in (await handle.fetch_history()).events:
+        if event.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED:
+            seen += 1
+        elif event.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED and seen > signals:
+            return event.event_time.ToDatetime().timestamp()
+    return None
+
+
+async def _round(stack: Stack, variant: str, n: int, replies: int, every: float, r: int) -> None:
+    supervisor = stack.supervisor
+    assert supervisor is not None
+    opened = time.monotonic()
+    handles = await _open(stack, n, f"r{r}{variant[0]}", 1_000_000 + next(_ORDERS))
+    pid = supervisor.pid
+    assert pid is not None
+    await wait_for(
+        lambda: sticky_queue_of(stack.client, f"refund-bot-worker-{pid}@{supervisor.host}"),
+        timeout=60,
+        what="the Worker's sticky queue announced",
+    )
+    print(
+        f"round {r} ({variant}): {n} conversations open in {time.monotonic() - opened:.0f} s "
+        f"(load average {os.getloadavg()[0]:.2f})",
+        flush=True,
+    )
+    targets = random.sample(handles, replies)
+    before = supervisor.last_report
+    if variant == "reset":
+        supervisor_module.release_sticky_queue = _unknown
+    try:
+        killed = time.time()
+        os.kill(pid, signal.SIGKILL)
+        sent: list[float] = []
+        for i, handle in enumerate(targets):
+            delay = killed + i * every - time.time()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            sent.append(time.time())
+            await handle.signal("customer_message", _reply(handle))
+        await wait_for(lambda: supervisor.last_report is not before, timeout=120, what="restart")
+    finally:
+        supervisor_module.release_sticky_queue = release_sticky_queue
+    answered: list[float] = []
+    for handle in targets:
+        at = await wait_for(functools.partial(_answered_after, handle, 1), timeout=120)
+        answered.append(at)
+    from_kill = [a - killed for a in answered]
+    from_signal = [a - s for a, s in zip(answered, sent, strict=True)]
+    report = supervisor.last_report
+    assert report is not None
+    print(
+        f"  {variant:<8} N={n}: reply answered, from the kill: p50 "
+        f"{statistics.median(from_kill):.3f} s, max {max(from_kill):.3f} s; from its Signal: p50 "
+        f"{statistics.median(from_signal):.3f} s, p90 {percentile(from_signal, 90):.3f} s, max "
+        f"{max(from_signal):.3f} s; replies sent 0-{(replies - 1) * every:.2f} s after the kill; "
+        f"successor polling after {report.seconds_to_ready:.3f} s; "
+        f"waited > 5 s: {sum(1 for s in from_signal if s > 5)}",
+        flush=True,
+    )
+
+
+async def _unknown(*args: object, **kwargs: object) -> None:
+    """The `reset` variant's release: the sticky queue's name unknown, so the supervisor falls
+    back to one reset per conversation."""
+    return None
+
+
+# Each round's orders start here: a round's N are numbered on from it.
+_ORDERS = iter(range(0, 10**9, 100_000))
+# Each conversation's customer, by workflow id: only the thread's customer answers questions.
+CUSTOMERS: dict[str, Actor] = {}
+
+
+def _reply(handle: WorkflowHandle) -> CustomerMessage:
+    return CustomerMessage(message_id=f"reply-{handle.id}", author=CUSTOMERS[handle.id], text="Yes")
+
+
+async def main(n: int, rounds: int, replies: int, every: float, variants: list[str]) -> None:
+    print(f"load average before: {os.getloadavg()[0]:.2f} ({os.cpu_count()} cores)", flush=True)
+    with tempfile.TemporaryDirectory() as tmp:
+        data_dir = Path(tmp)
+        temporal = TemporalSettings(
+            _env_file=None,
+            address=f"127.0.0.1:{free_port()}",
+            ui_port=free_port(),
+            task_queue="open-recovery",
+            control_task_queue="open-recovery-control",
+        )
+        settings = with_test_keys(AgentSettings(_env_file=None, data_dir=data_dir))
+        async with running_stack(temporal, settings, worker_env=child_env(data_dir)) as stack:
+            assert stack.supervisor is not None
+            server = stack.server.pid if stack.server else None
+            async with Sampler([server] if server else []) as sampler:
+                for r in range(rounds):
+                    for variant in variants if r % 2 == 0 else variants[::-1]:
+                        await _round(stack, variant, n, replies, every, r)
+            if server:
+                print(f"server peak RSS {sampler.usage.peak_rss[server] / 2**20:.0f} MB")
+    print(f"load average after: {os.getloadavg()[0]:.2f}", flush=True)
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--open", type=int, default=2000)
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--replies", type=int, default=20)
+    parser.add_argument("--every", type=float, default=0.05)
+    parser.add_argument("--variants", nargs="+", default=["shutdown", "reset"])
+    args = parser.parse_args()
+    run_benchmark(main(args.open, args.rounds, args.replies, args.every, args.variants))
