@@ -43,6 +43,7 @@ from worker.conversation_metrics import (
     ConversationMetrics,
 )
 from worker.sandbox import CompiledOnceSandboxRunner
+from worker.settings import DEFAULT_CACHED_CONVERSATIONS
 from worker.sticky import StickyProbe, announce_in_background
 from worker.telemetry import PREFIX, metric_meter
 
@@ -99,8 +100,10 @@ async def build_worker(
     *,
     host: str | None = None,
     interceptors: Sequence[Interceptor] = (),
+    cached_conversations: int = DEFAULT_CACHED_CONVERSATIONS,
 ) -> Worker:
     """`host`: the name in this Worker's identity (REFUND_BOT_HOST; default the hostname).
+    `cached_conversations`: WORKER_CACHED_CONVERSATIONS (worker.settings).
     `interceptors`: the composition root's own (the crash drill's pause, demo/drill.py)."""
     keep_bytecode(RefundConversation)
     domain, grants, ledger = await prepare_stores(settings)
@@ -130,6 +133,7 @@ async def build_worker(
         workflow_runner=CompiledOnceSandboxRunner(),
         sticky_queue_schedule_to_start_timeout=STICKY_TIMEOUT,
         max_concurrent_workflow_tasks=MAX_CONCURRENT_WORKFLOW_TASKS,
+        max_cached_workflows=cached_conversations,
         graceful_shutdown_timeout=timedelta(seconds=5),
     )
 
@@ -175,6 +179,7 @@ async def run_worker(
     host: str | None = None,
     go: Callable[[], Awaitable[None]] | None = None,
     interceptors: Sequence[Interceptor] = (),
+    cached_conversations: int = DEFAULT_CACHED_CONVERSATIONS,
 ) -> None:
     """Run until cancelled, then shut down gracefully (in-flight Activities get 5 s).
 
@@ -192,6 +197,7 @@ async def run_worker(
         grant_sources,
         host=host,
         interceptors=interceptors,
+        cached_conversations=cached_conversations,
     )
     # Before polling: conversations this code cannot replay are named now, in one line, not found
     # later as failing workflow tasks (docs/versioning.md).

@@ -81,6 +81,13 @@ def slot_address(address: str, slot: int) -> str:
     return f"{host}:{port + slot}"
 
 
+# The SDK's default (max_cached_workflows): about 185 KB of Worker memory per cached conversation,
+# so 1,000 keep a Worker near 300 MB (docs/benchmarks.md, "Open conversations").
+DEFAULT_CACHED_CONVERSATIONS = 1000
+# A bound that keeps a typo (an extra zero or three) from a Worker that grows out of its memory.
+MAX_CACHED_CONVERSATIONS = 100_000
+
+
 class ProcessSettings(BaseSettings):
     model_config = SettingsConfigDict(env_file=".env", extra="ignore", env_ignore_empty=True)
 
@@ -92,6 +99,16 @@ class ProcessSettings(BaseSettings):
     # that dies takes only its own conversations' caches: the other Worker's carry on without a
     # replay (docs/benchmarks.md, "Recovery after a SIGKILL"). Each is one interpreter (one core).
     workers: int = Field(default=1, ge=1, le=16, alias="REFUND_BOT_WORKERS")
+    # Conversations each Worker keeps in memory (the SDK's max_cached_workflows). A cached one
+    # answers a reply from where it stands; an evicted one is replayed from its history first
+    # (tens of milliseconds of CPU, and one history read). Each cached one costs the Worker about
+    # 185 KB of memory (docs/benchmarks.md, "Open conversations").
+    cached_conversations: int = Field(
+        default=DEFAULT_CACHED_CONVERSATIONS,
+        ge=1,
+        le=MAX_CACHED_CONVERSATIONS,
+        alias="WORKER_CACHED_CONVERSATIONS",
+    )
     # Where `refund-bot bot` and `refund-bot run` serve /healthz and /metrics; "off": nowhere.
     metrics_address: str = Field(default="127.0.0.1:9464", alias="METRICS_ADDRESS")
     # Where each `refund-bot worker` serves /metrics; "off": nowhere. A supervisor's children
