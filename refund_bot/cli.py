@@ -74,7 +74,7 @@ async def _worker(cfg: Config, standby: bool = False, metrics_slot: int = 0) -> 
     from worker.settings import slot_address
 
     # Under a supervisor: exit with it, even if it dies by SIGKILL where prctl cannot tie us to it.
-    watch_lifeline()
+    supervised = watch_lifeline()
     keys = codec_keys(cfg.agent)
     if not keys:
         raise NoCodecKey  # a Worker never writes a conversation to Temporal in clear
@@ -94,6 +94,9 @@ async def _worker(cfg: Config, standby: bool = False, metrics_slot: int = 0) -> 
             grant_sources(cfg.agent, cfg.slack, cfg.discord, closing=connections),
             host=cfg.process.host,
             cached_conversations=cfg.process.cached_conversations,
+            # Under systemd or Kubernetes nobody else releases a SIGKILLed predecessor's
+            # conversations; a supervisor does it for its own children, from the death on.
+            release_previous=not supervised,
             # The wait itself, made only once the standby is ready: a standby stopped while still
             # starting never made a coroutine it would leave unawaited.
             go=_promoted if standby else None,

@@ -54,6 +54,7 @@ _NOT_KEPT = (
 # "refund-bot-worker-4242@host" (ours), "4242@host" (the SDKs' default identity).
 _IDENTITY = re.compile(r"(\d+)@([^@\s]+)")
 _SUPERVISOR = re.compile(r"^refund-bot-supervisor-\d+@([^@\s]+)$")
+_WORKER = re.compile(r"^refund-bot-worker-(\d+)@([^@\s]+)$")
 
 
 async def workflow_pollers(client: Client, namespace: str, task_queue: str) -> list[PollerInfo]:
@@ -152,6 +153,27 @@ async def live_supervisors(
         if match := _SUPERVISOR.match(identity):
             found[match.group(1)] = identity
     return found
+
+
+async def gone_here(client: Client, namespace: str, task_queue: str, identity: str) -> list[str]:
+    """The refund-bot Workers of this host (the one `identity` names) that polled `task_queue`
+    lately and whose process no longer runs here, and `identity` itself: a container restarted
+    after a SIGKILL gives its Worker the pid, hence the identity, it had. The pid is read on this
+    machine, so a host's name (REFUND_BOT_HOST) must name one machine."""
+    match = _WORKER.match(identity)
+    if match is None:
+        return [identity]
+    own_pid, host = int(match.group(1)), match.group(2)
+    now = time.time()
+    found = {identity}
+    for poller in await workflow_pollers(client, namespace, task_queue):
+        other = _WORKER.match(poller.identity)
+        if other is None or other.group(2) != host or int(other.group(1)) == own_pid:
+            continue
+        recent = now - poller.last_access_time.ToSeconds() <= _POLLER_SEEN_WITHIN
+        if recent and not alive(int(other.group(1))):
+            found.add(poller.identity)
+    return sorted(found)
 
 
 async def supervisor_hosts(client: Client, namespace: str, control_task_queue: str) -> list[str]:

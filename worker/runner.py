@@ -44,17 +44,18 @@ from worker.conversation_metrics import (
 )
 from worker.sandbox import CompiledOnceSandboxRunner
 from worker.settings import DEFAULT_CACHED_CONVERSATIONS
-from worker.sticky import StickyProbe, announce_in_background
+from worker.sticky import StickyProbe, announce_in_background, release_previous_here
 from worker.telemetry import PREFIX, metric_meter
 
 log = logging.getLogger(__name__)
 
 # How long a conversation's next workflow task waits on this Worker's sticky queue (where its
 # cached state is) before Temporal hands it to any Worker, which must replay it: the SDK's default.
-# The supervisor resets the sticky queues of a Worker it saw die, so this bounds only a death
-# nobody saw (its host lost with it). Shorter is worse under load: with 2 s, a live Worker busy
-# replaying a dead one's conversations let 76 of its own 100 time out to the other Worker, each
-# replayed there (200 held conversations: 13.5 s against 11.3 s, docs/benchmarks.md).
+# A dead Worker's sticky queue is released by its supervisor, or (no supervisor) by its successor
+# on the host as it starts (worker.sticky), so this bounds only a death nobody follows up (its
+# host lost with it, or no successor started). Shorter is worse under load: with 2 s, a live
+# Worker busy replaying a dead one's conversations let 76 of its own 100 time out to the other
+# Worker, each replayed there (200 held conversations: 13.5 s against 11.3 s, docs/benchmarks.md).
 STICKY_TIMEOUT = timedelta(seconds=10)
 
 # Workflow tasks this Worker works on at once (the SDK's default is 100). They share one
@@ -180,8 +181,12 @@ async def run_worker(
     go: Callable[[], Awaitable[None]] | None = None,
     interceptors: Sequence[Interceptor] = (),
     cached_conversations: int = DEFAULT_CACHED_CONVERSATIONS,
+    release_previous: bool = False,
 ) -> None:
     """Run until cancelled, then shut down gracefully (in-flight Activities get 5 s).
+
+    `release_previous`: a Worker no supervisor watches releases, as it starts, the sticky queues
+    of this host's Workers that are gone (worker.sticky.release_previous_here).
 
     `go`: a warm standby's signal, called once everything slow (imports, the connection, the
     stores, the workflow sandbox's checks) is done; polling starts the moment it completes.
@@ -189,6 +194,15 @@ async def run_worker(
     `refund-bot worker` cancels it on SIGTERM, SIGHUP or SIGINT (worker.lifecycle.until_stopped);
     a SIGKILL is not graceful, and that is the drill.
     """
+    # From the first moment, beside the slow build: each reply queued on a dead predecessor's
+    # sticky queue waits until this release (or the 10 s sticky timeout), not until this polls.
+    releasing = (
+        asyncio.create_task(
+            release_previous_here(client, temporal.task_queue, worker_identity(host=host))
+        )
+        if release_previous
+        else None
+    )
     worker = await build_worker(
         client,
         temporal.task_queue,
@@ -219,9 +233,11 @@ async def run_worker(
         # Once polling: the probe's tasks need this Worker. Its name is then in Temporal for
         # whoever outlives this process (worker.sticky).
         announcing = asyncio.create_task(
-            announce_in_background(client, temporal.task_queue, identity)
+            announce_in_background(client, temporal.task_queue, identity, after=releasing)
         )
         try:
             await asyncio.Event().wait()
         finally:
             announcing.cancel()
+            if releasing is not None:
+                releasing.cancel()

@@ -6,6 +6,8 @@
     Worker dies -> release_sticky_queue(identity): the probe's history names the queue
         -> ShutdownWorker(sticky_task_queue): Temporal unloads it, one call for any number of
            conversations
+    (no supervisor) its successor starts -> release_previous_here: the same, for this host's
+        Workers whose process is gone
 
 Temporal routes each conversation's next workflow task to the sticky queue of the Worker that
 holds it in its cache. The SDK names that queue "<identity>-<random uuid>" and says the name to
@@ -45,15 +47,22 @@ from temporalio.client import Client
 from temporalio.common import WorkflowIDConflictPolicy
 from temporalio.service import RPCError, RPCStatusCode
 
+from worker.pollers import gone_here
+
 log = logging.getLogger(__name__)
 
 PROBE_WORKFLOW = "RefundBotStickyProbe"
 # A probe whose Worker died half way through ends on its own.
 _PROBE_TIMEOUT = timedelta(seconds=30)
-# A dead Worker's sticky queue is polled this long before it is unloaded: its backlog is read
-# and handed over in milliseconds once a poll loads the queue.
+# A dead Worker's sticky queue is polled at least this long before it is unloaded, and on until
+# no task has come for _DRAIN_QUIET: its backlog (a reply per conversation that heard from its
+# customer since the death) is read at a few milliseconds a task, and a fixed window would leave
+# the rest of a large backlog there, each task waiting out the sticky timeout. Past the sticky
+# timeout (worker.runner.STICKY_TIMEOUT) Temporal moves what is left anyway: the drain ends then.
 _DRAIN = 0.5
-_DRAIN_POLLERS = 2
+_DRAIN_QUIET = 0.25
+_DRAIN_MAX = 10.0
+_DRAIN_POLLERS = 4
 # Temporal refuses a long poll shorter than a few seconds; the unload ends it sooner.
 _DRAIN_POLL_TIMEOUT = timedelta(seconds=10)
 # With several Workers on the queue, the probe's first task may go to another one: tries.
@@ -150,12 +159,13 @@ async def release_sticky_queue(
 
     ShutdownWorker alone would leave the tasks queued since the death where they are, each
     waiting out the sticky timeout (10 s). So the queue is first polled as its Worker would,
-    _DRAIN_POLLERS polls at once for _DRAIN seconds, and each task taken is failed with
-    ResetStickyTaskQueue: what an SDK answers when a sticky task names a Workflow it no longer
-    caches. Temporal clears the conversation's stickiness and schedules the task again at once
-    on the normal queue, without counting an attempt (a WorkflowTaskFailed event in its
-    history, no command: replay is unchanged). Then ShutdownWorker, while the polls still wait:
-    a task added before it meets a poll; one after it goes to the normal queue directly."""
+    _DRAIN_POLLERS polls at once until the tasks stop coming (_DRAIN, _DRAIN_QUIET), and each
+    task taken is failed with ResetStickyTaskQueue: what an SDK answers when a sticky task names
+    a Workflow it no longer caches. Temporal clears the conversation's stickiness and schedules
+    the task again at once on the normal queue, without counting an attempt (a
+    WorkflowTaskFailed event in its history, no command: replay is unchanged). Then
+    ShutdownWorker, while the polls still wait: a task added before it meets a poll; one after
+    it goes to the normal queue directly."""
     sticky = sticky or await sticky_queue_of(client, identity)
     if sticky is None:
         return None
@@ -164,9 +174,11 @@ async def release_sticky_queue(
     )
     drained = 0
     unloaded = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    began = last = loop.time()
 
     async def poll() -> None:
-        nonlocal drained
+        nonlocal drained, last
         while not unloaded.is_set():
             try:
                 task = await client.workflow_service.poll_workflow_task_queue(
@@ -181,6 +193,7 @@ async def release_sticky_queue(
             if not task.task_token:
                 continue  # its unload answers an outstanding poll with nothing
             drained += 1
+            last = loop.time()
             with contextlib.suppress(RPCError):  # it timed out or closed meanwhile
                 await client.workflow_service.respond_workflow_task_failed(
                     RespondWorkflowTaskFailedRequest(
@@ -210,7 +223,11 @@ async def release_sticky_queue(
 
     polls = [asyncio.ensure_future(poll()) for _ in range(_DRAIN_POLLERS)]
     try:
-        await asyncio.wait(polls, timeout=_DRAIN)
+        while not all(p.done() for p in polls):
+            until = min(max(began + _DRAIN, last + _DRAIN_QUIET), began + _DRAIN_MAX)
+            if loop.time() >= until:
+                break
+            await asyncio.wait(polls, timeout=until - loop.time())
     finally:
         unloaded.set()
         await unload()
@@ -221,9 +238,42 @@ async def release_sticky_queue(
     return drained
 
 
-async def announce_in_background(client: Client, task_queue: str, identity: str) -> None:
+async def release_previous_here(client: Client, task_queue: str, identity: str) -> list[str]:
+    """At the start of a Worker no supervisor watches (`refund-bot worker` under systemd or
+    Kubernetes, restarted after a SIGKILL): release the sticky queues of this host's Workers that
+    are gone (worker.pollers.gone_here), its own previous self included. Nobody else would: the
+    conversations they held would each wait out the sticky timeout, 10 s, on a queue nobody
+    polls. Called before this Worker announces its own queue (the same identity's probe). Returns
+    the identities whose queue was released; a failure is logged, and costs only that wait."""
+    try:
+        gone = await gone_here(client, client.namespace, task_queue, identity)
+        released = await asyncio.gather(
+            *(
+                release_sticky_queue(
+                    client, old, task_queue, by=identity, reason="gone; released by its successor"
+                )
+                for old in gone
+            )
+        )
+    except RPCError as err:
+        log.warning("Could not release the sticky queues of this host's previous Workers: %s", err)
+        return []
+    found = []
+    for old, drained in zip(gone, released, strict=True):
+        if drained is not None:
+            log.info("Released the sticky queue of %s (%d task(s) sent on)", old, drained)
+            found.append(old)
+    return found
+
+
+async def announce_in_background(
+    client: Client, task_queue: str, identity: str, *, after: Awaitable[object] | None = None
+) -> None:
     """announce_sticky_queue, logged: a Worker that cannot announce still works (its
-    conversations are then released one by one, the slower way)."""
+    conversations are then released one by one, the slower way). `after`: awaited first (the
+    release of this identity's previous queue, which reads the probe this announce replaces)."""
+    if after is not None:
+        await after
     try:
         sticky = await asyncio.wait_for(
             announce_sticky_queue(client, task_queue, identity), _PROBE_TIMEOUT.total_seconds()

@@ -3,12 +3,14 @@
 Run as `python -m tests.support.dummy_worker`. It reads TemporalSettings from the environment the
 supervisor sets (TEMPORAL_ADDRESS, TEMPORAL_NAMESPACE, TEMPORAL_TASK_QUEUE, REFUND_BOT_HOST) and its
 codec keys from CODEC_KEYS, polls `settings.task_queue` with the identity `worker_identity()` on
-its host, announces its sticky queue (worker.sticky) and exits cleanly on SIGTERM.
+its host, announces its sticky queue (worker.sticky) and exits cleanly on SIGTERM. Started without
+a supervisor (no lifeline), it first releases its gone predecessors' sticky queues.
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
 import signal
 
 from temporalio import workflow
@@ -17,8 +19,9 @@ from temporalio.worker import Worker
 from agent.settings import TemporalSettings
 from agent.temporal_client import connect
 from worker.control import worker_identity
+from worker.lifecycle import LIFELINE_ENV
 from worker.settings import ProcessSettings
-from worker.sticky import StickyProbe, announce_in_background
+from worker.sticky import StickyProbe, announce_in_background, release_previous_here
 
 
 @workflow.defn(name="Echo")
@@ -46,6 +49,9 @@ async def main() -> None:
     stop = asyncio.Event()
     asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
     identity = worker_identity(host=host)
+    # As `refund-bot worker` does when no supervisor started it (no lifeline).
+    if LIFELINE_ENV not in os.environ:
+        await release_previous_here(client, settings.task_queue, identity)
     async with Worker(
         client, task_queue=settings.task_queue, workflows=[Echo, StickyProbe], identity=identity
     ):
