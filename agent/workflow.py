@@ -142,6 +142,15 @@ REFUND_STEP_TIMEOUT = timedelta(minutes=1)
 # every second, so a slow call is not taken for a dead Worker, and a dead Worker's call is retried
 # elsewhere within seconds.
 HEARTBEAT_TIMEOUT = timedelta(seconds=4)
+# The same window for the refund, the one effect a retry would call twice (its idempotency key
+# then returns the same refund, but the owner was still asked twice). A heartbeat timeout counts
+# from the server's hand-over of the task (ActivityTaskStarted), not from the moment the Worker
+# runs it: a Worker busy with other conversations (one interpreter; its event loop shares the
+# GIL with up to MAX_CONCURRENT_WORKFLOW_TASKS workflow tasks) has started an Activity more than
+# 4 s after taking it, and the 4 s window then retried a refund that was still going. The Worker
+# is built to keep a workflow task under its 10 s timeout under load (worker.runner); the refund's
+# window is three times that. Only a refund in flight when its Worker dies waits it out.
+REFUND_HEARTBEAT_TIMEOUT = timedelta(seconds=30)
 # A post is first tried inside the workflow task that decided it (one attempt): a healthy platform
 # answers in tens of milliseconds. A platform slower than this, or failing, ends the try and the
 # regular Activity takes over with its day of retries (POST_RETRY).
@@ -638,6 +647,7 @@ class RefundConversation:
                     currency=order.currency,
                 ),
                 start_to_close=REFUND_STEP_TIMEOUT,
+                heartbeat=REFUND_HEARTBEAT_TIMEOUT,
             )
         except ActivityError as err:
             workflow.logger.error("EXTERNAL EFFECT | refund failed: %s", _cause(err))
@@ -711,7 +721,12 @@ class RefundConversation:
         return await self._outlast(activity, arg, failure, start_to_close=SHORT_STEP_TIMEOUT)
 
     async def _step(
-        self, activity: Callable[..., Awaitable[T]], arg: Any, *, start_to_close: timedelta
+        self,
+        activity: Callable[..., Awaitable[T]],
+        arg: Any,
+        *,
+        start_to_close: timedelta,
+        heartbeat: timedelta = HEARTBEAT_TIMEOUT,
     ) -> T:
         """A step that waits on the outside world (the model, the refund's owner): a regular
         Activity that heartbeats, retried quickly; a dependency still down is waited out."""
@@ -720,7 +735,7 @@ class RefundConversation:
                 activity,
                 arg,
                 start_to_close_timeout=start_to_close,
-                heartbeat_timeout=HEARTBEAT_TIMEOUT,
+                heartbeat_timeout=heartbeat,
                 schedule_to_close_timeout=self._timing.quick_retry + start_to_close,
                 retry_policy=QUICK_RETRY,
             )
@@ -729,7 +744,7 @@ class RefundConversation:
                 raise
             failure = _cause(err)
         return await self._outlast(
-            activity, arg, failure, start_to_close=start_to_close, heartbeat=HEARTBEAT_TIMEOUT
+            activity, arg, failure, start_to_close=start_to_close, heartbeat=heartbeat
         )
 
     async def _outlast(

@@ -58,6 +58,7 @@ from refund_bot.wiring import local_thread_store
 from worker.lifecycle import terminate
 from worker.runner import prepare_stores
 from worker.server import _tail
+from worker.sticky import PROBE_WORKFLOW
 
 REFUND_BOT = "refund-bot"
 REFERENCE = "reference"
@@ -201,8 +202,12 @@ async def _reference_starts(bench: Bench, queue: str, n: int) -> list[Callable[[
     return [functools.partial(one, i) for i in range(n)]
 
 
+# A queue's conversations: not refund-bot's sticky probe (worker.sticky), one per Worker.
+_CONVERSATIONS = f"TaskQueue = '{{}}' AND WorkflowType != '{PROBE_WORKFLOW}'"
+
+
 async def _count(client: Client, queue: str, condition: str) -> int:
-    return (await client.count_workflows(f"TaskQueue = '{queue}' AND {condition}")).count
+    return (await client.count_workflows(f"{_CONVERSATIONS.format(queue)} AND {condition}")).count
 
 
 async def _reference_refunds(bench: Bench, queue: str) -> int:
@@ -239,7 +244,7 @@ async def cell(bench: Bench, side: str, n: int, w: int) -> Cell:
         last: datetime | None = None
         sample: str | None = None
         statuses: dict[WorkflowExecutionStatus | None, int] = {}
-        async for run in client.list_workflows(f"TaskQueue = '{queue}'"):
+        async for run in client.list_workflows(_CONVERSATIONS.format(queue)):
             statuses[run.status] = statuses.get(run.status, 0) + 1
             sample = sample or run.id
             first = min(first or run.start_time, run.start_time)

@@ -1,0 +1,62 @@
+"""A busy Worker does not get a refund retried: the refund's heartbeat timeout counts from the
+server's hand-over of the task, and a Worker busy with other conversations starts it late."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from typing import Any
+
+from temporalio import activity
+from temporalio.api.enums.v1 import EventType
+from temporalio.worker import (
+    ActivityInboundInterceptor,
+    ExecuteActivityInput,
+    Interceptor,
+)
+
+from agent.stores.databases import database_for
+from agent.stores.ledger import Ledger
+from harness.conversation import LocalConversation
+from worker.runner import build_worker
+
+# Longer than a 4 s heartbeat timeout plus the first heartbeat's second: what a Worker busy with
+# other conversations was measured to take, under load, between taking a task and starting it.
+BUSY_SECONDS = 6.0
+
+
+class BusyFirstRefund(Interceptor):
+    def intercept_activity(self, next: ActivityInboundInterceptor) -> ActivityInboundInterceptor:
+        return _Busy(next)
+
+
+class _Busy(ActivityInboundInterceptor):
+    async def execute_activity(self, input: ExecuteActivityInput) -> Any:
+        info = activity.info()
+        if info.activity_type == "issue_refund" and info.attempt == 1:
+            # The Worker's event loop held (as by other conversations' work, GIL and all) after
+            # Temporal handed the task over and before the Activity's first line runs.
+            time.sleep(BUSY_SECONDS)  # noqa: ASYNC251
+        return await super().execute_activity(input)
+
+
+async def test_a_refund_started_late_by_a_busy_worker_is_not_retried(
+    client, agent_settings, threads
+) -> None:
+    task_queue = f"test-busy-{uuid.uuid4().hex[:8]}"
+    worker = await build_worker(
+        client, task_queue, agent_settings, {"local": threads}, interceptors=[BusyFirstRefund()]
+    )
+    async with worker:
+        conv = LocalConversation(client, threads, task_queue)
+        handle = await conv.open("please refund order 1234")
+        await conv.answer_the_questions()
+        outcome = await handle.result()
+    assert outcome.status == "refunded"
+    refunds = await Ledger(database_for(agent_settings)).refunds_for_workflow(handle.id)
+    # The owner was asked once: no attempt timed out while the first was still to run.
+    assert [r.calls for r in refunds] == [1]
+    history = await handle.fetch_history()
+    assert not any(
+        e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_TIMED_OUT for e in history.events
+    )
