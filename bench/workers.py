@@ -43,10 +43,9 @@ async def _spawn(
         )
 
 
-async def refund_bot_worker(
-    address: str, queue: str, data_dir: Path, log: Path
-) -> asyncio.subprocess.Process:
-    env = {
+def refund_bot_env(address: str, queue: str, data_dir: Path) -> dict[str, str]:
+    """The environment of a benchmark's `refund-bot worker`."""
+    return {
         **clean_environment(),
         "SLACK_BOT_TOKEN": "",
         "SLACK_APP_TOKEN": "",
@@ -58,6 +57,12 @@ async def refund_bot_worker(
         "TEMPORAL_TASK_QUEUE": queue,
         "TEMPORAL_CONTROL_TASK_QUEUE": f"{queue}-control",
     }
+
+
+async def refund_bot_worker(
+    address: str, queue: str, data_dir: Path, log: Path
+) -> asyncio.subprocess.Process:
+    env = refund_bot_env(address, queue, data_dir)
     return await _spawn([sys.executable, "-m", "refund_bot", "worker"], env, log, lifeline=True)
 
 
