@@ -33,7 +33,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from temporalio.api.enums.v1 import EventType
+from temporalio.api.enums.v1 import EventType, TimeoutType
 from temporalio.client import WorkflowHandle
 
 import worker.supervisor as supervisor_module
@@ -42,7 +42,7 @@ from agent.settings import AgentSettings, TemporalSettings
 from agent.versions import version_attributes
 from agent.workflow import RefundConversation
 from bench import percentile, run_benchmark
-from bench.proc import Sampler, wait_idle
+from bench.proc import Sampler, rss_bytes, wait_idle
 from harness import free_port
 from harness.codec import with_test_keys
 from harness.conditions import wait_for
@@ -129,7 +129,7 @@ async def _round(stack: Stack, variant: str, n: int, replies: int, every: float,
     )
     print(
         f"round {r} ({variant}): {n} conversations open in {time.monotonic() - opened:.0f} s "
-        f"(load average {os.getloadavg()[0]:.2f})",
+        f"(load average {os.getloadavg()[0]:.2f}); Worker RSS {rss_bytes(pid) / 2**20:.0f} MB",
         flush=True,
     )
     targets = random.sample(handles, replies)
@@ -153,6 +153,7 @@ async def _round(stack: Stack, variant: str, n: int, replies: int, every: float,
     for handle in targets:
         at = await wait_for(functools.partial(_answered_after, handle, 1), timeout=120)
         answered.append(at)
+    timed_out = await _timed_out(targets)
     from_kill = [a - killed for a in answered]
     from_signal = [a - s for a, s in zip(answered, sent, strict=True)]
     report = supervisor.last_report
@@ -163,9 +164,32 @@ async def _round(stack: Stack, variant: str, n: int, replies: int, every: float,
         f"{statistics.median(from_signal):.3f} s, p90 {percentile(from_signal, 90):.3f} s, max "
         f"{max(from_signal):.3f} s; replies sent 0-{(replies - 1) * every:.2f} s after the kill; "
         f"successor polling after {report.seconds_to_ready:.3f} s; "
-        f"waited > 5 s: {sum(1 for s in from_signal if s > 5)}",
+        f"waited > 5 s: {sum(1 for s in from_signal if s > 5)}; workflow tasks timed out after "
+        f"the reply: {timed_out or 'none'}",
         flush=True,
     )
+
+
+async def _timed_out(handles: list[WorkflowHandle]) -> dict[str, int]:
+    """The workflow tasks that timed out after each conversation's reply, by timeout: one left
+    on the dead sticky queue (schedule-to-start), or one handed to a poll of the dead Worker
+    that Temporal had not yet seen go (start-to-close)."""
+    found: dict[str, int] = {}
+    for handle in handles:
+        signals = 0
+        taken_by = ""
+        for event in (await handle.fetch_history()).events:
+            if event.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED:
+                signals += 1
+            elif event.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_STARTED:
+                taken_by = event.workflow_task_started_event_attributes.identity
+            elif event.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_TIMED_OUT and signals > 1:
+                kind = TimeoutType.Name(event.workflow_task_timed_out_event_attributes.timeout_type)
+                key = kind.removeprefix("TIMEOUT_TYPE_").lower()
+                if key == "start_to_close":
+                    key += f" (taken by {taken_by})"
+                found[key] = found.get(key, 0) + 1
+    return found
 
 
 async def _unknown(*args: object, **kwargs: object) -> None:
