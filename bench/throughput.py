@@ -86,6 +86,9 @@ class Cell:
     events: int = 0
     history_bytes: int = 0
     history_size: int = 0
+    # Refunds whose owner was asked more than once (a retried attempt): the key returned the same
+    # refund, but a retry under load is a timeout set too short.
+    retried: int = 0
 
     @property
     def per_second(self) -> float:
@@ -101,7 +104,7 @@ class Cell:
             f"   peak RSS: Workers "
             f"{self.worker_rss / 2**20:.0f} MB, server {self.server_rss / 2**20:.0f} MB   "
             f"one history: {self.events} events, {self.history_bytes:,d} payload bytes, "
-            f"{self.history_size:,d} bytes in all"
+            f"{self.history_size:,d} bytes in all   refunds asked more than once: {self.retried}"
         )
 
 
@@ -217,6 +220,13 @@ async def _reference_refunds(bench: Bench, queue: str) -> int:
     return total
 
 
+async def _reference_retried(bench: Bench, queue: str) -> int:
+    total = 0
+    for ledger in (bench.data_dir / REFERENCE).glob(f"{queue}-*/effect-ledger.json"):
+        total += sum(r["calls"] > 1 for r in json.loads(ledger.read_text())["refunds"].values())
+    return total
+
+
 async def cell(bench: Bench, side: str, n: int, w: int) -> Cell:
     queue = f"{side}-{n}-{w}-{uuid.uuid4().hex[:6]}"
     client = bench.clients[side]
@@ -261,6 +271,13 @@ async def cell(bench: Bench, side: str, n: int, w: int) -> Cell:
         )
         if refunds != n:
             raise RuntimeError(f"{side} {queue}: {refunds} refunds for {n} conversations")
+        if side == REFUND_BOT:
+            made = await refunds_made(settings)
+            result.retried = sum(
+                r.workflow_id.startswith(f"{queue}-") and r.calls > 1 for r in made
+            )
+        else:
+            result.retried = await _reference_retried(bench, queue)
         handle = client.get_workflow_handle(sample)
         history = await handle.fetch_history()
         result.events, result.history_bytes = len(history.events), payload_bytes(history)
