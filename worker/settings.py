@@ -81,8 +81,9 @@ def slot_address(address: str, slot: int) -> str:
     return f"{host}:{port + slot}"
 
 
-# The SDK's default (max_cached_workflows): about 185 KB of Worker memory per cached conversation,
-# so 1,000 keep a Worker near 300 MB (docs/benchmarks.md, "Open conversations").
+# The SDK's default (max_cached_workflows): about 0.25 MB of Worker memory per cached conversation;
+# a Worker with 10,000 open, 1,000 cached, measured 366 MB (docs/benchmarks.md, "Open
+# conversations").
 DEFAULT_CACHED_CONVERSATIONS = 1000
 # A bound that keeps a typo (an extra zero or three) from a Worker that grows out of its memory.
 MAX_CACHED_CONVERSATIONS = 100_000
@@ -102,7 +103,7 @@ class ProcessSettings(BaseSettings):
     # Conversations each Worker keeps in memory (the SDK's max_cached_workflows). A cached one
     # answers a reply from where it stands; an evicted one is replayed from its history first
     # (tens of milliseconds of CPU, and one history read). Each cached one costs the Worker about
-    # 185 KB of memory (docs/benchmarks.md, "Open conversations").
+    # 0.25 MB of memory (docs/benchmarks.md, "Open conversations").
     cached_conversations: int = Field(
         default=DEFAULT_CACHED_CONVERSATIONS,
         ge=1,
