@@ -5,10 +5,15 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import pytest
+from pydantic import ValidationError
+
 from agent.settings import AgentSettings, CodecServerSettings, TemporalSettings
 from bot.discord.settings import DiscordSettings
 from bot.slack.settings import SlackSettings
 from refund_bot.config import setting_names
+from worker.runner import build_worker
+from worker.settings import ProcessSettings
 
 EXAMPLE = Path(__file__).parent.parent / ".env.example"
 
@@ -33,3 +38,22 @@ def test_a_copy_of_env_example_runs_offline(monkeypatch) -> None:
     assert [agent.demo_customer_for(p) for p in ("local", "slack", "discord")] == [None] * 3
     assert not SlackSettings(_env_file=EXAMPLE).enabled
     assert not DiscordSettings(_env_file=EXAMPLE).enabled
+
+
+def test_the_workflow_cache_size_is_a_bounded_setting(monkeypatch) -> None:
+    monkeypatch.setenv("WORKER_CACHED_CONVERSATIONS", "250")
+    assert ProcessSettings(_env_file=None).cached_conversations == 250
+    monkeypatch.delenv("WORKER_CACHED_CONVERSATIONS")
+    assert ProcessSettings(_env_file=None).cached_conversations == 1000  # the SDK's default
+    monkeypatch.setenv("WORKER_CACHED_CONVERSATIONS", "1000000")  # an extra zero or three
+    with pytest.raises(ValidationError):
+        ProcessSettings(_env_file=None)
+
+
+async def test_the_worker_caches_as_many_conversations_as_set(
+    client, agent_settings, threads
+) -> None:
+    worker = await build_worker(
+        client, "test-cache-size", agent_settings, {"local": threads}, cached_conversations=250
+    )
+    assert worker.config()["max_cached_workflows"] == 250
