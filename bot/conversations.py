@@ -12,8 +12,16 @@ anything that must wait: Temporal down, an earlier entry retrying). `on_message`
 are both, for adapters whose ack is the handler's return. Bots, edits, deletions and redeliveries
 never reach the agent; the Workflow ID is derived from the thread; delivery is one call to
 Temporal (signal-with-start or a Signal), and a describe only when the Signal finds no running
-Workflow. An entry that fails on its own is retried with backoff and, after MAX_ATTEMPTS (or at
-once if it can never be read again), kept as a dead letter with its error.
+Workflow. A customer's message delivered right after its ack goes as an Update first
+(`customer_message_update`): a Worker takes it at once, where a Signal's workflow task waits for
+the server's next read of its transfer queue (up to 50 ms with Temporal's default settings). An
+Update needs a Worker to accept it: if none accepts it within UPDATE_ACCEPT_TIMEOUT, or it is
+refused (an older Worker has no such handler, the conversation has closed), the same message goes
+as the Signal, which needs no Worker; the Workflow takes a message id once, whichever way it came.
+The inbox's own delivery (after an outage, behind an entry waiting on its retry) sends Signals:
+a drain never waits on a Worker. An entry that fails on its own is retried with backoff and,
+after MAX_ATTEMPTS (or at once if it can never be read again), kept as a dead letter with its
+error.
 """
 
 from __future__ import annotations
@@ -31,7 +39,13 @@ from typing import Any, Literal, Protocol, TypeVar
 
 from pydantic import BaseModel, ValidationError
 from temporalio import workflow
-from temporalio.client import Client, WorkflowExecutionStatus
+from temporalio.client import (
+    Client,
+    WorkflowExecutionStatus,
+    WorkflowUpdateFailedError,
+    WorkflowUpdateRPCTimeoutOrCancelledError,
+    WorkflowUpdateStage,
+)
 from temporalio.common import MetricMeter, WorkflowIDReusePolicy
 from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
@@ -62,6 +76,13 @@ MAX_SIGNAL_TEXT = MAX_TEXT_CHARS
 # How long one call to Temporal may take before the message goes to the inbox instead. Short, so
 # an adapter's reply to the customer never waits on a Temporal that is down.
 RPC_TIMEOUT = timedelta(seconds=5)
+# How long a customer's message waits for a Worker to accept it as an Update before it goes as the
+# Signal instead. A Worker accepts it in the workflow task that also runs the agent's next step
+# (its decide step and first post try run inside that task), so this bounds what the router waits
+# on the agent too. With a Worker polling, acceptance took 17 ms at p50 and 71 ms at p99 (the
+# turn's own figures, bench.turn_update, docs/benchmarks.md); with none, the message is a Signal
+# this long after its ack, and is taken as soon as a Worker comes.
+UPDATE_ACCEPT_TIMEOUT = timedelta(seconds=1)
 # Answers that say Temporal itself cannot be used right now (down, overloaded, this client not let
 # in): no entry can be delivered, so none is blamed for it; everything waits.
 _UNREACHABLE = {
@@ -270,8 +291,13 @@ class ConversationRouter:
         inbox_retry: Backoff = INBOX_RETRY,
         unreachable_retry: Backoff = UNREACHABLE_RETRY,
         meter: MetricMeter | None = None,
+        message_updates: bool = True,
+        update_accept_timeout: timedelta = UPDATE_ACCEPT_TIMEOUT,
     ) -> None:
         self._client = client
+        # False: every customer message goes as the Signal (bench.turn_update compares the two).
+        self._message_updates = message_updates
+        self._update_accept_timeout = update_accept_timeout
         self._task_queue = task_queue
         self._opened = (meter or MetricMeter.noop).create_counter(OPENED, OPENED_DESCRIPTION)
         self._inbox = inbox
@@ -392,17 +418,20 @@ class ConversationRouter:
         if first.seq != kept.seq or (first.retry_at is not None and first.retry_at > time.time()):
             return Routed.QUEUED  # an earlier entry of this conversation goes first
         try:
-            routed = await self._deliver_entry(first, kept.workflow_id)
+            routed = await self._deliver_entry(first, kept.workflow_id, prompt=True)
         except _Unreachable:
             return Routed.QUEUED
         return Routed.QUEUED if routed is None else routed
 
-    async def _deliver_entry(self, pending: Pending, workflow_id: str) -> Routed | None:
+    async def _deliver_entry(
+        self, pending: Pending, workflow_id: str, *, prompt: bool = False
+    ) -> Routed | None:
         """Deliver one inbox entry and remove it; None (the entry stays, its failure recorded)
-        when it could not be delivered now. Raises _Unreachable when Temporal cannot be used."""
+        when it could not be delivered now. Raises _Unreachable when Temporal cannot be used.
+        `prompt`: right after its ack, a customer's message goes as an Update first."""
         payload = _decode(pending)
         try:
-            routed = await self._deliver(pending.kind, payload)
+            routed = await self._deliver(pending.kind, payload, prompt=prompt)
         except Exception as err:
             if _unreachable(err):
                 log.warning(
@@ -422,18 +451,19 @@ class ConversationRouter:
     # To Temporal
     # ------------------------------------------------------------------------------------------
 
-    async def _deliver(self, kind: str, payload: BaseModel) -> Routed:
+    async def _deliver(self, kind: str, payload: BaseModel, *, prompt: bool = False) -> Routed:
         if kind == "start":
             assert isinstance(payload, ConversationStart)
             return await self._start(payload)
         if kind == "message":
             assert isinstance(payload, InboundMessage)
-            signal = CustomerMessage(
+            message = CustomerMessage(
                 message_id=payload.message_id, author=payload.author, text=payload.text
             )
-            return await self._signal(
-                workflow_id_for(payload.thread), RefundConversation.customer_message, signal
-            )
+            workflow_id = workflow_id_for(payload.thread)
+            if prompt and self._message_updates and await self._update(workflow_id, message):
+                return Routed.SIGNALLED
+            return await self._signal(workflow_id, RefundConversation.customer_message, message)
         assert isinstance(payload, InboundClick)
         approval = Approval(
             decision=payload.decision,
@@ -484,6 +514,49 @@ class ConversationRouter:
                 raise
             return await self._closed_or_unknown(workflow_id)
         return Routed.SIGNALLED
+
+    async def _update(self, workflow_id: str, message: CustomerMessage) -> bool:
+        """Deliver a customer's message as an Update: True once a Worker has accepted it (it is
+        in Event History). False when it was not accepted within the timeout (no Worker polls, or
+        the one that does is busy), was refused (a Worker without the handler, a closed
+        conversation) or failed: the caller sends the Signal, and a message that reaches the
+        Workflow both ways is taken once. An error that says Temporal cannot be used is raised
+        as it is: the entry waits in the inbox."""
+        handle = self._client.get_workflow_handle(workflow_id)
+        seconds = self._update_accept_timeout.total_seconds()
+        try:
+            async with asyncio.timeout(seconds):
+                await handle.start_update(
+                    RefundConversation.customer_message_now,
+                    message,
+                    # One id per message: a retry of this message attaches to the first Update
+                    # instead of delivering a second one.
+                    id=f"message-{message.message_id}",
+                    wait_for_stage=WorkflowUpdateStage.ACCEPTED,
+                    rpc_timeout=self._update_accept_timeout,
+                )
+        except (TimeoutError, WorkflowUpdateRPCTimeoutOrCancelledError):
+            task = asyncio.current_task()
+            if task is not None and task.cancelling():
+                # The SDK turns a cancellation into its own error: this call was cancelled from
+                # outside (the router stopping), not timed out, so it ends here.
+                raise asyncio.CancelledError from None
+            log.info(
+                "no Worker accepted a message for %s within %.1fs; sent as the Signal",
+                workflow_id,
+                seconds,
+            )
+            return False
+        except WorkflowUpdateFailedError as err:
+            log.info("%s refused the message's Update (%s); sent as the Signal", workflow_id, err)
+            return False
+        except RPCError as err:
+            if _unreachable(err) and err.status != RPCStatusCode.DEADLINE_EXCEEDED:
+                raise
+            # Not found or closed, say: the Signal's own answer (and a describe) tells which.
+            log.info("the message's Update to %s: %s; sent as the Signal", workflow_id, err)
+            return False
+        return True
 
     async def _closed_or_unknown(self, workflow_id: str) -> Routed:
         try:
