@@ -2,6 +2,8 @@
 
     adapter -> keep (the inbox, committed) -> the platform's ack -> deliver -> Temporal
                                                  ... cannot now -> the inbox delivers it later
+    deliver, a customer's reply: the Update a Worker accepts (bounded wait)
+                                 ... not accepted, refused -> the Signal
     adapter, an acknowledged event it cannot read -> keep_unreadable -> inbox, as a dead letter
 
 An acknowledgement means durable: every customer message and click is written ahead to the inbox
@@ -10,18 +12,12 @@ what it got a 200 for, and Discord's gateway sends once. Delivery then comes fro
 in arrival order within its conversation (`deliver`, right after the ack; the background loop for
 anything that must wait: Temporal down, an earlier entry retrying). `on_message` and `on_click`
 are both, for adapters whose ack is the handler's return. Bots, edits, deletions and redeliveries
-never reach the agent; the Workflow ID is derived from the thread; delivery is one call to
-Temporal (signal-with-start or a Signal), and a describe only when the Signal finds no running
-Workflow. A customer's message delivered right after its ack goes as an Update first
-(`customer_message_update`): a Worker takes it at once, where a Signal's workflow task waits for
-the server's next read of its transfer queue (up to 50 ms with Temporal's default settings). An
-Update needs a Worker to accept it: if none accepts it within UPDATE_ACCEPT_TIMEOUT, or it is
-refused (an older Worker has no such handler, the conversation has closed), the same message goes
-as the Signal, which needs no Worker; the Workflow takes a message id once, whichever way it came.
-The inbox's own delivery (after an outage, behind an entry waiting on its retry) sends Signals:
-a drain never waits on a Worker. An entry that fails on its own is retried with backoff and,
-after MAX_ATTEMPTS (or at once if it can never be read again), kept as a dead letter with its
-error.
+never reach the agent; the Workflow ID is derived from the thread; an opening is signal-with-start,
+a click a Signal, a reply the `customer_message_update` Update (the Signal when no Worker accepts
+it in time, or on the background loop), and a describe only when the Signal finds no running
+Workflow. An entry is removed once Temporal has it in Event History. An entry that fails on its
+own is retried with backoff and, after MAX_ATTEMPTS (or at once if it can never be read again),
+kept as a dead letter with its error.
 """
 
 from __future__ import annotations
@@ -76,12 +72,13 @@ MAX_SIGNAL_TEXT = MAX_TEXT_CHARS
 # How long one call to Temporal may take before the message goes to the inbox instead. Short, so
 # an adapter's reply to the customer never waits on a Temporal that is down.
 RPC_TIMEOUT = timedelta(seconds=5)
-# How long a customer's message waits for a Worker to accept it as an Update before it goes as the
-# Signal instead. A Worker accepts it in the workflow task that also runs the agent's next step
-# (its decide step and first post try run inside that task), so this bounds what the router waits
-# on the agent too. With a Worker polling, acceptance took 17 ms at p50 and 71 ms at p99 (the
-# turn's own figures, bench.turn_update, docs/benchmarks.md); with none, the message is a Signal
-# this long after its ack, and is taken as soon as a Worker comes.
+# How long a reply waits for a Worker to accept it as an Update before it goes as the Signal. A
+# Worker accepts it when the workflow task that takes it completes, and that task also runs the
+# agent's next step (the offline decide step and the first try of the post are local activities
+# inside it): on a server with Temporal's default settings, under load, acceptance took 37 ms at
+# p50 and 147 ms at p99 (bench.turn_update, docs/benchmarks.md). A second leaves room for a slow
+# platform's post; past it (no Worker polls, or the post is slower still) the Signal follows, and
+# the Workflow takes the message once, by its id.
 UPDATE_ACCEPT_TIMEOUT = timedelta(seconds=1)
 # Answers that say Temporal itself cannot be used right now (down, overloaded, this client not let
 # in): no entry can be delivered, so none is blamed for it; everything waits.
@@ -93,6 +90,8 @@ _UNREACHABLE = {
     RPCStatusCode.UNAUTHENTICATED,
     RPCStatusCode.PERMISSION_DENIED,
 }
+# Of those, what an Update may be told for reasons of its own: the Signal is sent instead.
+_UPDATE_ONLY = {RPCStatusCode.DEADLINE_EXCEEDED, RPCStatusCode.RESOURCE_EXHAUSTED}
 # An inbox entry that fails on its own is tried this many times, waiting INBOX_RETRY between
 # attempts (2 s doubling to 5 min: about 14 minutes in all), then kept as a dead letter.
 MAX_ATTEMPTS = 10
@@ -516,12 +515,18 @@ class ConversationRouter:
         return Routed.SIGNALLED
 
     async def _update(self, workflow_id: str, message: CustomerMessage) -> bool:
-        """Deliver a customer's message as an Update: True once a Worker has accepted it (it is
-        in Event History). False when it was not accepted within the timeout (no Worker polls, or
-        the one that does is busy), was refused (a Worker without the handler, a closed
-        conversation) or failed: the caller sends the Signal, and a message that reaches the
-        Workflow both ways is taken once. An error that says Temporal cannot be used is raised
-        as it is: the entry waits in the inbox."""
+        """Deliver a reply as an Update: True once a Worker has accepted it (it is then in Event
+        History, as a Signal is). False when no Worker accepted it within the bound, it was
+        refused (a Worker without the handler) or the conversation is not running: the caller
+        sends the Signal. Errors that say Temporal cannot be used are raised: the entry waits in
+        the inbox.
+
+        The Signal, not the inbox, because a Signal needs no Worker: Temporal can take the
+        message now, and what Temporal holds survives the bot's host and is what /refund-status
+        reads; the inbox keeps what Temporal cannot take. An Update not accepted in time may still
+        be accepted later; the Workflow takes a message id once, whichever copy comes first, and
+        the conversation's next entry is delivered only after this one is in history, so order
+        holds."""
         handle = self._client.get_workflow_handle(workflow_id)
         seconds = self._update_accept_timeout.total_seconds()
         try:
@@ -551,7 +556,10 @@ class ConversationRouter:
             log.info("%s refused the message's Update (%s); sent as the Signal", workflow_id, err)
             return False
         except RPCError as err:
-            if _unreachable(err) and err.status != RPCStatusCode.DEADLINE_EXCEEDED:
+            # RESOURCE_EXHAUSTED is also an Update's own limit (Updates in flight per Workflow,
+            # left by Updates no Worker took while none ran): a Signal has none, and says for
+            # itself whether Temporal is overloaded.
+            if _unreachable(err) and err.status not in _UPDATE_ONLY:
                 raise
             # Not found or closed, say: the Signal's own answer (and a describe) tells which.
             log.info("the message's Update to %s: %s; sent as the Signal", workflow_id, err)

@@ -63,6 +63,7 @@ class FakeTemporal:
     # router's wait for it ends (the SDK's error for an RPC that timed out).
     worker: bool = True
     refuse_updates: bool = False  # a Worker without the Update's handler rejects it
+    update_error: BaseException | None = None  # what the Update alone is answered
 
     async def start_workflow(self, _run: Any, start: Any, **kwargs: Any) -> SimpleNamespace:
         self.attempts.append(kwargs["id"])
@@ -108,6 +109,8 @@ class FakeTemporal:
                 raise self.failing[workflow_id]
             if workflow_id in self.finished or workflow_id not in self.started:
                 raise RPCError("workflow execution already completed", RPCStatusCode.NOT_FOUND, b"")
+            if self.update_error is not None:
+                raise self.update_error
             if not self.worker:
                 raise WorkflowUpdateRPCTimeoutOrCancelledError()
             if self.refuse_updates:
@@ -205,6 +208,18 @@ async def test_a_message_an_older_worker_refuses_goes_as_the_signal(router, temp
     temporal.refuse_updates = True
     assert await router.on_message(message("e2", "Yes")) == Routed.SIGNALLED
     assert [(c[0], c[2]) for c in temporal.calls[1:]] == [("signal", "customer_message")]
+
+
+async def test_a_message_over_the_updates_in_flight_limit_goes_as_the_signal(
+    router, temporal, tmp_path
+) -> None:
+    # The server's limit on one Workflow's Updates in flight, not Temporal overloaded: the Signal
+    # is delivered at once instead of the message waiting in the inbox.
+    await router.on_message(message("e1", "refund 1234", opens=True))
+    temporal.update_error = RPCError("too many updates", RPCStatusCode.RESOURCE_EXHAUSTED, b"")
+    assert await router.on_message(message("e2", "Yes")) == Routed.SIGNALLED
+    assert [(c[0], c[2]) for c in temporal.calls[1:]] == [("signal", "customer_message")]
+    assert await Inbox(SqliteDatabase(tmp_path)).size() == 0
 
 
 async def test_a_message_to_a_finished_conversation_is_closed_not_retried(

@@ -139,11 +139,15 @@ async def test_a_reply_while_no_worker_runs_is_taken_once_when_one_comes(
     thread = _Thread(_router(client, queue, tmp_path), threads)
     await thread.open("please refund order 1234")
     workflow_id = thread.workflow_id
+    bound = UPDATE_ACCEPT_TIMEOUT.total_seconds() + 2  # the wait, and the Signal after it
     began = asyncio.get_running_loop().time()
-    assert await thread.reply("Yes") == Routed.SIGNALLED
+    # Without the bound, the SDK asks the server again and again until a Worker accepts: the
+    # router would hang on this conversation for as long as no Worker runs.
+    routed = await asyncio.wait_for(thread.reply("Yes"), timeout=bound + 10)
     took = asyncio.get_running_loop().time() - began
-    # Delivered (kept nowhere but in Temporal), the inbox empty, after about the timeout.
-    assert took < UPDATE_ACCEPT_TIMEOUT.total_seconds() + 5
+    assert routed == Routed.SIGNALLED and took < bound
+    # In Temporal's history as the Signal, so the inbox has let it go: nothing is lost with the
+    # bot's disk, and /refund-status sees it before any Worker runs.
     assert await Inbox(SqliteDatabase(tmp_path)).size() == 0
     assert [(how, m.text) for how, m in await _delivered(client, workflow_id)] == [
         ("signal", "please refund order 1234"),
@@ -187,6 +191,54 @@ async def test_replies_sent_together_are_taken_in_order(
 async def _answers_once_two(client: Client, workflow_id: str) -> dict[str, str] | None:
     answers = (await what_survives(client, workflow_id)).answers
     return answers if len(answers) == 2 else None
+
+
+async def test_a_reply_delivered_twice_is_taken_once(
+    client: Client, agent_settings: AgentSettings, threads: LocalThreadStore, tmp_path: Path
+) -> None:
+    """The same reply from two bot replicas (each with its own inbox and memory of events), and
+    once more as the Signal the router falls back on: one Update in history, one answer."""
+    async with running_worker(client, agent_settings, threads) as queue:
+        thread = _Thread(_router(client, queue, tmp_path / "one"), threads)
+        await thread.open("please refund order 4500")  # escalates: still open at the end
+        workflow_id = thread.workflow_id
+        await _asked(threads, thread.thread_id, OPENED)
+        yes = await thread.written("Yes")
+        assert await thread.router.on_message(yes) == Routed.SIGNALLED
+        await _asked(threads, thread.thread_id, OPENED, DAMAGED)
+        other = _router(client, queue, tmp_path / "two")
+        assert await other.on_message(yes) == Routed.SIGNALLED
+        handle = client.get_workflow_handle(workflow_id)
+        await handle.signal(
+            RefundConversation.customer_message,
+            CustomerMessage(message_id=yes.message_id, author=CUSTOMER, text="Yes"),
+        )
+        # The next reply is what the damage question gets: had a copy of "Yes" been taken, it
+        # would have answered that question first.
+        assert await thread.reply("Split seam") == Routed.SIGNALLED
+        survived = await wait_for(
+            lambda: _answers_once_two(client, workflow_id), timeout=30, what="both answers"
+        )
+        assert survived == {"item_opened": "Yes", "damage": "Split seam"}
+        delivered = [(how, m.text) for how, m in await _delivered(client, workflow_id)]
+        # The second replica's Update carried the first one's id: the server answered it with the
+        # Update already accepted, so history holds one.
+        assert delivered[1:] == [("update", "Yes"), ("signal", "Yes"), ("update", "Split seam")]
+        await handle.terminate("test over")
+
+
+async def test_a_reply_to_a_closed_conversation_is_answered_as_the_signal_is(
+    client: Client, agent_settings: AgentSettings, threads: LocalThreadStore, tmp_path: Path
+) -> None:
+    async with running_worker(client, agent_settings, threads) as queue:
+        thread = _Thread(_router(client, queue, tmp_path), threads)
+        await thread.open("please refund order 1234")
+        await _asked(threads, thread.thread_id, OPENED)
+        await client.get_workflow_handle(thread.workflow_id).terminate("closed by staff")
+        # The Update finds no running conversation; the Signal's path says which: closed, and
+        # nothing waits in the inbox to be retried.
+        assert await thread.reply("Yes") == Routed.CLOSED
+        assert await Inbox(SqliteDatabase(tmp_path)).size() == 0
 
 
 def test_the_update_is_the_one_the_workflow_defines() -> None:
