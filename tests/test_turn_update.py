@@ -1,23 +1,41 @@
-"""A customer's reply as an Update, on a real dev server with a real Worker and the real router:
-how it reaches a polling Worker, what happens when no Worker polls, and the order of replies."""
+"""A customer's reply as an Update, on a real dev server with a real Worker and the real router.
+
+    router.deliver -> the customer_message_update Update, accepted by a polling Worker
+                   ... none accepts it within UPDATE_ACCEPT_TIMEOUT, or it is refused -> the Signal
+
+Here: a reply reaches a polling Worker as an Update and is read back from history; no Worker
+polls; replies sent together keep their order; one delivered twice is taken once; a closed
+conversation, and one closing while the reply comes."""
 
 from __future__ import annotations
 
 import asyncio
 import uuid
+from datetime import timedelta
 from pathlib import Path
 
-from temporalio.api.enums.v1 import EventType
+from temporalio.api.common.v1 import WorkflowExecution
+from temporalio.api.enums.v1 import EventType, UpdateWorkflowExecutionLifecycleStage
+from temporalio.api.update.v1 import UpdateRef, WaitPolicy
+from temporalio.api.workflowservice.v1 import PollWorkflowExecutionUpdateRequest
 from temporalio.client import Client
+from temporalio.service import RPCError, RPCStatusCode
 
 from agent.decoded_history import decoded_history
 from agent.history import customer_message, what_survives
 from agent.intake import MESSAGE_UPDATE
 from agent.models import CustomerMessage, ThreadRef
+from agent.sayings import FINISHED
 from agent.settings import AgentSettings
 from agent.stores.sqlite import SqliteDatabase
 from agent.workflow import RefundConversation
-from bot.conversations import UPDATE_ACCEPT_TIMEOUT, ConversationRouter, InboundMessage, Routed
+from bot.conversations import (
+    NOTICES,
+    UPDATE_ACCEPT_TIMEOUT,
+    ConversationRouter,
+    InboundMessage,
+    Routed,
+)
 from bot.ids import workflow_id_for
 from bot.inbox import Inbox
 from bot.local.terminal import PEOPLE
@@ -25,6 +43,8 @@ from bot.local.thread_store import LocalMessage, LocalThreadStore
 from harness.codec import TEST_CONVERTER
 from harness.conditions import wait_for
 from harness.inproc import running_worker
+from tests.support.outcome_gate import OutcomeGate
+from worker.runner import build_worker
 
 CUSTOMER = PEOPLE["customer"]
 OPENED = "Was the package opened?"
@@ -244,3 +264,61 @@ async def test_a_reply_to_a_closed_conversation_is_answered_as_the_signal_is(
 def test_the_update_is_the_one_the_workflow_defines() -> None:
     # The router names the Update by its method; the history reader by its name: one and the same.
     assert RefundConversation.customer_message_now._defn.name == MESSAGE_UPDATE
+
+
+async def test_a_reply_while_the_outcome_is_posted_is_answered(
+    client: Client, agent_settings: AgentSettings, threads: LocalThreadStore, tmp_path: Path
+) -> None:
+    """An Update admitted while the run says its last word does not keep the run open, as a
+    Signal would (the server drops an Update no workflow task took when the run closes): the run
+    completes, and the router's Signal then finds the conversation closed. The adapter tells the
+    customer the sentence the Workflow says to a late Signal, and nothing waits in the inbox."""
+    gate = OutcomeGate(threads)
+    queue = f"gated-{uuid.uuid4().hex[:8]}"
+    router = ConversationRouter(
+        client,
+        queue,
+        Inbox(SqliteDatabase(tmp_path)),
+        _no_hold,
+        # Long enough that the run's end, not the router's bound, decides what happens here.
+        update_accept_timeout=timedelta(seconds=30),
+    )
+    async with await build_worker(client, queue, agent_settings, {"local": gate}):
+        thread = _Thread(router, threads)
+        await thread.open("please refund order 9999")  # no such order: denied at once
+        await asyncio.wait_for(gate.reached.wait(), 30)
+        thanks = await thread.written("thanks!")
+        delivery = asyncio.create_task(router.on_message(thanks))
+        await wait_for(
+            lambda: _admitted(client, thread.workflow_id, f"message-{thanks.message_id}"),
+            timeout=10,
+            what="the Update admitted while the outcome is posted",
+        )
+        gate.open.set()
+        assert await asyncio.wait_for(delivery, 30) == Routed.CLOSED
+        assert NOTICES[Routed.CLOSED] == FINISHED
+        delivered = await _delivered(client, thread.workflow_id)
+        assert [m.text for _how, m in delivered] == ["please refund order 9999"]
+        assert await Inbox(SqliteDatabase(tmp_path)).size() == 0
+
+
+async def _admitted(client: Client, workflow_id: str, update_id: str) -> bool:
+    """Whether the server holds this Update (admitted, or further): NOT_FOUND until then."""
+    request = PollWorkflowExecutionUpdateRequest(
+        namespace=client.namespace,
+        update_ref=UpdateRef(
+            workflow_execution=WorkflowExecution(workflow_id=workflow_id), update_id=update_id
+        ),
+        wait_policy=WaitPolicy(
+            lifecycle_stage=UpdateWorkflowExecutionLifecycleStage.UPDATE_WORKFLOW_EXECUTION_LIFECYCLE_STAGE_ADMITTED
+        ),
+    )
+    try:
+        await client.workflow_service.poll_workflow_execution_update(
+            request, timeout=timedelta(seconds=1)
+        )
+    except RPCError as err:
+        if err.status == RPCStatusCode.NOT_FOUND:
+            return False
+        raise
+    return True
