@@ -919,8 +919,9 @@ class RefundConversation:
     def customer_message_now(self, message: CustomerMessage) -> None:
         """The customer's message as an Update: the server hands it to a polling Worker at once,
         where a Signal's workflow task waits for the next read of the transfer queue (up to 50 ms
-        on a server with Temporal's default settings; docs/benchmarks.md, "Turn latency"). A
-        Worker without this handler rejects it, and the router sends the Signal instead."""
+        on a server with Temporal's default settings; docs/benchmarks.md, "A turn on a server with
+        Temporal's default settings"). A Worker without this handler rejects it, and the router
+        sends the Signal instead."""
         # EXECUTION STATE: the accepted Update is in Event History (its input in the
         # UpdateAccepted event), so it survives a crash as a Signal does.
         self._take_message(message)
