@@ -30,8 +30,8 @@ from temporalio.contrib.opentelemetry._context import attached_context
 
 class ConversationTracing(TracingInterceptor):
     """The SDK's tracing interceptor for clients, Activities and Workflows, whose Workflow side
-    follows each Signal's and Update's trace. Given to Client.connect: the client's calls and the Workers
-    built on it get it (agent.temporal_client)."""
+    follows each Signal's and Update's trace. Given to Client.connect: the client's calls and the
+    Workers built on it get it (agent.temporal_client)."""
 
     def workflow_interceptor_class(
         self, input: temporalio.worker.WorkflowInterceptorClassInput
