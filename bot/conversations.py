@@ -90,8 +90,6 @@ _UNREACHABLE = {
     RPCStatusCode.UNAUTHENTICATED,
     RPCStatusCode.PERMISSION_DENIED,
 }
-# Of those, what an Update may be told for reasons of its own: the Signal is sent instead.
-_UPDATE_ONLY = {RPCStatusCode.DEADLINE_EXCEEDED, RPCStatusCode.RESOURCE_EXHAUSTED}
 # An inbox entry that fails on its own is tried this many times, waiting INBOX_RETRY between
 # attempts (2 s doubling to 5 min: about 14 minutes in all), then kept as a dead letter.
 MAX_ATTEMPTS = 10
@@ -517,9 +515,9 @@ class ConversationRouter:
     async def _update(self, workflow_id: str, message: CustomerMessage) -> bool:
         """Deliver a reply as an Update: True once a Worker has accepted it (it is then in Event
         History, as a Signal is). False when no Worker accepted it within the bound, it was
-        refused (a Worker without the handler) or the conversation is not running: the caller
-        sends the Signal. Errors that say Temporal cannot be used are raised: the entry waits in
-        the inbox.
+        refused (a Worker without the handler), or Temporal answered it with an error: the caller
+        sends the Signal, whose answer decides (an unreachable Temporal keeps the entry in the
+        inbox).
 
         The Signal, not the inbox, because a Signal needs no Worker: Temporal can take the
         message now, and what Temporal holds survives the bot's host and is what /refund-status
@@ -556,12 +554,11 @@ class ConversationRouter:
             log.info("%s refused the message's Update (%s); sent as the Signal", workflow_id, err)
             return False
         except RPCError as err:
-            # RESOURCE_EXHAUSTED is also an Update's own limit (Updates in flight per Workflow,
-            # left by Updates no Worker took while none ran): a Signal has none, and says for
-            # itself whether Temporal is overloaded.
-            if _unreachable(err) and err.status not in _UPDATE_ONLY:
-                raise
-            # Not found or closed, say: the Signal's own answer (and a describe) tells which.
+            # Whatever the Update was told, the Signal's own answer decides: delivered, closed or
+            # unknown (a describe), or kept in the inbox. Some answers are the Update's alone: the
+            # conversation not running, Updates turned off on the cluster (PERMISSION_DENIED;
+            # older self-hosted servers), a Workflow's limit on Updates in flight
+            # (RESOURCE_EXHAUSTED, left by Updates no Worker took while none ran).
             log.info("the message's Update to %s: %s; sent as the Signal", workflow_id, err)
             return False
         return True

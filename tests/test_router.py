@@ -210,16 +210,31 @@ async def test_a_message_an_older_worker_refuses_goes_as_the_signal(router, temp
     assert [(c[0], c[2]) for c in temporal.calls[1:]] == [("signal", "customer_message")]
 
 
-async def test_a_message_over_the_updates_in_flight_limit_goes_as_the_signal(
-    router, temporal, tmp_path
+@pytest.mark.parametrize(
+    "status",
+    [
+        RPCStatusCode.RESOURCE_EXHAUSTED,  # the Workflow's limit on Updates in flight
+        RPCStatusCode.PERMISSION_DENIED,  # Updates turned off on the cluster
+    ],
+)
+async def test_a_message_whose_update_is_refused_by_the_server_goes_as_the_signal(
+    router, temporal, tmp_path, status
 ) -> None:
-    # The server's limit on one Workflow's Updates in flight, not Temporal overloaded: the Signal
-    # is delivered at once instead of the message waiting in the inbox.
+    # Answers that, to a Signal, would say Temporal cannot be used: to the Update they may be
+    # its own. The Signal is delivered at once, and the customer is told nothing.
     await router.on_message(message("e1", "refund 1234", opens=True))
-    temporal.update_error = RPCError("too many updates", RPCStatusCode.RESOURCE_EXHAUSTED, b"")
+    temporal.update_error = RPCError("refused", status, b"")
     assert await router.on_message(message("e2", "Yes")) == Routed.SIGNALLED
     assert [(c[0], c[2]) for c in temporal.calls[1:]] == [("signal", "customer_message")]
     assert await Inbox(SqliteDatabase(tmp_path)).size() == 0
+
+
+async def test_a_message_while_temporal_is_down_stays_in_the_inbox(router, temporal) -> None:
+    # The Update fails, and so does the Signal after it: the entry waits, the customer is told.
+    await router.on_message(message("e1", "refund 1234", opens=True))
+    temporal.down = True
+    assert await router.on_message(message("e2", "Yes")) == Routed.QUEUED
+    assert temporal.attempts[1:] == [temporal.attempts[1]] * 2  # the Update, then the Signal
 
 
 async def test_a_message_to_a_finished_conversation_is_closed_not_retried(
