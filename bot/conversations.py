@@ -415,6 +415,8 @@ class ConversationRouter:
         if first.seq != kept.seq or (first.retry_at is not None and first.retry_at > time.time()):
             return Routed.QUEUED  # an earlier entry of this conversation goes first
         try:
+            # Right after the ack, a reply goes as an Update (the fast turn). The background loop
+            # sends Signals: a drain after an outage never waits on a Worker for each entry.
             routed = await self._deliver_entry(first, kept.workflow_id, prompt=True)
         except _Unreachable:
             return Routed.QUEUED
