@@ -3,6 +3,7 @@
     reference demo: git clone (pinned commit) into .bench/reference + its own virtualenv (uv)
     each benchmark: its own process, with the arguments the docs quote (--quick: small sizes)
       -> its output streamed here and kept in <results>/<name>.txt; its plot to --plot-dir
+         (docs/img; a --quick run's rough plots go to <results>/img instead)
     -> a summary: each benchmark, its exit status, its duration (also <results>/summary.txt)
 
 The reference demo (temporal-community/agent-memory-and-state) is fetched by whoever runs this,
@@ -384,7 +385,9 @@ def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--quick", action="store_true", help="every benchmark small: minutes")
     parser.add_argument("--only", nargs="+", metavar="NAME", help="these benchmarks, in this order")
     parser.add_argument("--results", type=Path, help="default .bench/results/<UTC time>")
-    parser.add_argument("--plot-dir", type=Path, default=IMAGES, help="default docs/img")
+    parser.add_argument(
+        "--plot-dir", type=Path, help="default docs/img; with --quick, img/ in the results"
+    )
     parser.add_argument(
         "--reference", type=Path, help="a checkout of the reference demo with its .venv: no fetch"
     )
@@ -401,7 +404,8 @@ def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     if args.reference is not None:
         args.reference = args.reference.resolve()
-    args.plot_dir = args.plot_dir.resolve()
+    if args.plot_dir is not None:
+        args.plot_dir = args.plot_dir.resolve()
     return args
 
 
@@ -418,10 +422,12 @@ def listing(quick: bool, plot_dir: Path) -> str:
 if __name__ == "__main__":
     arguments = parse()
     if arguments.list:
-        print(listing(arguments.quick, arguments.plot_dir))
+        print(listing(arguments.quick, arguments.plot_dir or IMAGES))
         raise SystemExit(0)
     selected = _select(arguments.only, arguments.extra)
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ") + ("-quick" if arguments.quick else "")
-    out: Path = arguments.results or CACHE / "results" / stamp
+    out: Path = (arguments.results or CACHE / "results" / stamp).resolve()
     out.mkdir(parents=True, exist_ok=True)
+    # A quick run's figures are rough: its plots stay beside its results, not over the page's.
+    arguments.plot_dir = arguments.plot_dir or (out / "img" if arguments.quick else IMAGES)
     raise SystemExit(asyncio.run(main(arguments, selected, out)))
