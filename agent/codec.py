@@ -1,25 +1,12 @@
 """The payload codec: compressed, then AES-256-GCM, so what Temporal stores is small ciphertext.
 
-    value -> pydantic payload -> AesGcmCodec.encode: deflate (preset dictionary), seal (first key)
-          -> Event History
-          -> AesGcmCodec.decode: open (the key it names), inflate (the dictionary it names)
-          -> pydantic payload -> value
+    value -> payload -> encode: deflate (preset dictionary), seal (first key) -> Event History
+                     -> decode: open (the key it names), inflate (the dictionary it names) -> value
 
-Every payload the bot, the Worker and the commands send (workflow inputs, Signals, Activity inputs
-and results, and, through the failure converter, failure messages) is encrypted before it leaves
-the process. Each encrypted payload names its key id in its metadata, so keys rotate by adding a
-new first key: new payloads use it, older ones still decrypt with the key that wrote them. A
-payload that is not encrypted (written before the codec was on) decodes as it is, so
-conversations running at deploy time carry on.
-
-Compression comes first because ciphertext does not compress. A conversation's payloads are small,
-so DEFLATE is primed with a preset dictionary of what they are made of (agent.codec_dictionary):
-a committed story's payloads shrink to under a quarter. A payload the dictionary does not help is
-sealed uncompressed, and a payload sealed before compression existed decodes as before. The
-dictionary's name is authenticated with the key id, so a relabelled payload fails to open.
-Compressing before encrypting lets a payload's length say something about its content; payloads
-hold no secrets (those are settings, never arguments), and their lengths are visible only to
-readers of Event History.
+Every payload the bot, the Worker and the commands send is encrypted before it leaves the process.
+Each names its key id, so keys rotate by adding a new first key; a payload written before the
+codec was on decodes as it is, so conversations running at deploy time carry on. Why compression
+comes first, and what a payload's length can say, is in docs/encryption.md.
 """
 
 from __future__ import annotations
@@ -155,7 +142,11 @@ def parse_keys(text: str, source: str = "CODEC_KEYS") -> list[CodecKey]:
 
 
 class AesGcmCodec(PayloadCodec):
-    """Encrypts with the first key; decrypts with whichever key a payload names."""
+    """Encrypts with the first key; decrypts with whichever key a payload names.
+
+    Compression comes first because ciphertext does not compress; a conversation's payloads are
+    small, so DEFLATE is primed with a preset dictionary of what they are made of
+    (agent.codec_dictionary). A payload the dictionary does not help is sealed uncompressed."""
 
     def __init__(self, keys: Sequence[CodecKey]) -> None:
         self._encrypting = keys[0].key_id if keys else None

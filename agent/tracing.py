@@ -1,24 +1,12 @@
 """Traces of every refund-bot process: OpenTelemetry, set by the standard OTEL_* variables or off.
 
     configure(command) -> any OTEL_* set? -> TracerProvider -> only allowed content -> exporter
-        -> interceptors(): ConversationTracing on every Client.connect (agent/temporal_client.py)
     span(name, **attributes) -> a span of the current trace; nothing at all while tracing is off
-    a log line written inside a span -> " trace_id=<32 hex> span_id=<16 hex>" at its end
 
-One trace per customer message: the platform's handler starts it (a message, a click, a command),
-the router's Signal carries it into Temporal (temporalio.contrib.opentelemetry's interceptor), and
-the Workflow's next steps (decide, look up, post) belong to the trace of the Signal it last
-received, so a message's trace runs from the platform's event to the agent's next post. Outbound
-posts, Stripe, the model and the stores' SQL are spans inside the Activities that make them.
-
-Off (no OTEL_* variable set, OTEL_SDK_DISABLED=true or OTEL_TRACES_EXPORTER=none): no tracer
-provider, no interceptor, no log format change, and `span` costs one test of a global.
-
-What a span may hold is the privacy rule: ids, stages, amounts, durations and outcomes. `span`
-takes only the attributes named in ATTRIBUTES, and every span leaves the process through
-`_Private`, which drops any other attribute, exception messages and stack traces (an exception's
-text can quote its input) and keeps an error's type: the detail is in the log line that carries
-the same trace id. Never customer text, a name, an order's item, a secret or a token.
+One trace per customer message: from the platform's handler, through the router's Signal
+(agent.tracing_temporal), to the Workflow's next steps and post. Off, `span` costs one test of a
+global. A span holds only the attributes named in ATTRIBUTES (ids, stages, amounts, durations,
+outcomes), never customer text, a name, a secret or an exception's message (`_Private`).
 """
 
 from __future__ import annotations

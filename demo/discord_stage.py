@@ -4,26 +4,10 @@
           -> post_line (content) / post_frame (an embed)
     questions <- GET /channels/{thread}/messages, paged
 
-The client is discord.py's HTTPClient the gateway client already logged in (its rate-limit
-handling included; `RoutedHTTPClient` when DISCORD_API_URL is set), as bot/discord/outbound.py
-posts with it: no second HTTP client. The thread is opened the way a customer's message opens one
-(bot/discord/customer_messages.py): a public thread on the root message, whose id is the thread's,
-and the ThreadRef every Discord conversation has (workspace: the guild, channel: the support
-channel, thread: the thread), so the Workflow ID is derived the same way.
-
-The bot posts everything, the demo customer's lines too (a named line: no person types them);
-mentions never ping. How `questions` tells the agent's questions from the rest: Discord keeps no
-metadata beside a message (Slack's stage reads the kind SlackThreadPoster writes there), and the
-nonce each agent post carries is not returned when messages are read back. What Discord does keep
-is who posted, whether a post has an embed, and its content. So a question is a message of the
-default type, posted by this bot (a person typing a question's words is not the agent), with no
-embed (the stage's root and frames always carry one), whose whole content is one of the texts the
-agent asks with (`agent.policy.ASKED_TEXTS`: the intake questions are the policy's, with the live
-model too). A demo line never matches: it starts with the customer's bold name. The text is what
-tells a question from the agent's other plain posts (its hold notice, "start the return again",
-the outcome), which look the same on Discord; matching the agent's own question texts is exact,
-where a guess from the wording ("ends with a question mark") would not be. Should the agent ever
-ask in words of its own, they belong in ASKED_TEXTS, or Discord's read-back will not see them.
+The client is the HTTPClient the gateway client already logged in (its rate limits included), as
+bot/discord/outbound.py posts with it. A thread is opened the way a customer's message opens one,
+so its ThreadRef and Workflow ID are derived the same way. The bot posts every line, the demo
+customer's too (a named line: no person types them); mentions never ping.
 """
 
 from __future__ import annotations
@@ -95,6 +79,15 @@ class DiscordStage:
         await self._send(int(target), {"embeds": [frame_embed(frame)]})
 
     async def questions(self, thread: ThreadRef) -> list[str]:
+        """The agent's questions in the thread, oldest first.
+
+        Discord keeps no metadata beside a message, and the nonce each agent post carries is not
+        returned when messages are read back. So a question is a message of the default type,
+        posted by this bot, with no embed (the stage's root and frames carry one), whose whole
+        content is one of the texts the agent asks with (`agent.policy.ASKED_TEXTS`). A demo line
+        never matches (it starts with the customer's bold name), and the text is what tells a
+        question from the agent's other plain posts; a guess from the wording would not be exact.
+        Should the agent ask in words of its own, they belong in ASKED_TEXTS."""
         found: list[tuple[int, str]] = []
         after = 0  # the oldest page first, then each page after the newest message seen
         while True:

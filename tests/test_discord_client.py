@@ -1298,6 +1298,7 @@ async def test_an_interaction_from_no_one_discord_py_can_name_is_kept(
         ("data.type", 99),
         ("data.options", None),  # discord.py iterates them
         ("data.options.0.value", ["a list"]),
+        ("data.options.0.value", 1),  # a string option holding a number: str methods raised
         ("data.guild_id", [1]),
         ("data.resolved", {"users": {"1": "not a user"}}),
     ],

@@ -189,15 +189,20 @@ async def test_a_conversation_on_the_local_channel_is_one_connected_trace_per_me
     )
     # The opening message: the router starts the conversation with signal-with-start, and the
     # Worker's first steps (decide, post the first question) are in the same trace.
-    # The terminal keeps the message in its thread store (its SQL), then routes it.
+    # The terminal keeps the message in its thread store (its SQL), writes it ahead to the
+    # inbox, then routes it.
     first = children(opening_trace, opening)
-    assert first[-1] == "router.route" and {"INSERT threads", "SELECT threads"} >= set(first[:-1])
+    assert first[-2:] == ["router.keep", "router.route"]
+    assert {"INSERT threads", "SELECT threads"} >= set(first[:-2])
+    assert children(opening_trace, named(opening_trace, "router.keep")[0]) == ["INSERT inbox"]
     route = named(opening_trace, "router.route")[0]
     assert attributes(route)["refund_bot.routed"] == "started"
-    # Whether the inbox holds anything of this conversation first (order), then the Signal.
+    # Whether the inbox holds anything earlier of this conversation (order), the Signal, then
+    # the message written ahead is done with.
     assert children(opening_trace, route) == [
         "SELECT inbox",
         "SignalWithStartWorkflow:RefundConversation",
+        "DELETE inbox",
     ]
     for name in (
         "RunWorkflow:RefundConversation",

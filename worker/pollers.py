@@ -102,7 +102,11 @@ async def live_workers(client: Client, namespace: str, task_queue: str) -> dict[
     for info in response.workers_info:
         beat = info.worker_heartbeat
         ago = max(0.0, now - beat.heartbeat_time.ToSeconds())
-        if beat.status == WorkerStatus.WORKER_STATUS_RUNNING and ago <= HEARTBEAT_FRESH:
+        # Fresh for its own pace: refund-bot's Workers beat every second, another SDK's every
+        # minute by default (elapsed_since_last_heartbeat is the gap before the last one).
+        pace = beat.elapsed_since_last_heartbeat.ToTimedelta().total_seconds()
+        fresh = max(HEARTBEAT_FRESH, 3 * pace)
+        if beat.status == WorkerStatus.WORKER_STATUS_RUNNING and ago <= fresh:
             found[beat.worker_identity] = min(ago, found.get(beat.worker_identity, ago))
     return found
 

@@ -45,6 +45,7 @@ from typing import Any, Protocol
 
 from temporalio import activity
 from temporalio.client import Client
+from temporalio.service import RPCError, RPCStatusCode
 from temporalio.worker import Worker
 
 from agent.settings import TemporalSettings
@@ -74,6 +75,13 @@ _DEATH_WINDOW = 60.0
 _BACKOFF_BASE = 0.5
 _BACKOFF_MAX = 10.0
 _POLL_INTERVAL = 0.1
+# The start-up report of other Workers asks this often when the server says it is busy.
+_REPORT_ATTEMPTS = 4
+_BUSY = (
+    RPCStatusCode.RESOURCE_EXHAUSTED,
+    RPCStatusCode.UNAVAILABLE,
+    RPCStatusCode.DEADLINE_EXCEEDED,
+)
 
 
 class WorkerStartError(RuntimeError):
@@ -480,13 +488,21 @@ class WorkerSupervisor:
 
     async def _report_other_workers(self) -> None:
         """Say so when this supervisor's Worker is about to join Workers of other processes."""
-        try:
-            others = await other_workers(
-                self.client, self.settings.namespace, self.settings.task_queue, this_host=self.host
-            )
-        except Exception as err:  # a report, not a precondition
-            log.debug("Could not list the pollers of %r: %s", self.settings.task_queue, err)
-            return
+        for attempt in range(_REPORT_ATTEMPTS):
+            try:
+                others = await other_workers(
+                    self.client, self.settings.namespace, self.settings.task_queue,
+                    this_host=self.host,
+                )  # fmt: skip
+                break
+            except RPCError as err:  # a busy server sheds load: ask again, briefly
+                if err.status not in _BUSY or attempt == _REPORT_ATTEMPTS - 1:
+                    log.debug("Could not list the Workers of %r: %s", self.settings.task_queue, err)
+                    return
+                await asyncio.sleep(0.5 * (attempt + 1))
+            except Exception as err:  # a report, not a precondition
+                log.debug("Could not list the Workers of %r: %s", self.settings.task_queue, err)
+                return
         if others:
             log.warning(
                 "Task queue %r already has %d Worker(s) of another process polling: %s. This "

@@ -1,33 +1,13 @@
 """The Discord gateway client: its set-up, its gateway events, and the entry points to run it.
 
-What happens where:
-
-    gateway event -> edge (MESSAGE_CREATE and INTERACTION_CREATE checked; kept if unreadable)
+    gateway event -> edge (MESSAGE_CREATE, INTERACTION_CREATE checked; kept if unreadable)
     customer message in the support channel or a thread -> customer_messages -> router.on_message
     Approve / Deny click (DecisionButton)               -> buttons -> bot.clicks -> router.on_click
     /crash-worker, /refund-… commands                   -> slash_commands    -> bot.commands
 
-The handlers are handed the few parts of refund-bot they use (bot.discord.parts.BotParts: the
-router, the commands, the settings, the click's grant check, the response budget), not this client.
-
-This module owns the client itself: the intents it asks for, the HTTP routing for `api_url`,
-the gateway connection (to `gateway_url` when set), registering buttons and commands at start,
-keeping each thread's messages in order, and `build_client` / `serve`.
-
-    serve -> bot.reconnect.keep_connected -> login (once) -> connect: IDENTIFY or RESUME -> events
-
-`api_url` (a proxy or harness.fakes.discord_api): the REST client is DiscordThreadPoster's
-RoutedHTTPClient. Interaction responses do not go through it: discord.py sends them with its
-webhook adapter, taken from the `async_context` ContextVar, so `login` sets a routed adapter in
-the calling task's context, which every event task then inherits. Nothing process-wide is changed.
-
-`gateway_url` (a proxy or harness.fakes.discord_gateway): `connect` below replaces discord.py's
-Client.connect, which always opens a new session at the class constant
-DiscordWebSocket.DEFAULT_GATEWAY (and falls back to it after an invalidated session), retries
-failures itself with a traceback in the log each time and waits of up to 17 minutes, and raises
-AttributeError when the very first connection fails. Here every connection, new or resumed, goes
-to `gateway_url` when it is set, and a failure goes up to keep_connected: one line, capped backoff,
-then a RESUME of the same session when Discord still has it (so no event is missed).
+The handlers get the few parts they use (bot.discord.parts.BotParts), not this client. This
+module owns the client: its intents, the REST and gateway addresses (`api_url`, `gateway_url`),
+registering buttons and commands at start, each thread's order, `build_client` and `serve`.
 """
 
 from __future__ import annotations
@@ -134,6 +114,9 @@ class RefundBotClient(discord.Client):
     # -- lifecycle ----------------------------------------------------------------------------
 
     async def login(self, token: str) -> None:
+        """Log in; with `api_url`, interaction responses go there too. discord.py sends them with
+        its webhook adapter, taken from the `async_context` ContextVar: set here, in the calling
+        task's context, every event task inherits it, and nothing process-wide changes."""
         if self.settings.api_url is not None:
             async_context.set(_RoutedWebhookAdapter(self.settings.api_url))
         await super().login(token)
@@ -146,6 +129,11 @@ class RefundBotClient(discord.Client):
         once (RESUME, or IDENTIFY for a new session) as long as the connection made progress; any
         other failure is raised to keep_connected, whose next call resumes the session.
         `reconnect` is ignored: retrying is keep_connected's.
+
+        This replaces discord.py's Client.connect, which always opens a new session at the class
+        constant DiscordWebSocket.DEFAULT_GATEWAY, retries failures itself with a traceback each
+        time and waits of up to 17 minutes, and raises AttributeError when the very first
+        connection fails. Here every connection goes to `gateway_url` when it is set.
         """
         while not self.is_closed():
             params = self._next_connection()

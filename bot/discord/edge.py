@@ -118,6 +118,33 @@ class _Option(_Shape):
     focused: bool | None = None
     options: list[_Option] = []  # a subcommand's (discord.py iterates it: never null)
 
+    @model_validator(mode="after")
+    def _value_of_its_type(self) -> _Option:
+        # discord.py hands a value on as it came: a string option holding a number reaches the
+        # command as an int, where str methods raise. (What an autocomplete's focused option
+        # holds is the text typed so far, whatever the type.)
+        expected = _OPTION_VALUE_TYPES.get(self.type)
+        if expected and self.value is not None and not self.focused:
+            held = type(self.value)
+            if held not in expected:
+                raise ValueError(f"an option of type {self.type} holds a {held.__name__}")
+        return self
+
+
+# The value each option type holds (Discord's ApplicationCommandOptionType): users, channels,
+# roles, mentionables and attachments are snowflakes, sent as strings.
+_OPTION_VALUE_TYPES: dict[int, tuple[type, ...]] = {
+    3: (str,),
+    4: (int,),
+    5: (bool,),
+    6: (str,),
+    7: (str,),
+    8: (str,),
+    9: (str,),
+    10: (int, float),
+    11: (str,),
+}
+
 
 class _CommandData(_Shape):
     id: Snowflake

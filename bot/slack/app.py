@@ -1,34 +1,12 @@
 """The Slack inbound half: a slack-bolt AsyncApp for the support channel, its buttons and commands.
 
-Every request is acknowledged before any slow work. In HTTP mode the aiohttp handler itself
-answers every request once its signature and shape are checked (bot.slack.requests): the kinds
-refund-bot handles (message events, the buttons, the commands and shortcuts) with the empty 200
-their listeners' `ack()` sends, handed to bolt in the background, so bolt's middleware and
-listener matching (about a millisecond each) stay off the ack path and a burst is answered at the
-rate aiohttp can answer it; URL verification with its challenge; anything else with a 200 and
-nothing more, since Slack retries a request answered otherwise. Bolt sees only the kinds it has
-listeners for. In Socket Mode bolt acks Events API envelopes itself before the listener runs
-(process_before_response stays False), every other listener calls `ack()` first, and the handler
-acks whatever bolt does not. The router call, which may wait on Temporal, always happens after
-the HTTP 200 (or the envelope ack) has gone back to Slack.
+    customer message -> bot.slack.events -> router.keep (committed) -> ack -> router.deliver
+    Approve / Deny   -> bot.slack.actions -> bot.clicks -> router.on_click -> `approval` Signal
+    /refund-… command or message shortcut -> bot.slack.commands -> Commands -> ephemeral answer
 
-    HTTP POST -> signature (401) -> shape (400) -> 200 -> after the burst: bolt -> listener
-
-    customer message in the support channel -> router.on_message            -> Signal(-with-start)
-    Approve / Deny button                    -> bot.clicks -> router.on_click -> `approval` Signal
-    /refund-… commands, message shortcuts    -> Commands                     -> ephemeral answer
-
-This module builds the app and runs it; the listeners live in bot.slack.events (messages),
-bot.slack.actions (the buttons) and bot.slack.commands (commands and shortcuts).
-
-    serve -> bot.reconnect.keep_connected -> auth.test (SLACK_BOT_TOKEN)
-          -> Socket Mode: apps.connections.open (SLACK_APP_TOKEN) -> websocket ... closed -> again
-          -> HTTP mode: listen on SLACK_PORT
-
-A token Slack refuses, or a port that cannot be bound, is one line and Slack shown down; anything
-else is one line and a retry with capped backoff. In Socket Mode the reconnecting is this loop's,
-not the SDK's: the SDK retries a failed connection every ping interval for ever, with a traceback
-each time, and cannot tell a refused token from an outage.
+This module builds the app and serves it, over HTTP or Socket Mode (`serve`). Every request is
+acknowledged before any slow work; a customer's message is committed to the inbox first, and is
+the only thing that is.
 """
 
 from __future__ import annotations
@@ -212,12 +190,15 @@ async def checked_request(request: web.Request, signing_secret: str) -> Checked 
 def http_web_app(app: SlackApp, signing_secret: str) -> web.Application:
     """An aiohttp application serving POST /slack/events (Events API, interactivity, commands).
 
-    The signature is checked before the body is parsed (401), the body's shape before bolt sees
-    it (400): see bot.slack.requests. A request refund-bot handles (`handled`) is answered then
-    and there with an empty 200 and handed to bolt once the burst it came in is answered
-    (bot.slack.handover); URL verification gets its challenge; anything else an empty 200 and
-    nothing more. On shutdown, requests already answered are given HANDOVER_TIMEOUT to reach
-    their listener.
+        POST -> signature (401) -> shape (400) -> kept ahead (503) -> 200 -> after the burst: bolt
+
+    The signature is checked before the body is parsed, the body's shape before bolt sees it
+    (bot.slack.requests). A request refund-bot handles (`handled`) is answered here with the
+    empty 200 its listener's `ack()` would send, and handed to bolt once the burst it came in is
+    answered (bot.slack.handover): bolt's middleware and listener matching (about a millisecond a
+    request) stay off the ack path. URL verification gets its challenge; anything else an empty
+    200 and nothing more, since Slack retries a request answered otherwise. On shutdown, requests
+    already answered are given HANDOVER_TIMEOUT to reach their listener.
     """
     handovers = Handovers()
 
@@ -283,7 +264,15 @@ async def serve(
 ) -> None:
     """Serve Slack until cancelled: Socket Mode with SLACK_APP_TOKEN, else HTTP on SLACK_PORT.
 
-    Never raises into the stack and keeps `health` current (see the module's docstring).
+        auth.test -> Socket Mode: apps.connections.open -> websocket ... closed -> again
+                  -> HTTP mode: listen on SLACK_PORT
+
+    Never raises into the stack and keeps `health` current. A token Slack refuses, or a port that
+    cannot be bound, is one line and Slack shown down; anything else is one line and a retry with
+    capped backoff. Socket Mode's reconnecting is this loop's, not the SDK's: the SDK retries a
+    failed connection every ping interval for ever, a traceback each time, and cannot tell a
+    refused token from an outage. In Socket Mode bolt acks Events API envelopes itself before
+    the listener runs (process_before_response stays False) and every other listener acks first.
     """
     health = health or PlatformHealth("slack")
     _freeze_startup_heap()
