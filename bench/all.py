@@ -94,6 +94,10 @@ class Benchmark:
 BENCHMARKS = (
     Benchmark("turn_latency", "bench.turn_latency", (), ("--rounds", "5", "--codec-rounds", "20"),
               plot="turn_latency"),
+    Benchmark("turn_update", "bench.turn_update", ("--server", "default"),
+              ("--server", "default", "--rounds", "3")),
+    Benchmark("turn_update_embedded", "bench.turn_update", ("--server", "embedded"),
+              ("--server", "embedded", "--rounds", "3")),
     Benchmark("tracing_cost", "bench.tracing_cost", (), ("--rounds", "5")),
     Benchmark("throughput", "bench.throughput", ("--reference", REFERENCE),
               ("--reference", REFERENCE, "--conversations", "20", "50", "--workers", "1"),
