@@ -1,11 +1,13 @@
 """What survives: a conversation's position rebuilt from Event History alone.
 
-    input (WorkflowExecutionStarted) + Signals + steps (Activities, local-activity markers)
+    input (WorkflowExecutionStarted) + Signals and accepted Updates + steps (Activities,
+        local-activity markers)
         -> answers, lookups, the order, next action, where the refund stands
 
 Event History lives in the Temporal Service, not in a Worker, so this works while no Worker is
 alive (a Query would not). A step is a regular Activity (its scheduled and closing events) or a
-local activity (one marker holding its result). The answers are the customer's recorded Signals,
+local activity (one marker holding its result). The answers are the customer's recorded messages
+(customer_message Signals, and customer_message_update Updates in their UpdateAccepted events),
 taken by the rule the Workflow applies (agent/intake.py) and paired in order with the decide steps
 that asked. The history is encrypted: `what_survives` decodes it through the client's converter
 (agent/decoded_history.py) first, and a missing key fails there, naming the key id.
@@ -31,7 +33,7 @@ from temporalio.converter import DataConverter
 
 from agent.codec import ENCODING
 from agent.decoded_history import decoded_history
-from agent.intake import answer_text, from_customer, remember
+from agent.intake import MESSAGE_SIGNAL, MESSAGE_UPDATE, answer_text, from_customer, remember
 from agent.models import (
     AgentStep,
     Approval,
@@ -117,7 +119,7 @@ class _Signals:
 
     answers: list[str] = field(default_factory=list)  # accepted texts, in order
     clicks: list[Click] = field(default_factory=list)
-    customer_messages: int = 0  # every customer_message Signal, taken or not
+    customer_messages: int = 0  # every customer message delivered (Signal or Update), taken or not
     start: ConversationStart | None = None  # the Workflow's input
     taken_over: str | None = None  # who holds it now and since when, from takeover Signals
 
@@ -241,16 +243,31 @@ def _signals(events: list[HistoryEvent], converter: DataConverter) -> _Signals:
                     # Handed back: what was written meanwhile is taken then, in order.
                     found.answers += held
                     held, found.taken_over = None, None
-            elif signaled.signal_name == "customer_message":
-                found.customer_messages += 1
-                message = _decode(converter, signaled.input.payloads, CustomerMessage)
-                if start is None or not remember(seen, message.message_id):
-                    continue
-                if from_customer(message, start.customer) and (text := answer_text(message)):
-                    # The Workflow's inbox bound (MAX_QUEUED_MESSAGES, 20) never drops one of
-                    # the first 20 taken, and a run asks at most MAX_TURNS (10) questions.
-                    (found.answers if held is None else held).append(text)
+        if (message := customer_message(event, converter)) is not None:
+            found.customer_messages += 1
+            if start is None or not remember(seen, message.message_id):
+                continue
+            if from_customer(message, start.customer) and (text := answer_text(message)):
+                # The Workflow's inbox bound (MAX_QUEUED_MESSAGES, 20) never drops one of the
+                # first 20 taken, and a run asks at most MAX_TURNS (10) questions.
+                (found.answers if held is None else held).append(text)
     return found
+
+
+def customer_message(event: HistoryEvent, converter: DataConverter) -> CustomerMessage | None:
+    """The customer's message an event delivered: a customer_message Signal, or an accepted
+    customer_message_update Update (its input is in the UpdateAccepted event, written in the
+    workflow task that took it, so history's order is the order the Workflow took them in).
+    None for any other event."""
+    if event.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED:
+        signaled = event.workflow_execution_signaled_event_attributes
+        if signaled.signal_name == MESSAGE_SIGNAL:
+            return _decode(converter, signaled.input.payloads, CustomerMessage)
+    elif event.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_UPDATE_ACCEPTED:
+        request = event.workflow_execution_update_accepted_event_attributes.accepted_request
+        if request.input.name == MESSAGE_UPDATE:
+            return _decode(converter, request.input.args.payloads, CustomerMessage)
+    return None
 
 
 def _outcome(events: list[HistoryEvent], converter: DataConverter) -> tuple[bool, Any]:

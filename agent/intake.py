@@ -1,14 +1,22 @@
 """Which thread messages become answers: one rule, applied by the Workflow and read back by history.
 
-    customer_message Signal -> seen before? -> from the thread's customer? -> text left? -> inbox
+    customer_message Signal | customer_message_update Update
+        -> seen before? -> from the thread's customer? -> text left? -> inbox
 
-The Workflow applies it as Signals arrive (agent/workflow.py); agent/history.py applies it again to
-the recorded Signals to rebuild the answers from Event History alone. Pure and deterministic.
+The Workflow applies it as messages arrive (agent/workflow.py); agent/history.py applies it again
+to the recorded ones (Signals, and accepted Updates) to rebuild the answers from Event History
+alone. Pure and deterministic.
 """
 
 from __future__ import annotations
 
 from agent.models import MAX_TEXT_CHARS, Actor, CustomerMessage
+
+# The two ways a customer's message reaches the Workflow, by their names in Event History: the
+# Signal, and the Update the router sends first (bot/conversations.py; it needs no wait for the
+# server's transfer queue).
+MESSAGE_SIGNAL = "customer_message"
+MESSAGE_UPDATE = "customer_message_update"
 
 # How many message and click ids a conversation remembers, so a redelivered one applies once
 # without the list growing for ever.

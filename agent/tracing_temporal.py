@@ -1,11 +1,14 @@
-"""Traces through Temporal: temporalio.contrib.opentelemetry's interceptor, a trace per Signal.
+"""Traces through Temporal: temporalio.contrib.opentelemetry's interceptor, a trace per message.
 
-    bot:    SignalWithStartWorkflow | SignalWorkflow:<signal> (client spans) -> the Signal's header
-    Worker: HandleSignal:<signal> -> the steps the Workflow then starts, under that Signal's span
+    bot:    SignalWithStartWorkflow | SignalWorkflow:<signal> | StartWorkflowUpdate:<update>
+            (client spans) -> the header
+    Worker: HandleSignal:<signal> | HandleUpdate:<update> -> the steps the Workflow then starts,
+            under that span
 
 The SDK puts every span a Workflow makes under its start's context: one trace per conversation,
 days long. refund-bot's unit is a customer's message, so the Workflow's current span is a `_Turn`:
-the span of the Signal it last received. Spans are made only outside replay and add no command.
+the span of the Signal or Update it last received. Spans are made only outside replay and add no
+command.
 Imported only when tracing is on: the SDK's OpenTelemetry package takes 0.2 s to import.
 """
 
@@ -27,8 +30,8 @@ from temporalio.contrib.opentelemetry._context import attached_context
 
 class ConversationTracing(TracingInterceptor):
     """The SDK's tracing interceptor for clients, Activities and Workflows, whose Workflow side
-    follows each Signal's trace. Given to Client.connect: the client's calls and the Workers
-    built on it get it (agent.temporal_client)."""
+    follows each Signal's and Update's trace. Given to Client.connect: the client's calls and the
+    Workers built on it get it (agent.temporal_client)."""
 
     def workflow_interceptor_class(
         self, input: temporalio.worker.WorkflowInterceptorClassInput
@@ -39,7 +42,7 @@ class ConversationTracing(TracingInterceptor):
 
 class _Turn(NonRecordingSpan):
     """The current span of a conversation's Workflow code: one object, put in its context once,
-    whose span context moves to each Signal's as it arrives."""
+    whose span context moves to each Signal's (or Update's) as it arrives."""
 
     def __init__(self) -> None:
         super().__init__(INVALID_SPAN_CONTEXT)
@@ -70,6 +73,11 @@ class _TurnTracing(TracingWorkflowInboundInterceptor):
         # Signal's (a Signal without a header, sent untraced, leaves the turn where it was).
         self._follow(input.headers)
         await super().handle_signal(input)
+
+    async def handle_update_handler(self, input: temporalio.worker.HandleUpdateInput) -> Any:
+        # A customer's reply comes as an Update (bot/conversations.py): a turn like a Signal's.
+        self._follow(input.headers)
+        return await super().handle_update_handler(input)
 
     @contextmanager
     def _top_level_workflow_context(self, *, success_is_complete: bool) -> Iterator[None]:

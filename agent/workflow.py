@@ -35,7 +35,7 @@ with workflow.unsafe.imports_passed_through():
     from agent.activities.refund import RefundActivities
     from agent.activities.rules import apply_refund_rules
     from agent.escalation import EscalationRound
-    from agent.intake import answer_text, from_customer, remember
+    from agent.intake import MESSAGE_UPDATE, answer_text, from_customer, remember
     from agent.models import (
         AGENT_PRINCIPAL,
         ALREADY_REFUNDED,
@@ -921,13 +921,32 @@ class RefundConversation:
         return lookup.order if lookup else None
 
     # ------------------------------------------------------------------------------------------
-    # Signals and the query
+    # Signals, the Update and the query
     # ------------------------------------------------------------------------------------------
 
     @workflow.signal
     def customer_message(self, message: CustomerMessage) -> None:
         # EXECUTION STATE: the Signal is in Event History before this runs, so it survives a crash.
-        # The rule agent/history.py reads back from the recorded Signals (agent/intake.py).
+        self._take_message(message)
+
+    # No validator: an Update rejects nothing the Signal would have taken. Handled as the Signal
+    # is, and returns at once (never waits for the agent's reply), so the router's call returns
+    # as soon as the message is recorded.
+    @workflow.update(name=MESSAGE_UPDATE)
+    def customer_message_now(self, message: CustomerMessage) -> None:
+        """The customer's message as an Update: the server hands it to a polling Worker at once,
+        where a Signal's workflow task waits for the next read of the transfer queue (up to 50 ms
+        on a server with Temporal's default settings; docs/benchmarks.md, "A turn on a server with
+        Temporal's default settings"). A Worker without this handler rejects it, and the router
+        sends the Signal instead."""
+        # EXECUTION STATE: the accepted Update is in Event History (its input in the
+        # UpdateAccepted event), so it survives a crash as a Signal does.
+        self._take_message(message)
+
+    def _take_message(self, message: CustomerMessage) -> None:
+        # The rule agent/history.py reads back from the recorded messages (agent/intake.py); a
+        # message delivered both ways (an Update not accepted in time, then its Signal) is
+        # taken once, by its id.
         if not remember(self._seen_ids, message.message_id):
             return  # a platform retry or a reconnect replay: applied once
         if not from_customer(message, self._start.customer):

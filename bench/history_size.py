@@ -13,7 +13,11 @@ Payload bytes (data and metadata) are counted as stored, encrypted by the payloa
 decrypted. The bytes each extra turn adds are printed: constant means linear growth, growing
 means working memory is re-sent on every turn (quadratic). The plot goes to --plot.
 
-    .venv/bin/python -m bench.history_size
+With --reference (a checkout of the reference demo, as bench.throughput takes it), one
+conversation of bench.throughput's story runs on each side, refund-bot's Worker and the
+reference's, and both are drawn at that story's decide turns: the two demos side by side.
+
+    .venv/bin/python -m bench.history_size [--reference PATH [--reference-python PYTHON]]
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ import tempfile
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from matplotlib.ticker import MaxNLocator
 from temporalio.client import Client, WorkflowHistory
 
 from agent.decoded_history import decoded_history
@@ -156,7 +161,32 @@ def _increments(sizes: list[Size]) -> str:
     return "; ".join(steps)
 
 
-async def main(plot: Path) -> None:
+# bench.throughput's story (the number in the opening, both answers, auto-approved): its turns.
+SAME_STORY_TURNS = _turns(escalated=False, vague=None)
+
+
+async def same_story(reference: Path, python: Path) -> list[Size]:
+    """One conversation of bench.throughput's story on each demo, each on its own Worker."""
+    # Imported here: bench.throughput reads payload_bytes from this module.
+    from bench.throughput import REFERENCE, REFUND_BOT, both_sides, cell, check_reference
+
+    check_reference(reference)
+    sizes = []
+    with tempfile.TemporaryDirectory() as tmp:
+        async with both_sides(reference, python, Path(tmp)) as (bench, _):
+            for side in (REFUND_BOT, REFERENCE):
+                one = await cell(bench, side, 1, 1)
+                size = Size(side, SAME_STORY_TURNS, one.events, one.history_bytes, 0)
+                sizes.append(size)
+                print(
+                    f"  {side:<34} {size.events:4d} events  {size.stored:6,d} payload bytes "
+                    f"stored, {one.history_size:,d} bytes in all",
+                    flush=True,
+                )
+    return sizes
+
+
+async def main(plot: Path, reference: Path | None, python: Path | None) -> None:
     print("Committed histories (tests/histories):")
     for path in sorted(HISTORIES.glob("*.json")):
         await measure(path.stem, WorkflowHistory.from_json(path.stem, path.read_text()))
@@ -171,13 +201,28 @@ async def main(plot: Path) -> None:
     for story in ("auto-approved", "escalated"):
         mine = sorted((s for s in sizes if s.name.startswith(story)), key=lambda s: s.turns)
         turns = [s.turns for s in mine]
-        by_bytes.plot(turns, [s.stored for s in mine], marker="o", label=story)
-        by_events.plot(turns, [s.events for s in mine], marker="o", label=story)
-    by_bytes.legend()
+        by_bytes.plot(turns, [s.stored for s in mine], marker="o", label=f"refund-bot, {story}")
+        by_events.plot(turns, [s.events for s in mine], marker="o", label=f"refund-bot, {story}")
+    if reference is not None:
+        print("bench.throughput's story, both answers sent at once, one conversation a side:")
+        sides = await same_story(reference, python or reference / ".venv" / "bin" / "python")
+        labels = ("refund-bot, bench.throughput's story", "reference, the same story")
+        for side, marker, label in zip(sides, ("s", "X"), labels, strict=True):
+            by_bytes.plot([side.turns], [side.stored], marker=marker, ls="", ms=9, label=label)
+            by_events.plot([side.turns], [side.events], marker=marker, ls="", ms=9, label=label)
+    for ax in (by_bytes, by_events):
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    by_bytes.legend(loc="upper left")
     print(f"plot: {save(fig, plot)}")
 
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--plot", type=Path, default=default_path("history_size"))
-    run_benchmark(main(parser.parse_args().plot))
+    parser.add_argument("--reference", type=Path, help="a checkout of the reference demo")
+    parser.add_argument(
+        "--reference-python", type=Path, help="its virtualenv's python (PATH/.venv/bin/python)"
+    )
+    args = parser.parse_args()
+    reference = args.reference and args.reference.resolve()
+    run_benchmark(main(args.plot, reference, args.reference_python))

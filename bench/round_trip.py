@@ -1,6 +1,7 @@
 """The bare Temporal round trip a turn is compared with: a Signal, a workflow task, Activities.
 
-    Signal `ping` -> workflow task -> `echo` Activity x N (in sequence) -> waits for the next ping
+    Signal `ping` (or Update `ping_now`) -> workflow task -> `echo` Activity x N (in sequence)
+        -> waits for the next ping
 
 No payload codec work beyond the client's converter, no stores, no chat: what one turn costs
 Temporal itself on the same server, so a refund-bot turn can be read as a multiple of it.
@@ -28,6 +29,11 @@ class BareRoundTrip:
 
     @workflow.signal
     def ping(self, value: int) -> None:
+        self._pings.append(value)
+
+    @workflow.update
+    def ping_now(self, value: int) -> None:
+        # The same as `ping`, as an Update: accepted and completed at once, the Activities after.
         self._pings.append(value)
 
     @workflow.run

@@ -5,8 +5,10 @@
 
 Two variants, taking turns message by message on one server, into one running conversation a
 round:
-  written ahead  `router.on_message`: the message inserted into the inbox and committed (what
-                 the platform's "ok" waits for), the Signal, the entry removed
+  written ahead  `router.keep` then `router.deliver`: the message inserted into the inbox and
+                 committed (what the platform's "ok" waits for), the Signal (the router's
+                 fallback to the reply's Update, and its only way on the background loop), the
+                 entry removed
   signal alone   the same Signal, as the router sends it, with nothing kept: what delivering a
                  message cost when the inbox took only those that could not be delivered at once
 Milliseconds from the call to its return, in this process; the first column is also the ack's
@@ -61,7 +63,11 @@ async def main(rounds: int, messages: int) -> None:
         async with embedded_server(Path(tmp) / "temporal") as server:
             client = await Client.connect(server.address, data_converter=TEST_CONVERTER)
             inbox = Inbox(SqliteDatabase(Path(tmp)))
-            router = ConversationRouter(client, f"bench-{uuid.uuid4().hex[:6]}", inbox, _no_hold)
+            # Signals, as "signal alone" sends: with no Worker here an Update would wait out its
+            # bound on every message (what an Update costs a turn is bench.turn_update's).
+            router = ConversationRouter(
+                client, f"bench-{uuid.uuid4().hex[:6]}", inbox, _no_hold, message_updates=False
+            )
             for r in range(rounds):
                 thread = ThreadRef(platform="slack", workspace="T0", channel="C0", thread=f"{r}.0")
                 opened = await router.on_message(_message(thread, "refund order 1234", opens=True))

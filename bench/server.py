@@ -1,6 +1,9 @@
 """The benchmarks' Temporal: the dev server `refund-bot run` embeds, on free ports.
 
     async with embedded_server(data_dir) as server -> server.address, server.pid (for /proc)
+    async with embedded_server(data_dir, tuned=False) -> the same server with Temporal's default
+        dynamic config (no history.transferProcessorMaxPollRPS): what Temporal Cloud and most
+        clusters run, for the figures a deployment off the embedded server sees
 
 The same command line refund-bot runs (`temporal server start-dev`, its SQLite database in a file
 in the data directory), so a benchmark measures the server a default deployment has, and its
@@ -15,16 +18,32 @@ from pathlib import Path
 
 from agent.settings import TemporalSettings
 from harness import free_port
-from worker.server import EmbeddedTemporal
+from worker.server import EmbeddedTemporal, dynamic_config_args
+
+# The two server configurations a benchmark can name (--server).
+SERVERS = ("embedded", "default")
+
+
+class _DefaultConfigTemporal(EmbeddedTemporal):
+    """The embedded server's command line without its dynamic config values."""
+
+    def command(self) -> list[str]:
+        tuned = dynamic_config_args()
+        command = super().command()
+        for i in range(len(command) - len(tuned) + 1):
+            if command[i : i + len(tuned)] == tuned:
+                return command[:i] + command[i + len(tuned) :]
+        raise AssertionError(f"{tuned} not found in the server's command line")
 
 
 @asynccontextmanager
-async def embedded_server(data_dir: Path) -> AsyncIterator[EmbeddedTemporal]:
+async def embedded_server(data_dir: Path, *, tuned: bool = True) -> AsyncIterator[EmbeddedTemporal]:
     settings = TemporalSettings(
         _env_file=None,
         address=f"127.0.0.1:{free_port()}",
         ui_port=free_port(),
     )
-    async with EmbeddedTemporal(settings, data_dir) as server:
+    kind = EmbeddedTemporal if tuned else _DefaultConfigTemporal
+    async with kind(settings, data_dir) as server:
         assert server.pid is not None, "a server already answered on a free port"
         yield server

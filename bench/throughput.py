@@ -34,7 +34,8 @@ import os
 import tempfile
 import time
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -57,7 +58,7 @@ from harness.owner import refunds_made
 from refund_bot.wiring import local_thread_store
 from worker.lifecycle import terminate
 from worker.runner import prepare_stores
-from worker.server import _tail
+from worker.server import EmbeddedTemporal, _tail
 from worker.sticky import PROBE_WORKFLOW
 
 REFUND_BOT = "refund-bot"
@@ -294,28 +295,41 @@ async def cell(bench: Bench, side: str, n: int, w: int) -> Cell:
             await terminate(proc, grace=10)
 
 
+def check_reference(reference: Path) -> None:
+    if not (reference / "src" / "refund_agent" / "workflow.py").exists():
+        raise SystemExit(f"--reference {reference}: no src/refund_agent/workflow.py there")
+
+
+@asynccontextmanager
+async def both_sides(
+    reference: Path, reference_python: Path, data_dir: Path
+) -> AsyncIterator[tuple[Bench, EmbeddedTemporal]]:
+    """One embedded dev server, refund-bot's stores and a client for each side: what every cell
+    runs on (bench.history_size runs one conversation a side on it too)."""
+    async with embedded_server(data_dir / "temporal") as server:
+        assert server.pid is not None
+        bench = Bench(server.address, server.pid, data_dir, reference, reference_python)
+        bench.settings = AgentSettings(
+            _env_file=None,
+            data_dir=data_dir / REFUND_BOT,
+            stripe_api_key=None,
+        )
+        await prepare_stores(bench.settings)
+        bench.clients = {
+            REFUND_BOT: await Client.connect(server.address, data_converter=TEST_CONVERTER),
+            REFERENCE: await Client.connect(server.address),
+        }
+        yield bench, server
+
+
 async def main(
     reference: Path, reference_python: Path, sizes: list[int], workers: list[int], plot: Path
 ) -> None:
-    if not (reference / "src" / "refund_agent" / "workflow.py").exists():
-        raise SystemExit(f"--reference {reference}: no src/refund_agent/workflow.py there")
+    check_reference(reference)
     print(f"load average before: {os.getloadavg()[0]:.2f} ({os.cpu_count()} cores)", flush=True)
     cells: list[Cell] = []
     with tempfile.TemporaryDirectory() as tmp:
-        data_dir = Path(tmp)
-        async with embedded_server(data_dir / "temporal") as server:
-            assert server.pid is not None
-            bench = Bench(server.address, server.pid, data_dir, reference, reference_python)
-            bench.settings = AgentSettings(
-                _env_file=None,
-                data_dir=data_dir / REFUND_BOT,
-                stripe_api_key=None,
-            )
-            await prepare_stores(bench.settings)
-            bench.clients = {
-                REFUND_BOT: await Client.connect(server.address, data_converter=TEST_CONVERTER),
-                REFERENCE: await Client.connect(server.address),
-            }
+        async with both_sides(reference, reference_python, Path(tmp)) as (bench, server):
             turn = 0
             for n in sizes:
                 for w in workers:

@@ -2,6 +2,8 @@
 
     adapter -> keep (the inbox, committed) -> the platform's ack -> deliver -> Temporal
                                                  ... cannot now -> the inbox delivers it later
+    deliver, a customer's reply: the Update a Worker accepts (bounded wait)
+                                 ... not accepted, refused -> the Signal
     adapter, an acknowledged event it cannot read -> keep_unreadable -> inbox, as a dead letter
 
 An acknowledgement means durable: every customer message and click is written ahead to the inbox
@@ -10,10 +12,12 @@ what it got a 200 for, and Discord's gateway sends once. Delivery then comes fro
 in arrival order within its conversation (`deliver`, right after the ack; the background loop for
 anything that must wait: Temporal down, an earlier entry retrying). `on_message` and `on_click`
 are both, for adapters whose ack is the handler's return. Bots, edits, deletions and redeliveries
-never reach the agent; the Workflow ID is derived from the thread; delivery is one call to
-Temporal (signal-with-start or a Signal), and a describe only when the Signal finds no running
-Workflow. An entry that fails on its own is retried with backoff and, after MAX_ATTEMPTS (or at
-once if it can never be read again), kept as a dead letter with its error.
+never reach the agent; the Workflow ID is derived from the thread; an opening is signal-with-start,
+a click a Signal, a reply the `customer_message_update` Update (the Signal when no Worker accepts
+it in time, or on the background loop), and a describe only when the Signal finds no running
+Workflow. An entry is removed once Temporal has it in Event History. An entry that fails on its
+own is retried with backoff and, after MAX_ATTEMPTS (or at once if it can never be read again),
+kept as a dead letter with its error.
 """
 
 from __future__ import annotations
@@ -31,7 +35,13 @@ from typing import Any, Literal, Protocol, TypeVar
 
 from pydantic import BaseModel, ValidationError
 from temporalio import workflow
-from temporalio.client import Client, WorkflowExecutionStatus
+from temporalio.client import (
+    Client,
+    WorkflowExecutionStatus,
+    WorkflowUpdateFailedError,
+    WorkflowUpdateRPCTimeoutOrCancelledError,
+    WorkflowUpdateStage,
+)
 from temporalio.common import MetricMeter, WorkflowIDReusePolicy
 from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
@@ -62,6 +72,14 @@ MAX_SIGNAL_TEXT = MAX_TEXT_CHARS
 # How long one call to Temporal may take before the message goes to the inbox instead. Short, so
 # an adapter's reply to the customer never waits on a Temporal that is down.
 RPC_TIMEOUT = timedelta(seconds=5)
+# How long a reply waits for a Worker to accept it as an Update before it goes as the Signal. A
+# Worker accepts it when the workflow task that takes it completes, and that task also runs the
+# agent's next step (the offline decide step and the first try of the post are local activities
+# inside it): on a server with Temporal's default settings, on a loaded machine, acceptance took
+# 31-62 ms at p50 and 104-318 ms at p99 over five runs (bench.turn_update, docs/benchmarks.md).
+# A second leaves room for a slow platform's post; past it (no Worker polls, or the post is slower
+# still) the Signal follows, and the Workflow takes the message once, by its id.
+UPDATE_ACCEPT_TIMEOUT = timedelta(seconds=1)
 # Answers that say Temporal itself cannot be used right now (down, overloaded, this client not let
 # in): no entry can be delivered, so none is blamed for it; everything waits.
 _UNREACHABLE = {
@@ -270,8 +288,13 @@ class ConversationRouter:
         inbox_retry: Backoff = INBOX_RETRY,
         unreachable_retry: Backoff = UNREACHABLE_RETRY,
         meter: MetricMeter | None = None,
+        message_updates: bool = True,
+        update_accept_timeout: timedelta = UPDATE_ACCEPT_TIMEOUT,
     ) -> None:
         self._client = client
+        # False: every customer message goes as the Signal (bench.turn_update compares the two).
+        self._message_updates = message_updates
+        self._update_accept_timeout = update_accept_timeout
         self._task_queue = task_queue
         self._opened = (meter or MetricMeter.noop).create_counter(OPENED, OPENED_DESCRIPTION)
         self._inbox = inbox
@@ -392,17 +415,22 @@ class ConversationRouter:
         if first.seq != kept.seq or (first.retry_at is not None and first.retry_at > time.time()):
             return Routed.QUEUED  # an earlier entry of this conversation goes first
         try:
-            routed = await self._deliver_entry(first, kept.workflow_id)
+            # Right after the ack, a reply goes as an Update (the fast turn). The background loop
+            # sends Signals: a drain after an outage never waits on a Worker for each entry.
+            routed = await self._deliver_entry(first, kept.workflow_id, prompt=True)
         except _Unreachable:
             return Routed.QUEUED
         return Routed.QUEUED if routed is None else routed
 
-    async def _deliver_entry(self, pending: Pending, workflow_id: str) -> Routed | None:
+    async def _deliver_entry(
+        self, pending: Pending, workflow_id: str, *, prompt: bool = False
+    ) -> Routed | None:
         """Deliver one inbox entry and remove it; None (the entry stays, its failure recorded)
-        when it could not be delivered now. Raises _Unreachable when Temporal cannot be used."""
+        when it could not be delivered now. Raises _Unreachable when Temporal cannot be used.
+        `prompt`: right after its ack, a customer's message goes as an Update first."""
         payload = _decode(pending)
         try:
-            routed = await self._deliver(pending.kind, payload)
+            routed = await self._deliver(pending.kind, payload, prompt=prompt)
         except Exception as err:
             if _unreachable(err):
                 log.warning(
@@ -422,18 +450,19 @@ class ConversationRouter:
     # To Temporal
     # ------------------------------------------------------------------------------------------
 
-    async def _deliver(self, kind: str, payload: BaseModel) -> Routed:
+    async def _deliver(self, kind: str, payload: BaseModel, *, prompt: bool = False) -> Routed:
         if kind == "start":
             assert isinstance(payload, ConversationStart)
             return await self._start(payload)
         if kind == "message":
             assert isinstance(payload, InboundMessage)
-            signal = CustomerMessage(
+            message = CustomerMessage(
                 message_id=payload.message_id, author=payload.author, text=payload.text
             )
-            return await self._signal(
-                workflow_id_for(payload.thread), RefundConversation.customer_message, signal
-            )
+            workflow_id = workflow_id_for(payload.thread)
+            if prompt and self._message_updates and await self._update(workflow_id, message):
+                return Routed.SIGNALLED
+            return await self._signal(workflow_id, RefundConversation.customer_message, message)
         assert isinstance(payload, InboundClick)
         approval = Approval(
             decision=payload.decision,
@@ -484,6 +513,57 @@ class ConversationRouter:
                 raise
             return await self._closed_or_unknown(workflow_id)
         return Routed.SIGNALLED
+
+    async def _update(self, workflow_id: str, message: CustomerMessage) -> bool:
+        """Deliver a reply as an Update: True once a Worker has accepted it (it is then in Event
+        History, as a Signal is). False when no Worker accepted it within the bound, it was
+        refused (a Worker without the handler), or Temporal answered it with an error: the caller
+        sends the Signal, whose answer decides (an unreachable Temporal keeps the entry in the
+        inbox).
+
+        The Signal, not the inbox, because a Signal needs no Worker: Temporal can take the
+        message now, and what Temporal holds survives the bot's host and is what /refund-status
+        reads; the inbox keeps what Temporal cannot take. An Update not accepted in time may still
+        be accepted later; the Workflow takes a message id once, whichever copy comes first, and
+        the conversation's next entry is delivered only after this one is in history, so order
+        holds."""
+        handle = self._client.get_workflow_handle(workflow_id)
+        seconds = self._update_accept_timeout.total_seconds()
+        try:
+            async with asyncio.timeout(seconds):
+                await handle.start_update(
+                    RefundConversation.customer_message_now,
+                    message,
+                    # One id per message: a retry of this message attaches to the first Update
+                    # instead of delivering a second one.
+                    id=f"message-{message.message_id}",
+                    wait_for_stage=WorkflowUpdateStage.ACCEPTED,
+                    rpc_timeout=self._update_accept_timeout,
+                )
+        except (TimeoutError, WorkflowUpdateRPCTimeoutOrCancelledError):
+            task = asyncio.current_task()
+            if task is not None and task.cancelling():
+                # The SDK turns a cancellation into its own error: this call was cancelled from
+                # outside (the router stopping), not timed out, so it ends here.
+                raise asyncio.CancelledError from None
+            log.info(
+                "no Worker accepted a message for %s within %.1fs; sent as the Signal",
+                workflow_id,
+                seconds,
+            )
+            return False
+        except WorkflowUpdateFailedError as err:
+            log.info("%s refused the message's Update (%s); sent as the Signal", workflow_id, err)
+            return False
+        except RPCError as err:
+            # Whatever the Update was told, the Signal's own answer decides: delivered, closed or
+            # unknown (a describe), or kept in the inbox. Some answers are the Update's alone: the
+            # conversation not running, Updates turned off on the cluster (PERMISSION_DENIED;
+            # older self-hosted servers), a Workflow's limit on Updates in flight
+            # (RESOURCE_EXHAUSTED, left by Updates no Worker took while none ran).
+            log.info("the message's Update to %s: %s; sent as the Signal", workflow_id, err)
+            return False
+        return True
 
     async def _closed_or_unknown(self, workflow_id: str) -> Routed:
         try:

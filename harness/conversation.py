@@ -85,16 +85,26 @@ class LocalConversation:
         return message
 
     async def reply(
-        self, text: str, author: Actor | None = None, message_id: str | None = None
+        self,
+        text: str,
+        author: Actor | None = None,
+        message_id: str | None = None,
+        *,
+        update: bool = False,
     ) -> str:
+        """The customer's reply, as the customer_message Signal, or (`update`) as the Update the
+        router sends first, returning once a Worker has accepted it."""
         author = author or self.customer
         row = await self.threads.add_reply(self.thread_id, author.user_id, text)
         mid = message_id or row.message_id
         assert self.handle is not None
-        await self.handle.signal(
-            RefundConversation.customer_message,
-            CustomerMessage(message_id=mid, author=author, text=text),
-        )
+        message = CustomerMessage(message_id=mid, author=author, text=text)
+        if update:
+            await self.handle.execute_update(
+                RefundConversation.customer_message_now, message, id=f"message-{mid}"
+            )
+        else:
+            await self.handle.signal(RefundConversation.customer_message, message)
         return mid
 
     async def answer_the_questions(self) -> None:

@@ -24,6 +24,7 @@ from bot.local.thread_store import LocalThreadStore
 from bot.platform_health import PlatformHealth
 from harness import free_port
 from harness.codec import TEST_CONVERTER
+from harness.conditions import wait_for
 from harness.conversation import SUPPORT, LocalConversation
 from harness.inproc import running_worker
 from refund_bot.ops import Ops, serving_ops
@@ -96,9 +97,23 @@ async def test_every_metric_the_dashboard_and_the_alerts_name_is_exported(
         async with serving_ops(address, ops):
             conversation = LocalConversation(client, threads, task_queue)
             handle = await conversation.open("refund order 4500")
-            await conversation.answer_the_questions()
+            assert (await conversation.next_bot_message()).text == "Was the package opened?"
+            await conversation.reply("Yes")
+            assert (await conversation.next_bot_message()).text == "What was damaged?"
+            # As the router sends a reply: an Update, whose turn counts under the Signal's label.
+            await conversation.reply("Split seam", update=True)
             assert (await conversation.next_bot_message()).kind == "escalation"
-            waiting = await scrape(f"http://{address}/metrics")
+
+            async def the_worker_is_seen() -> str | None:
+                # Counted from its heartbeats: a Worker that just started is seen within seconds.
+                text = await scrape(f"http://{address}/metrics")
+                polling = re.search(
+                    rf'refund_bot_workers_polling{{[^}}]*task_queue="{task_queue}"[^}}]*}} 1\n',
+                    text,
+                )
+                return text if polling else None
+
+            waiting = await wait_for(the_worker_is_seen, timeout=30, what="the Worker counted")
             await conversation.click("approve", SUPPORT, round=1)
             assert (await handle.result()).status == "refunded"
             done = await scrape(f"http://{address}/metrics")
@@ -108,6 +123,7 @@ async def test_every_metric_the_dashboard_and_the_alerts_name_is_exported(
     assert value(waiting, "refund_bot_workers_polling", task_queue=task_queue) == 1
     assert value(done, "refund_bot_conversations_ended_total", outcome="refunded") >= 1
     assert value(done, "refund_bot_conversations_ended_total", outcome="error") == 0  # at zero
+    # The opening, "Yes" (Signals) and "Split seam" (the Update).
     assert value(done, "refund_bot_turn_duration_seconds_count", signal="customer_message") >= 3
     assert value(done, "refund_bot_turn_duration_seconds_count", signal="approval") >= 1
     assert value(done, "refund_bot_refusals_total", reason="owner_refused") == 0

@@ -13,9 +13,14 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from temporalio.client import WorkflowExecutionStatus
+from temporalio.client import (
+    WorkflowExecutionStatus,
+    WorkflowUpdateFailedError,
+    WorkflowUpdateRPCTimeoutOrCancelledError,
+    WorkflowUpdateStage,
+)
 from temporalio.common import WorkflowIDReusePolicy
-from temporalio.exceptions import WorkflowAlreadyStartedError
+from temporalio.exceptions import ApplicationError, WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
 from agent.models import Actor, ConversationStart, ThreadRef
@@ -54,6 +59,11 @@ class FakeTemporal:
     started: set[str] = field(default_factory=set)
     failing: dict[str, BaseException] = field(default_factory=dict)  # workflow id -> raised
     attempts: list[str] = field(default_factory=list)  # workflow ids, every call made
+    # A Worker polls: a message's Update is accepted. Without one it is never accepted, and the
+    # router's wait for it ends (the SDK's error for an RPC that timed out).
+    worker: bool = True
+    refuse_updates: bool = False  # a Worker without the Update's handler rejects it
+    update_error: BaseException | None = None  # what the Update alone is answered
 
     async def start_workflow(self, _run: Any, start: Any, **kwargs: Any) -> SimpleNamespace:
         self.attempts.append(kwargs["id"])
@@ -87,7 +97,27 @@ class FakeTemporal:
                 raise RPCError("workflow not found", RPCStatusCode.NOT_FOUND, b"")
             return SimpleNamespace(status=WorkflowExecutionStatus.COMPLETED)
 
-        return SimpleNamespace(signal=signal, describe=describe)
+        async def start_update(
+            method: Callable[..., None], arg: Any, *, id: str, wait_for_stage: Any, rpc_timeout: Any
+        ) -> None:
+            assert wait_for_stage == WorkflowUpdateStage.ACCEPTED
+            assert id == f"message-{arg.message_id}"  # a retried message attaches to its Update
+            self.attempts.append(workflow_id)
+            if self.down:
+                raise _unavailable()
+            if workflow_id in self.failing:
+                raise self.failing[workflow_id]
+            if workflow_id in self.finished or workflow_id not in self.started:
+                raise RPCError("workflow execution already completed", RPCStatusCode.NOT_FOUND, b"")
+            if self.update_error is not None:
+                raise self.update_error
+            if not self.worker:
+                raise WorkflowUpdateRPCTimeoutOrCancelledError()
+            if self.refuse_updates:
+                raise WorkflowUpdateFailedError(ApplicationError("unknown update"))
+            self.calls.append(("update", workflow_id, method.__name__, arg))
+
+        return SimpleNamespace(signal=signal, describe=describe, start_update=start_update)
 
 
 @pytest.fixture
@@ -140,7 +170,7 @@ async def test_first_message_starts_with_signal_with_start(router, temporal) -> 
     assert kwargs["start_signal_args"][0].message_id == "m-e1"
 
 
-async def test_replies_and_clicks_become_signals(router, temporal) -> None:
+async def test_replies_become_updates_and_clicks_signals(router, temporal) -> None:
     await router.on_message(message("e1", "refund 1234", opens=True))
     assert await router.on_message(message("e2", "Yes")) == Routed.SIGNALLED
     click = InboundClick(
@@ -153,11 +183,80 @@ async def test_replies_and_clicks_become_signals(router, temporal) -> None:
     assert await router.on_click(click) == Routed.SIGNALLED
     assert [(c[0], c[2]) for c in temporal.calls] == [
         ("start", "customer_message"),
-        ("signal", "customer_message"),
+        ("update", "customer_message_now"),
         ("signal", "approval"),
     ]
     assert temporal.calls[1][3].text == "Yes" and temporal.calls[1][3].message_id == "m-e2"
     assert temporal.calls[2][3].actor.user_id == "U0SUPPORT"
+
+
+async def test_a_message_no_worker_accepts_goes_as_the_signal(router, temporal, tmp_path) -> None:
+    """An Update needs a Worker to accept it, a Signal does not: with none polling, the message
+    is not left waiting on one; it goes as the Signal and the inbox entry is done."""
+    await router.on_message(message("e1", "refund 1234", opens=True))
+    temporal.worker = False
+    assert await router.on_message(message("e2", "Yes")) == Routed.SIGNALLED
+    assert [(c[0], c[2], c[3].message_id) for c in temporal.calls[1:]] == [
+        ("signal", "customer_message", "m-e2")
+    ]
+    assert await Inbox(SqliteDatabase(tmp_path)).size() == 0
+
+
+async def test_a_message_an_older_worker_refuses_goes_as_the_signal(router, temporal) -> None:
+    # A Worker of a release without the Update's handler rejects it: the Signal it has.
+    await router.on_message(message("e1", "refund 1234", opens=True))
+    temporal.refuse_updates = True
+    assert await router.on_message(message("e2", "Yes")) == Routed.SIGNALLED
+    assert [(c[0], c[2]) for c in temporal.calls[1:]] == [("signal", "customer_message")]
+
+
+@pytest.mark.parametrize(
+    "status",
+    [
+        RPCStatusCode.RESOURCE_EXHAUSTED,  # the Workflow's limit on Updates in flight
+        RPCStatusCode.PERMISSION_DENIED,  # Updates turned off on the cluster
+    ],
+)
+async def test_a_message_whose_update_is_refused_by_the_server_goes_as_the_signal(
+    router, temporal, tmp_path, status
+) -> None:
+    # Answers that, to a Signal, would say Temporal cannot be used: to the Update they may be
+    # its own. The Signal is delivered at once, and the customer is told nothing.
+    await router.on_message(message("e1", "refund 1234", opens=True))
+    temporal.update_error = RPCError("refused", status, b"")
+    assert await router.on_message(message("e2", "Yes")) == Routed.SIGNALLED
+    assert [(c[0], c[2]) for c in temporal.calls[1:]] == [("signal", "customer_message")]
+    assert await Inbox(SqliteDatabase(tmp_path)).size() == 0
+
+
+async def test_a_message_while_temporal_is_down_stays_in_the_inbox(router, temporal) -> None:
+    # The Update fails, and so does the Signal after it: the entry waits, the customer is told.
+    await router.on_message(message("e1", "refund 1234", opens=True))
+    temporal.down = True
+    assert await router.on_message(message("e2", "Yes")) == Routed.QUEUED
+    assert temporal.attempts[1:] == [temporal.attempts[1]] * 2  # the Update, then the Signal
+
+
+async def test_a_message_to_a_finished_conversation_is_closed_not_retried(
+    router, temporal, tmp_path
+) -> None:
+    await router.on_message(message("e1", "refund 1234", opens=True))
+    temporal.finished.add(workflow_id_for(THREAD))
+    assert await router.on_message(message("e2", "thanks!")) == Routed.CLOSED
+    assert await Inbox(SqliteDatabase(tmp_path)).size() == 0
+
+
+async def test_the_inbox_delivers_what_waited_as_signals(router, temporal, tmp_path) -> None:
+    """The inbox's own delivery (after an outage) never waits on a Worker: Signals, in order."""
+    await router.on_message(message("e1", "refund 1234", opens=True))
+    temporal.down = True
+    assert await router.on_message(message("e2", "Yes")) == Routed.QUEUED
+    temporal.down = False
+    assert await router.deliver_pending() == 1
+    assert [(c[0], c[2], c[3].text) for c in temporal.calls[1:]] == [
+        ("signal", "customer_message", "Yes")
+    ]
+    assert await Inbox(SqliteDatabase(tmp_path)).size() == 0
 
 
 async def test_bots_edits_and_duplicates_never_reach_the_agent(router, temporal) -> None:
@@ -407,7 +506,11 @@ async def test_a_redelivery_during_the_first_delivery_waits_for_its_verdict(
             await release.wait()  # Temporal is slow to answer the first delivery
             await handle.signal(*args, **kwargs)
 
-        return SimpleNamespace(signal=signal)
+        async def start_update(*args: Any, **kwargs: Any) -> None:
+            await release.wait()
+            await handle.start_update(*args, **kwargs)
+
+        return SimpleNamespace(signal=signal, start_update=start_update)
 
     temporal.get_workflow_handle = slow
     first = asyncio.create_task(router.on_message(message("e2", "Yes")))
@@ -415,7 +518,7 @@ async def test_a_redelivery_during_the_first_delivery_waits_for_its_verdict(
     await asyncio.sleep(0)  # let both reach the router before Temporal answers
     release.set()
     assert sorted([await first, await retry]) == [Routed.DUPLICATE, Routed.SIGNALLED]
-    assert [c[2] for c in temporal.calls] == ["customer_message", "customer_message"]  # start + 1
+    assert [c[2] for c in temporal.calls] == ["customer_message", "customer_message_now"]
 
 
 async def test_an_event_an_adapter_cannot_read_is_kept_as_a_dead_letter(

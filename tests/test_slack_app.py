@@ -301,7 +301,8 @@ async def test_notice_goes_into_the_thread(harness: Harness, routed: Routed) -> 
 
 @dataclass
 class EdgeTemporal:
-    """A Temporal client at its network edge: records starts and signals; can fail once."""
+    """A Temporal client at its network edge: records starts, signals and Updates; can fail
+    once."""
 
     calls: list[tuple[str, str]] = field(default_factory=list)
     fail_next: bool = False
@@ -328,7 +329,12 @@ class EdgeTemporal:
             self._maybe_fail()
             self.calls.append((method.__name__, workflow_id))
 
-        return SimpleNamespace(signal=signal)
+        async def start_update(method: Callable[..., None], _arg: Any, **_kwargs: Any) -> None:
+            # A reply goes as the Update, accepted at once here: a Worker is polling.
+            self._maybe_fail()
+            self.calls.append((method.__name__, workflow_id))
+
+        return SimpleNamespace(signal=signal, start_update=start_update)
 
 
 @pytest.fixture
@@ -384,7 +390,8 @@ async def test_a_retry_after_acceptance_is_applied_once(real_router_app) -> None
             platform="slack", workspace=TEAM, channel=CHANNEL, thread=root.payload["event"]["ts"]
         )
     )
-    assert temporal.calls == [("start", wid), ("customer_message", wid), ("customer_message", wid)]
+    reply_update = "customer_message_now"
+    assert temporal.calls == [("start", wid), (reply_update, wid), (reply_update, wid)]
 
 
 async def test_an_acked_message_whose_delivery_fails_is_kept_and_delivered_once(

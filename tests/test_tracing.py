@@ -216,13 +216,13 @@ async def test_a_conversation_on_the_local_channel_is_one_connected_trace_per_me
     assert attributes(post)["refund_bot.message_kind"] == "question"
     assert children(opening_trace, post) == ["INSERT threads"]
 
-    # Each answer: a Signal, then the steps it causes and the agent's next post, one trace.
+    # Each answer: an Update, then the steps it causes and the agent's next post, one trace.
     for trace, kind in ((yes_trace, "question"), (seam_trace, "escalation")):
         route = named(trace, "router.route")[0]
         assert attributes(route)["refund_bot.routed"] == "signalled"
-        (signal,) = named(trace, "SignalWorkflow:customer_message")
-        assert {"HandleSignal:customer_message", "StartActivity:decide_next_step"} <= set(
-            children(trace, signal)
+        (update,) = named(trace, "StartWorkflowUpdate:customer_message_update")
+        assert {"HandleUpdate:customer_message_update", "StartActivity:decide_next_step"} <= set(
+            children(trace, update)
         )
         assert [attributes(p)["refund_bot.message_kind"] for p in named(trace, "chat.post")] == [
             kind

@@ -1,6 +1,7 @@
 """What the Worker measures of each conversation, outside the Workflow's code: turns and endings.
 
-    customer_message | approval Signal -> a turn starts (the workflow task's time)
+    customer_message | approval Signal, customer_message_update Update
+        -> a turn starts (the workflow task's time)
         -> the next post_to_thread carries that time in a header -> refund_bot_turn_duration_seconds
     the run returns its outcome, or fails -> refund_bot_conversations_ended_total{outcome}
 
@@ -24,6 +25,7 @@ from temporalio.worker import (
     ExecuteActivityInput,
     ExecuteWorkflowInput,
     HandleSignalInput,
+    HandleUpdateInput,
     Interceptor,
     StartActivityInput,
     StartLocalActivityInput,
@@ -32,11 +34,15 @@ from temporalio.worker import (
     WorkflowOutboundInterceptor,
 )
 
+from agent.intake import MESSAGE_SIGNAL, MESSAGE_UPDATE
 from agent.workflow import WORKFLOW_TYPE
 
 TURN_HEADER = "refund-bot-turn"
 # The Signals a customer (or a support agent) waits on an answer to, and the Activity that answers.
-TURN_SIGNALS = frozenset({"customer_message", "approval"})
+TURN_SIGNALS = frozenset({MESSAGE_SIGNAL, "approval"})
+# The customer's message as an Update (the router's first choice): a turn like the Signal's, and
+# counted under the Signal's label, so a dashboard reads one series whichever carried the message.
+TURN_UPDATES = {MESSAGE_UPDATE: MESSAGE_SIGNAL}
 POST = "post_to_thread"
 
 TURN_METRIC = "refund_bot_turn_duration_seconds"
@@ -104,6 +110,11 @@ class _Conversation(WorkflowInboundInterceptor):
         if input.signal in TURN_SIGNALS and (self.turn is None or self.turn.seq is not None):
             self.turn = _Turn(temporalio.workflow.time_ns(), input.signal)
         await super().handle_signal(input)
+
+    async def handle_update_handler(self, input: HandleUpdateInput) -> Any:
+        if input.update in TURN_UPDATES and (self.turn is None or self.turn.seq is not None):
+            self.turn = _Turn(temporalio.workflow.time_ns(), TURN_UPDATES[input.update])
+        return await super().handle_update_handler(input)
 
 
 def _ended(outcome: str) -> None:

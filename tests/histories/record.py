@@ -186,6 +186,20 @@ async def late_message(conv: LocalConversation) -> WorkflowHandle:
     return handle
 
 
+async def answered_by_update(conv: LocalConversation) -> WorkflowHandle:
+    """The answers as the router sends them: each an Update a Worker accepts. The first comes a
+    second time as its Signal (the router's fallback when no Worker accepted the Update in time),
+    and is taken once."""
+    handle = await conv.open("please refund order 1234", hold=True)
+    await conv.next_bot_message()
+    first = await conv.reply("Yes", update=True)
+    await conv.reply("Yes", message_id=first)
+    await conv.next_bot_message()
+    await conv.reply("Split seam", update=True)
+    await _held_then_released(conv, handle)
+    return handle
+
+
 SCENARIOS: dict[str, Callable[[LocalConversation], Awaitable[WorkflowHandle]]] = {
     "auto_approved": auto_approved,
     "escalated": escalated,
@@ -199,6 +213,7 @@ SCENARIOS: dict[str, Callable[[LocalConversation], Awaitable[WorkflowHandle]]] =
     "stale_click": stale_click,
     "refund_failed": refund_failed,
     "late_message": late_message,
+    "answered_by_update": answered_by_update,
 }
 
 

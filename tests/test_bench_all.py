@@ -1,0 +1,74 @@
+"""bench.all, the one command for every benchmark: run on two of the cheapest benchmarks (no
+server), beside a stand-in that fails, to check the summary, the files and that a failure neither
+stops the rest nor goes unreported."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+from bench.all import BENCHMARKS, parse
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_runs_each_one_keeps_its_output_and_reports_a_failure(tmp_path: Path) -> None:
+    results = tmp_path / "results"
+    failing = f"{sys.executable} -c 'import sys; print(\"no figures\"); sys.exit(3)'"
+    done = subprocess.run(
+        [sys.executable, "-m", "bench.all", "--quick", "--results", str(results),
+         "--plot-dir", str(tmp_path / "img"), "--extra", f"broken={failing}",
+         "--only", "broken", "codec_cost", "sandbox_instance"],
+        cwd=ROOT, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 1, done.stdout + done.stderr
+    summary = (results / "summary.txt").read_text()
+    rows = {line.split()[0]: line.split()[1:] for line in summary.splitlines()[1:-1]}
+    assert rows["broken"][:2] == ["exit", "3"], summary
+    # The failure came first, and both benchmarks after it still ran.
+    assert rows["codec_cost"][0] == "ok" and rows["sandbox_instance"][0] == "ok", summary
+    assert summary.splitlines()[-1].startswith("3 benchmarks, 1 failed"), summary
+    assert summary in done.stdout  # printed at the end too
+    codec = (results / "codec_cost.txt").read_text()
+    assert codec.startswith("$ ") and "-m bench.codec_cost --codec-rounds 30" in codec
+    assert "per decide turn" in codec and codec.rstrip().splitlines()[-1].startswith("exit 0")
+    assert "no figures" in (results / "broken.txt").read_text()
+    assert "no figures" in done.stdout  # streamed as it ran
+
+
+def test_every_plot_in_docs_img_is_drawn_by_a_benchmark() -> None:
+    drawn = {b.plot for b in BENCHMARKS if b.plot}
+    assert {p.stem for p in (ROOT / "docs" / "img").glob("*.png")} <= drawn
+
+
+def test_a_quick_run_leaves_the_published_plots_alone() -> None:
+    args = parse(["--quick"])
+    assert args.plot_dir is None  # chosen once the results directory is: <results>/img
+    drawing = [b for b in BENCHMARKS if b.plot]
+    quick = {b.name: b.command(True, Path("/r/img"), {}) for b in drawing}
+    assert all("/r/img/" in " ".join(argv) for argv in quick.values())
+
+
+def test_a_stop_signal_stops_the_running_benchmark_and_the_rest(tmp_path: Path) -> None:
+    code = "import os, time; print(os.getpid(), flush=True); time.sleep(60)"
+    sleeper = f"{sys.executable} -c '{code}'"
+    runner = subprocess.Popen(
+        [sys.executable, "-m", "bench.all", "--results", str(tmp_path), "--extra",
+         f"sleeper={sleeper}", "--only", "sleeper", "codec_cost"],
+        cwd=ROOT, stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    assert runner.stdout is not None
+    line = runner.stdout.readline()
+    while line.startswith("bench.all:"):  # the runner's own line naming the command
+        line = runner.stdout.readline()
+    child = int(line)
+    runner.send_signal(signal.SIGTERM)
+    assert runner.wait(timeout=30) == 128 + signal.SIGTERM
+    rest = runner.stdout.read()
+    runner.stdout.close()
+    assert not Path(f"/proc/{child}").exists(), "the benchmark outlived the runner"
+    summary = (tmp_path / "summary.txt").read_text()
+    assert "sleeper" in summary and "stopped" in summary, rest
+    assert "codec_cost" in summary and "not run" in summary, rest
