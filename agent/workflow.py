@@ -142,17 +142,18 @@ REFUND_STEP_TIMEOUT = timedelta(minutes=1)
 # every second, so a slow call is not taken for a dead Worker, and a dead Worker's call is retried
 # elsewhere within seconds.
 HEARTBEAT_TIMEOUT = timedelta(seconds=4)
-# The same window for the refund, the one effect a retry would call twice (its idempotency key
-# then returns the same refund, but the owner was still asked twice). A heartbeat timeout counts
-# from the server's hand-over of the task (ActivityTaskStarted), not from the moment the Worker
-# runs it: a Worker busy with other conversations (one interpreter; its event loop shares the
-# GIL with up to MAX_CONCURRENT_WORKFLOW_TASKS workflow tasks) has started an Activity more than
-# 4 s after taking it, and the 4 s window then retried a refund that was still going. The refund's
-# window is the lag the Worker is built to keep under load: a workflow task waits at most its 10 s
-# timeout (MAX_CONCURRENT_WORKFLOW_TASKS in worker.runner), and a Worker lagging more is failing its
-# conversations' workflow tasks already. A refund in flight when its Worker dies is retried after
+# A longer window for the calls a retry would make twice at a cost: the refund (its idempotency
+# key then returns the same refund, but the owner was still asked twice) and the model's step (a
+# second paid call, whose answer may differ). A heartbeat timeout counts from the server's
+# hand-over of the task (ActivityTaskStarted), not from the moment the Worker runs it: a Worker
+# busy with other conversations (one interpreter; its event loop shares the GIL with up to
+# MAX_CONCURRENT_WORKFLOW_TASKS workflow tasks) has started an Activity more than 4 s after taking
+# it, and the 4 s window then retried a call that was still going. This window is the lag the
+# Worker is built to keep under load: a workflow task waits at most its 10 s timeout
+# (MAX_CONCURRENT_WORKFLOW_TASKS in worker.runner), and a Worker lagging more is failing its
+# conversations' workflow tasks already. A call in flight when its Worker dies is retried after
 # it (the crash drill's kill after the effect), not after 4 s.
-REFUND_HEARTBEAT_TIMEOUT = timedelta(seconds=10)
+COSTLY_CALL_HEARTBEAT_TIMEOUT = timedelta(seconds=10)
 # A post is first tried inside the workflow task that decided it (one attempt): a healthy platform
 # answers in tens of milliseconds. A platform slower than this, or failing, ends the try and the
 # regular Activity takes over with its day of retries (POST_RETRY).
@@ -353,7 +354,10 @@ class RefundConversation:
         # model needs the whole working memory each turn, and an Activity's input is recorded, so
         # this path's history grows with the square of the turns, bounded by MAX_TURNS.
         return await self._step(
-            DecideActivities.decide_next_step, request, start_to_close=MODEL_STEP_TIMEOUT
+            DecideActivities.decide_next_step,
+            request,
+            start_to_close=MODEL_STEP_TIMEOUT,
+            heartbeat=COSTLY_CALL_HEARTBEAT_TIMEOUT,
         )
 
     async def _dispose(self, step: AgentStep) -> Disposition:
@@ -649,7 +653,7 @@ class RefundConversation:
                     currency=order.currency,
                 ),
                 start_to_close=REFUND_STEP_TIMEOUT,
-                heartbeat=REFUND_HEARTBEAT_TIMEOUT,
+                heartbeat=COSTLY_CALL_HEARTBEAT_TIMEOUT,
             )
         except ActivityError as err:
             workflow.logger.error("EXTERNAL EFFECT | refund failed: %s", _cause(err))

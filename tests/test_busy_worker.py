@@ -1,5 +1,6 @@
-"""A busy Worker does not get a refund retried: the refund's heartbeat timeout counts from the
-server's hand-over of the task, and a Worker busy with other conversations starts it late."""
+"""A busy Worker does not get a refund or a model call retried: their heartbeat timeout counts
+from the server's hand-over of the task, and a Worker busy with other conversations starts it
+late."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import time
 import uuid
 from typing import Any
 
+from pydantic import SecretStr
 from temporalio import activity
 from temporalio.api.enums.v1 import EventType
 from temporalio.worker import (
@@ -15,9 +17,13 @@ from temporalio.worker import (
     Interceptor,
 )
 
+from agent.settings import AgentSettings
 from agent.stores.databases import database_for
 from agent.stores.ledger import Ledger
+from agent.stores.sqlite import SqliteDatabase
+from bot.local.thread_store import LocalThreadStore
 from harness.conversation import LocalConversation
+from harness.fakes.openai_api import FakeOpenAI
 from worker.runner import build_worker
 
 # Longer than a 4 s heartbeat timeout plus the first heartbeat's second: what a Worker busy with
@@ -25,15 +31,24 @@ from worker.runner import build_worker
 BUSY_SECONDS = 6.0
 
 
-class BusyFirstRefund(Interceptor):
+class BusyFirst(Interceptor):
+    """The first attempt of the Activity named `activity_type` starts BUSY_SECONDS late."""
+
+    def __init__(self, activity_type: str) -> None:
+        self.activity_type = activity_type
+
     def intercept_activity(self, next: ActivityInboundInterceptor) -> ActivityInboundInterceptor:
-        return _Busy(next)
+        return _Busy(next, self.activity_type)
 
 
 class _Busy(ActivityInboundInterceptor):
+    def __init__(self, next: ActivityInboundInterceptor, activity_type: str) -> None:
+        super().__init__(next)
+        self.activity_type = activity_type
+
     async def execute_activity(self, input: ExecuteActivityInput) -> Any:
         info = activity.info()
-        if info.activity_type == "issue_refund" and info.attempt == 1:
+        if info.activity_type == self.activity_type and info.attempt == 1:
             # The Worker's event loop held (as by other conversations' work, GIL and all) after
             # Temporal handed the task over and before the Activity's first line runs.
             time.sleep(BUSY_SECONDS)  # noqa: ASYNC251
@@ -45,7 +60,11 @@ async def test_a_refund_started_late_by_a_busy_worker_is_not_retried(
 ) -> None:
     task_queue = f"test-busy-{uuid.uuid4().hex[:8]}"
     worker = await build_worker(
-        client, task_queue, agent_settings, {"local": threads}, interceptors=[BusyFirstRefund()]
+        client,
+        task_queue,
+        agent_settings,
+        {"local": threads},
+        interceptors=[BusyFirst("issue_refund")],
     )
     async with worker:
         conv = LocalConversation(client, threads, task_queue)
@@ -56,6 +75,42 @@ async def test_a_refund_started_late_by_a_busy_worker_is_not_retried(
     refunds = await Ledger(database_for(agent_settings)).refunds_for_workflow(handle.id)
     # The owner was asked once: no attempt timed out while the first was still to run.
     assert [r.calls for r in refunds] == [1]
+    history = await handle.fetch_history()
+    assert not any(
+        e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_TIMED_OUT for e in history.events
+    )
+
+
+async def test_a_model_call_started_late_by_a_busy_worker_is_not_paid_twice(
+    client, tmp_path
+) -> None:
+    async with FakeOpenAI() as model:
+        settings = AgentSettings(
+            _env_file=None,
+            data_dir=tmp_path,
+            openai_api_key=SecretStr(model.api_key),
+            openai_base_url=model.api_url,
+            openai_model="test-model",
+        )
+        threads = LocalThreadStore(SqliteDatabase(tmp_path))
+        task_queue = f"test-busy-{uuid.uuid4().hex[:8]}"
+        worker = await build_worker(
+            client,
+            task_queue,
+            settings,
+            {"local": threads},
+            interceptors=[BusyFirst("decide_next_step")],
+        )
+        async with worker:
+            conv = LocalConversation(client, threads, task_queue)
+            handle = await conv.open("please refund order 1234", decider="openai")
+            for answer in ("Yes", "Split seam"):
+                await conv.next_bot_message()
+                await conv.reply(answer)
+            outcome = await handle.result()
+    assert outcome.status == "refunded"
+    # One call a step, three steps: the late first attempt was not timed out and called again.
+    assert len(model.requests) == 3
     history = await handle.fetch_history()
     assert not any(
         e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_TIMED_OUT for e in history.events
