@@ -101,6 +101,16 @@ def _signalled(events: list[Any]) -> list[str]:
     return ids
 
 
+def _last_task_failure(events: list[Any]) -> str | None:
+    """The last workflow task failure's message, if the last workflow task failed."""
+    for event in reversed(events):
+        if event.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_FAILED:
+            return str(event.workflow_task_failed_event_attributes.failure.message)[:160]
+        if event.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED:
+            return None
+    return None
+
+
 def _outcome(events: list[Any]) -> ConversationOutcome | None:
     for event in events:
         if event.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_COMPLETED:
@@ -251,7 +261,11 @@ async def _audit_story(
     expected = EXPECTED[story.kind]
     if description.status != WorkflowExecutionStatus.COMPLETED or outcome is None:
         status = description.status.name if description.status else "?"
-        result.violate(f"{label}: {workflow_id} did not end (status {status}, at {story.stage})")
+        failing = _last_task_failure(events)
+        why = f"; its workflow task fails: {failing}" if failing else ""
+        result.violate(
+            f"{label}: {workflow_id} did not end (status {status}, story at {story.stage}{why})"
+        )
     else:
         result.outcomes[outcome.status] += 1
         if outcome.status != expected:

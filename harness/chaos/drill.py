@@ -390,7 +390,7 @@ def _waiting_by_outage(
             )
         )
         lines.append(
-            f"outage {record.fault.kind} ({record.target}, {record.fault.seconds:g} s at "
+            f"outage {record.fault.kind} ({record.target}, {record.seconds:g} s at "
             f"+{record.started:.0f} s): {said} conversation(s) said they wait on our side"
         )
     return lines

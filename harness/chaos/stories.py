@@ -122,6 +122,11 @@ class Customers:
     async def _pause(self) -> None:
         await asyncio.sleep(self.rng.uniform(*self.think))  # a person reads, then types
 
+    async def _again(self, times: int) -> None:
+        """Told "please send it again in a moment" `times` times in a row: a person waits a
+        little longer each time (up to half a minute) before writing it again."""
+        await asyncio.sleep(min(30.0, self.rng.uniform(*self.think) * 2 ** (times - 1)))
+
     # -- the story -------------------------------------------------------------------------------
 
     async def open_held(self, story: Story) -> None:
@@ -193,6 +198,7 @@ class Customers:
         """The opening message, written again (a new thread) each time the bot says it could
         not pass it on; returns once the agent has posted its first step in the thread."""
         user, name = story.shopper.actor.user_id, story.shopper.actor.display_name or ""
+        times = 0
         while True:
             story.stage = "opening"
             delivery = self.sender.post(CHANNEL, story.shopper.opening, user=user, name=name)
@@ -203,17 +209,22 @@ class Customers:
             ack = await self._deliver(story, delivery)
             if await self._answered(story, ack, seen=0) is not None:
                 return
+            times += 1
+            await self._again(times)
 
     async def _write(self, story: Story, text: str, *, seen: int) -> dict[str, Any]:
         """A reply in the thread (again, if told NOT_KEPT); the agent's next step after it."""
         assert story.thread is not None
         user, name = story.shopper.actor.user_id, story.shopper.actor.display_name or ""
+        times = 0
         while True:
             delivery = self.sender.post(CHANNEL, text, user=user, name=name, thread_ts=story.thread)
             ack = await self._deliver(story, delivery)
             post = await self._answered(story, ack, seen=seen)
             if post is not None:
                 return post
+            times += 1
+            await self._again(times)
 
     async def _deliver(self, story: Story, delivery: Any) -> Ack:
         down = self.temporal_down.is_set()
@@ -244,7 +255,6 @@ class Customers:
                 return posted[seen]
             if notices(self.deployment, thread, NOT_KEPT) > told:
                 story.not_kept.append(ack)
-                await self._pause()
                 return None
             await asyncio.sleep(0.25)
         raise Stalled(f"{story.stage}: no answer {self.step_timeout:.0f} s after the message")
