@@ -16,7 +16,7 @@ import random
 import aiohttp
 import pytest
 
-from harness.chaos.audit import QUESTIONS
+from harness.chaos.audit import QUESTIONS, decoded_events, signalled_message_ids
 from harness.chaos.deployment import CHANNEL, TEAM, Deployment, deployed
 from harness.chaos.drill import ChaosConfig, run_chaos
 from harness.chaos.edge import SlackEdge
@@ -81,9 +81,12 @@ async def test_an_acknowledged_message_survives_a_bot_sigkill_while_temporal_is_
         await deployment.ready()
 
         asked = await _asked_after(deployment, thread, timeout=20.0)
-        assert asked == [QUESTIONS[0][1], QUESTIONS[1][1]], (
-            f"the answer acknowledged at {ack.wall:.3f} never reached "
-            f"slack-{TEAM}-{CHANNEL}-{thread}: the thread holds {asked}"
+        workflow_id = f"slack-{TEAM}-{CHANNEL}-{thread}"
+        assert deployment.client is not None
+        taken = signalled_message_ids(await decoded_events(deployment.client, workflow_id))
+        assert answer.payload["event"]["ts"] in taken and asked == [q for _, q in QUESTIONS], (
+            f"the answer acknowledged at {ack.wall:.3f} by {ack.bot} never reached "
+            f"{workflow_id}: its history holds the messages {taken}, the thread {asked}"
         )
     assert deployment.problems == []
 

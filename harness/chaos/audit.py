@@ -81,12 +81,13 @@ class Audit:
         self.violations.append(line)
 
 
-async def _history(client: Client, workflow_id: str) -> Any:
+async def decoded_events(client: Client, workflow_id: str) -> list[Any]:
+    """A conversation's Event History, decrypted."""
     history = await client.get_workflow_handle(workflow_id).fetch_history()
-    return await decoded_history(history, TEST_CONVERTER)
+    return list((await decoded_history(history, TEST_CONVERTER)).events)
 
 
-def _signalled(events: list[Any]) -> list[str]:
+def signalled_message_ids(events: list[Any]) -> list[str]:
     """Message ids of every customer_message Signal, in order (repeats kept)."""
     ids = []
     for event in events:
@@ -160,12 +161,26 @@ def _live_at(grant: Grant, moment: datetime) -> bool:
     return grant.revoked_at is None or _at(grant.revoked_at) >= moment
 
 
+# A conversation that took a step into the database outage with at least this much of it left
+# beyond REFUND_QUICK_RETRY must say once that it waits: on PostgreSQL, a release (the live grant
+# read fails at once); on SQLite, an approval (the ledger's write waits out its 10 s busy timeout
+# on each of the quick attempts first).
+WAITING_MARGIN = {"postgresql": ("revoked", 2.0), "sqlite": ("escalated", 25.0)}
+
+
+@dataclass(frozen=True)
+class FaultSpan:
+    start: float  # time.monotonic()
+    end: float
+    line: str
+
+
 async def audit(
-    deployment: Deployment, stories: list[Story], fault_windows: list[tuple[float, float]]
+    deployment: Deployment, stories: list[Story], faults: list[FaultSpan], quick_retry: float
 ) -> Audit:
-    """Every invariant but the last, over every story. `fault_windows`: (start, end) of every
-    fault, as time.monotonic(): a thread may say "I'm waiting" at most once per fault it lived
-    through."""
+    """Every invariant but the last, over every story. A thread may say "I'm waiting" at most
+    once per fault it lived through, and must say it once when it stepped into the database
+    outage early enough (WAITING_MARGIN)."""
     client = deployment.client
     assert client is not None
     result = Audit()
@@ -180,7 +195,9 @@ async def audit(
         if count > 1:
             result.violate(f"order {order}: refunded {count} times")
     for story in stories:
-        await _audit_story(client, deployment, story, by_workflow, grants, fault_windows, result)
+        await _audit_story(
+            client, deployment, story, by_workflow, grants, faults, quick_retry, result
+        )
     for inbox_owner, depth in await _inboxes(deployment):
         if depth.waiting or depth.dead:
             result.violate(f"inbox of {inbox_owner} not empty at the end: {depth}")
@@ -200,7 +217,8 @@ async def _audit_story(
     story: Story,
     by_workflow: dict[str, list[LedgerRefund]],
     grants: dict[int, Grant],
-    fault_windows: list[tuple[float, float]],
+    faults: list[FaultSpan],
+    quick_retry: float,
     result: Audit,
 ) -> None:
     label = story.label
@@ -229,16 +247,15 @@ async def _audit_story(
 
     try:
         description = await client.get_workflow_handle(workflow_id).describe()
-        history = await _history(client, workflow_id)
+        events = await decoded_events(client, workflow_id)
     except RPCError as err:
         if err.status != RPCStatusCode.NOT_FOUND:
             raise
         result.violate(f"{label}: no conversation {workflow_id} in Temporal")
         return
-    events = list(history.events)
 
     # 1. Each acknowledged message reached the conversation, unless the bot said otherwise.
-    signalled = set(_signalled(events))
+    signalled = set(signalled_message_ids(events))
     told = {id(a) for a in story.not_kept}
     for ack in story.messages:
         if ack.thread != thread:
@@ -250,10 +267,11 @@ async def _audit_story(
                     "reached the conversation (the customer wrote it twice)"
                 )
         elif ack.message_ts not in signalled:
-            down = " (Temporal was down)" if ack in story.while_down else ""
+            around = [f.line for f in faults if f.start - 10 <= ack.at <= f.end + 10]
             result.violate(
                 f"{label}: message {ack.message_ts} (event {ack.key}) acknowledged by "
-                f"{ack.bot} with HTTP 200{down} never reached {workflow_id}"
+                f"{ack.bot} with HTTP 200 never reached {workflow_id}; faults within 10 s of "
+                f"the acknowledgement: {'; '.join(around) or 'none'}"
             )
 
     # 2. The run ended as the story calls for, its sentence last in the thread.
@@ -297,9 +315,16 @@ async def _audit_story(
             result.violate(f"{label}: {question!r} asked {count} times")
     waiting = sum(1 for p in posts if p.get("text") == WAITING)
     result.waiting_notices += waiting
-    lived = _faults_lived(story, fault_windows)
+    lived = _faults_lived(story, faults)
     if waiting > lived:
         result.violate(f"{label}: said it waits {waiting} times over {lived} fault(s)")
+    kind, margin = WAITING_MARGIN[deployment.backend]
+    left = story.outage_left
+    if story.kind == kind and left is not None and left >= quick_retry + margin and waiting != 1:
+        result.violate(
+            f"{label}: stepped into the database outage with {left:.0f} s of it left "
+            f"(REFUND_QUICK_RETRY={quick_retry:g}s) and said it waits {waiting} times, not once"
+        )
     # The bot's own notices: one per message it queued, at most.
     queued = notices(deployment, thread, QUEUED or "")
     result.queued_notices += queued
@@ -341,10 +366,10 @@ def _kind(post: dict[str, Any]) -> str:
     return str(payload.get("kind", "?"))
 
 
-def _faults_lived(story: Story, windows: list[tuple[float, float]]) -> int:
+def _faults_lived(story: Story, faults: list[FaultSpan]) -> int:
     start = story.started or 0.0
     end = story.ended or float("inf")
-    return sum(1 for a, b in windows if a <= end and b >= start)
+    return sum(1 for f in faults if f.start <= end and f.end >= start)
 
 
 async def running_conversations(client: Client) -> list[str]:

@@ -31,7 +31,7 @@ from agent.stores.grants import GrantStore
 from bot.hold import HoldSwitch
 from bot.inbox import Inbox
 from harness.chaos import audit as auditing
-from harness.chaos.deployment import ADMIN, Backend, Deployment, deployed
+from harness.chaos.deployment import ADMIN, CHANNEL, Backend, Deployment, deployed
 from harness.chaos.edge import SlackEdge
 from harness.chaos.faults import (
     OUTAGES,
@@ -278,7 +278,7 @@ async def _drill(
         random.Random(config.seed + 3),
         config.think,
         config.patience,
-        faults.temporal_down,
+        faults,
         say,
     )
     # The revoked stories open while the demo hold is on (/refund-hold), so that their refund
@@ -303,6 +303,9 @@ async def _drill(
     phase_start = time.monotonic()
     customers.phase_started = phase_start
     customers.phase_ends = phase_start + config.phase
+    customers.database_outages = [
+        phase_start + f.at for f in faults_planned if f.kind == "database_outage"
+    ]
     fault_task = asyncio.create_task(faults.run(faults_planned))
     try:
         await asyncio.gather(*(customers.tell(s) for s in stories))
@@ -318,7 +321,7 @@ async def _drill(
     # Whatever the inbox still holds gets its chance: it retries with backoff up to 30 s.
     with contextlib.suppress(AssertionError):
         await _drained(deployment)
-    result = await auditing.audit(deployment, stories, _windows(faults))
+    result = await auditing.audit(deployment, stories, _spans(faults), config.quick_retry)
     assert deployment.client is not None
     for workflow_id in await auditing.running_conversations(deployment.client):
         if workflow_id not in {s.workflow_id for s in stories}:
@@ -346,12 +349,30 @@ async def _drill(
         if not report.survived[kind]:
             report.violations.append(f"no {kind} fault was applied")
     report.waiting_by_outage = _waiting_by_outage(deployment, stories, faults, phase_start)
+    if report.violations:
+        _write_journals(deployment, stories, report)
 
 
-def _windows(faults: Faults) -> list[tuple[float, float]]:
+def _write_journals(deployment: Deployment, stories: list[Story], report: ChaosReport) -> None:
+    """stories.txt beside the logs: what each person with a violation did and saw, and their
+    thread as Slack holds it."""
+    lines = [*report.faults, ""]
+    for story in stories:
+        if not any(line.startswith(story.label) for line in report.violations):
+            continue
+        lines += [f"== {story.label}: {story.workflow_id}", *story.journal, "-- the thread:"]
+        for thread in [*story.abandoned, *([story.thread] if story.thread else [])]:
+            for message in deployment.slack.thread(CHANNEL, thread):
+                who = "bot" if message.get("bot_id") else message.get("user")
+                lines.append(f"   {message['ts']} {who}: {str(message.get('text'))[:100]}")
+        lines.append("")
+    (deployment.root / "stories.txt").write_text("\n".join(lines))
+
+
+def _spans(faults: Faults) -> list[auditing.FaultSpan]:
     base = faults.started_at
     return [
-        (base + r.started, base + r.ended)
+        auditing.FaultSpan(base + r.started, base + r.ended, r.line())
         for r in faults.records
         if r.started is not None and r.ended is not None
     ]

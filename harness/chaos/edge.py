@@ -78,11 +78,14 @@ class SlackEdge:
         message_ts: str | None = None,
         thread: str | None = None,
         user: str | None = None,
+        to: Bot | None = None,
+        record: bool = True,
     ) -> Ack:
+        """Until a bot answers 200 (`to`: that bot only). Recorded unless `record` is False."""
         attempt = 0
         while True:
             await self._open.wait()
-            bot = self.rng.choice(self.bots)
+            bot = to or self.rng.choice(self.bots)
             headers = signed_headers(SECRET, delivery, retry_num=attempt or None)
             sent = time.time()
             self._in_flight += 1
@@ -104,7 +107,8 @@ class SlackEdge:
                     kind, key, bot.name, time.monotonic(), time.time(), attempt + 1, message_ts,
                     thread, user, sent,
                 )  # fmt: skip
-                self.acks.append(ack)
+                if record:
+                    self.acks.append(ack)
                 return ack
             self.failed_attempts += 1
             attempt += 1

@@ -36,6 +36,7 @@ from bot.conversations import NOT_KEPT
 from bot.slack.render import APPROVE_ACTION_ID, DENY_ACTION_ID, metadata_key
 from harness.chaos.deployment import ADMIN, CHANNEL, TEAM, Deployment
 from harness.chaos.edge import Ack, SlackEdge
+from harness.chaos.faults import Faults
 from harness.crowd import Shopper
 from harness.fakes.slack_api import SlackSender
 
@@ -68,6 +69,10 @@ class Story:
     while_down: list[Ack] = field(default_factory=list)  # ... written while Temporal was down
     clicks: list[Ack] = field(default_factory=list)
     clicks_repeated: int = 0
+    # Seconds of the database outage left when this story took its step into it (escalated:
+    # the approval; revoked: the release), if it did.
+    outage_left: float | None = None
+    journal: list[str] = field(default_factory=list)  # what the person did and saw, timed
     stage: str = "not started"
     started: float | None = None  # time.monotonic()
     ended: float | None = None
@@ -80,6 +85,9 @@ class Story:
     @property
     def label(self) -> str:
         return f"{self.kind} #{self.index} (order {self.shopper.order_number})"
+
+    def note(self, since: float, line: str) -> None:
+        self.journal.append(f"+{time.monotonic() - since:7.1f}s {line}")
 
 
 def bot_posts(deployment: Deployment, thread: str) -> list[dict[str, Any]]:
@@ -110,10 +118,11 @@ class Customers:
     rng: random.Random
     think: tuple[float, float]
     step_timeout: float
-    temporal_down: asyncio.Event
+    faults: Faults
     say: Callable[[str], None]
     phase_started: float = 0.0
     phase_ends: float = 0.0
+    database_outages: list[float] = field(default_factory=list)  # planned starts (monotonic)
 
     @property
     def sender(self) -> SlackSender:
@@ -166,6 +175,7 @@ class Customers:
         decided = await self._write(story, "Split seam", seen=2)
         if story.kind == "escalated":
             await self._pause()
+            await self._into_database_outage(story)
             story.stage = "approving"
             await self._click(story, decided, APPROVE_ACTION_ID, SUPPORT, seen=3)
         elif story.kind == "revoked":
@@ -175,8 +185,11 @@ class Customers:
             await self._click(story, decided, APPROVE_ACTION_ID, story.approver, seen=3)
             story.stage = "held: revoking the approver's grant"
             await self._revoke(story.approver)
+            story.note(self.phase_started, "approver's grant revoked")
+            await self._into_database_outage(story)
             story.stage = "held: releasing"
             await self._release(story)
+            story.note(self.phase_started, "released")
             story.stage = "waiting for the new escalation round"
             again = await self._next(story, seen=4)
             await self._pause()
@@ -189,7 +202,22 @@ class Customers:
         story.stage = "waiting for Temporal to be down"
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(
-                self.temporal_down.wait(), max(0.0, self.phase_ends - time.monotonic())
+                self.faults.temporal_down.wait(), max(0.0, self.phase_ends - time.monotonic())
+            )
+
+    async def _into_database_outage(self, story: Story) -> None:
+        """An approver who clicks, or an admin who releases, once the database outage ahead has
+        begun: so that conversations take these steps while it holds. None ahead: at once."""
+        now = time.monotonic()
+        ahead = [start for start in self.database_outages if start > now]
+        if ahead and not self.faults.database_out.is_set():
+            story.stage = f"{story.stage}, waiting for the database outage"
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.faults.database_out.wait(), ahead[0] - now + 30.0)
+        if self.faults.database_out.is_set():
+            story.outage_left = self.faults.database_back_at - time.monotonic()
+            story.note(
+                self.phase_started, f"into the database outage, {story.outage_left:.1f}s left"
             )
 
     # -- writing ---------------------------------------------------------------------------------
@@ -227,7 +255,7 @@ class Customers:
             await self._again(times)
 
     async def _deliver(self, story: Story, delivery: Any) -> Ack:
-        down = self.temporal_down.is_set()
+        down = self.faults.temporal_down.is_set()
         event = delivery.payload["event"]
         ack = await self.edge.deliver(
             delivery,
@@ -238,8 +266,14 @@ class Customers:
             user=event["user"],
         )
         story.messages.append(ack)
-        if down and self.temporal_down.is_set():
+        if down and self.faults.temporal_down.is_set():
             story.while_down.append(ack)
+        story.note(
+            self.phase_started,
+            f"wrote {event.get('text')!r} ({event['ts']}, {delivery.payload['event_id']}): "
+            f"HTTP 200 from {ack.bot} at attempt {ack.attempts}"
+            + (" while Temporal was down" if ack in story.while_down else ""),
+        )
         return ack
 
     async def _answered(self, story: Story, ack: Ack, *, seen: int) -> dict[str, Any] | None:
@@ -252,9 +286,11 @@ class Customers:
         while time.monotonic() < deadline:
             posted = steps(self.deployment, thread)
             if len(posted) > seen:
+                story.note(self.phase_started, f"read {posted[seen].get('text', '')[:50]!r}")
                 return posted[seen]
             if notices(self.deployment, thread, NOT_KEPT) > told:
                 story.not_kept.append(ack)
+                story.note(self.phase_started, f"read {NOT_KEPT!r}")
                 return None
             await asyncio.sleep(0.25)
         raise Stalled(f"{story.stage}: no answer {self.step_timeout:.0f} s after the message")
@@ -305,12 +341,18 @@ class Customers:
                 delivery, kind="click", key=click_id, thread=story.thread, user=who[0]
             )
             story.clicks.append(ack)
+            story.note(
+                self.phase_started,
+                f"{who[1]} clicked {action} ({click_id}): HTTP 200 from {ack.bot} at attempt "
+                f"{ack.attempts}",
+            )
             clicked = time.monotonic()
             while True:
                 posted = steps(self.deployment, story.thread)
                 if len(posted) > seen:
                     return posted[seen]
                 if self._failed_for(who[0], ephemerals):
+                    story.note(self.phase_started, f"{who[1]} read {CLICK_FAILED!r}")
                     break  # "could not be handled just now": try again
                 if time.monotonic() - clicked > 30 and self._has_buttons(escalation["ts"]):
                     break  # nothing happened, the buttons still there: a person clicks again
@@ -319,7 +361,7 @@ class Customers:
                                   f"{self.step_timeout:.0f} s")  # fmt: skip
                 await asyncio.sleep(0.25)
             story.clicks_repeated += 1
-            await self._pause()
+            await self._again(story.clicks_repeated)
 
     # -- the admin's part ------------------------------------------------------------------------
 
