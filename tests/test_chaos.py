@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import random
+from pathlib import Path
 
 import aiohttp
 import pytest
@@ -45,7 +46,9 @@ async def test_conversations_of_every_kind_survive_faults_on_every_component(
 
 
 @pytest.mark.timeout(240)
-async def test_an_acknowledged_message_survives_a_bot_sigkill_while_temporal_is_down() -> None:
+async def test_an_acknowledged_message_survives_a_bot_sigkill_while_temporal_is_down(
+    tmp_path: Path,
+) -> None:
     """Temporal stopped; the customer's answer acknowledged by the bot with HTTP 200 (Slack will
     not send it again); the bot SIGKILLed 2 s later; Temporal and the bot started again on the
     same data. The answer must reach the conversation, once: the agent asks its next question.
@@ -53,7 +56,7 @@ async def test_an_acknowledged_message_survives_a_bot_sigkill_while_temporal_is_
     Today the bot hands an acknowledged message to the inbox only once its call to Temporal has
     failed (about 6 s with Temporal down), so a SIGKILL before that loses it."""
     async with (
-        deployed("sqlite", quick_retry=30.0, restart_after=1.0) as deployment,
+        deployed("sqlite", quick_retry=30.0, restart_after=1.0, root=tmp_path) as deployment,
         aiohttp.ClientSession() as http,
     ):
         (shopper,) = await place_crowd(deployment.settings, 1, prefix="U0LOST", platform="slack")

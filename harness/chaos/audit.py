@@ -263,8 +263,9 @@ async def _audit_story(
         if id(ack) in told:
             if ack.message_ts in signalled:
                 result.violate(
-                    f"{label}: message {ack.message_ts} was answered {NOT_KEPT!r} and still "
-                    "reached the conversation (the customer wrote it twice)"
+                    f"{label}: after message {ack.message_ts} the thread said {NOT_KEPT!r}, yet "
+                    "the message reached the conversation: the customer wrote it again, and the "
+                    "conversation took both"
                 )
         elif ack.message_ts not in signalled:
             around = [f.line for f in faults if f.start - 10 <= ack.at <= f.end + 10]

@@ -225,13 +225,14 @@ async def build(
 
 @asynccontextmanager
 async def deployed(
-    backend: Backend, *, quick_retry: float, restart_after: float
+    backend: Backend, *, quick_retry: float, restart_after: float, root: Path | None = None
 ) -> AsyncIterator[Deployment]:
-    """A deployment on `backend`, its stores prepared and Temporal and PostgreSQL up; the
-    refund-bot processes are the caller's to start (Deployment.start). Leaving it stops every
-    process as an operator does (SIGTERM), then says in `problems` what did not stop cleanly and
-    what was left behind (by the marker in each process's environment)."""
-    root = Path(tempfile.mkdtemp(prefix="refund-bot-chaos-"))
+    """A deployment on `backend` in `root` (default: a new temporary directory), its stores
+    prepared and Temporal and PostgreSQL up; the refund-bot processes are the caller's to start
+    (Deployment.start). Leaving it stops every process as an operator does (SIGTERM), then says
+    in `problems` what did not stop cleanly and what was left behind (by the marker in each
+    process's environment). The directory, with every log, is the caller's to remove."""
+    root = root or Path(tempfile.mkdtemp(prefix="refund-bot-chaos-"))
     marker = uuid.uuid4().hex
     # Every process started from here inherits it (PostgreSQL's keeper too): see left_behind.
     previous = os.environ.get(MARKER_ENV)

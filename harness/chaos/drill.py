@@ -17,6 +17,7 @@ import contextlib
 import random
 import shutil
 import time
+import traceback
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -204,7 +205,13 @@ async def run_chaos(config: ChaosConfig, say: Callable[[str], None] = print) -> 
             aiohttp.ClientSession() as http,
         ):
             root = deployment.root
-            await _drill(config, deployment, http, rng, report, say)
+            try:
+                await _drill(config, deployment, http, rng, report, say)
+            except Exception as err:  # the drill's own failure: said, with everything stopped
+                (root / "drill-error.txt").write_text(traceback.format_exc())
+                report.violations.append(
+                    f"the drill itself failed: {err!r} (traceback in {root}/drill-error.txt)"
+                )
     finally:
         if root is not None:
             report.process_starts = dict(deployment.starts)
