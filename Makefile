@@ -35,7 +35,8 @@ demo-side-by-side: .venv/.synced  ## the same crash without and with Temporal, i
 $(PROMTOOL): | .venv/.synced
 	$(UV) run --locked python -m harness.promtool
 
-test: .venv/.synced $(PROMTOOL)  ## the whole test suite, on a real Temporal dev server
+test: .venv/.synced $(PROMTOOL)  ## mypy over every package, then the whole suite on a real Temporal dev server
+	$(UV) run --locked mypy
 	$(UV) run --locked pytest
 
 lint: .venv/.synced

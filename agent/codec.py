@@ -1,25 +1,12 @@
 """The payload codec: compressed, then AES-256-GCM, so what Temporal stores is small ciphertext.
 
-    value -> pydantic payload -> AesGcmCodec.encode: deflate (preset dictionary), seal (first key)
-          -> Event History
-          -> AesGcmCodec.decode: open (the key it names), inflate (the dictionary it names)
-          -> pydantic payload -> value
+    value -> payload -> encode: deflate (preset dictionary), seal (first key) -> Event History
+                     -> decode: open (the key it names), inflate (the dictionary it names) -> value
 
-Every payload the bot, the Worker and the commands send (workflow inputs, Signals, Activity inputs
-and results, and, through the failure converter, failure messages) is encrypted before it leaves
-the process. Each encrypted payload names its key id in its metadata, so keys rotate by adding a
-new first key: new payloads use it, older ones still decrypt with the key that wrote them. A
-payload that is not encrypted (written before the codec was on) decodes as it is, so
-conversations running at deploy time carry on.
-
-Compression comes first because ciphertext does not compress. A conversation's payloads are small,
-so DEFLATE is primed with a preset dictionary of what they are made of (agent.codec_dictionary):
-a committed story's payloads shrink to under a quarter. A payload the dictionary does not help is
-sealed uncompressed, and a payload sealed before compression existed decodes as before. The
-dictionary's name is authenticated with the key id, so a relabelled payload fails to open.
-Compressing before encrypting lets a payload's length say something about its content; payloads
-hold no secrets (those are settings, never arguments), and their lengths are visible only to
-readers of Event History.
+Every payload the bot, the Worker and the commands send is encrypted before it leaves the process.
+Each names its key id, so keys rotate by adding a new first key; a payload written before the
+codec was on decodes as it is, so conversations running at deploy time carry on. Why compression
+comes first, and what a payload's length can say, is in docs/encryption.md.
 """
 
 from __future__ import annotations
@@ -35,6 +22,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from google.protobuf.message import DecodeError
 from temporalio.api.common.v1 import Payload
 from temporalio.converter import PayloadCodec
 
@@ -45,6 +33,7 @@ KEY_ID_METADATA = "encryption-key-id"
 COMPRESSION_METADATA = "compression"  # the preset dictionary's name; absent: not compressed
 KEY_BYTES = 32  # AES-256
 NONCE_BYTES = 12
+TAG_BYTES = 16  # AES-GCM's authentication tag, after the ciphertext
 # Raw DEFLATE (no zlib header: the metadata already names the format), read with a 32 KiB window.
 _WBITS = -15
 # A payload inflating past this is refused: Temporal's own limit on one payload is 2 MB.
@@ -90,6 +79,16 @@ class UnknownDictionary(CodecError):
 
 class UndecodablePayload(CodecError):
     """A payload that opened with its key but does not inflate."""
+
+
+class TruncatedPayload(CodecError):
+    """An encrypted payload too short to hold its nonce and tag: nothing this codec wrote."""
+
+    def __init__(self, key_id: str, size: int) -> None:
+        super().__init__(
+            f"a payload encrypted with codec key {key_id!r} holds {size} bytes, fewer than its "
+            f"nonce and tag ({NONCE_BYTES + TAG_BYTES}): it was cut short or never encrypted"
+        )
 
 
 class NoCodecKey(CodecKeyError):
@@ -143,7 +142,11 @@ def parse_keys(text: str, source: str = "CODEC_KEYS") -> list[CodecKey]:
 
 
 class AesGcmCodec(PayloadCodec):
-    """Encrypts with the first key; decrypts with whichever key a payload names."""
+    """Encrypts with the first key; decrypts with whichever key a payload names.
+
+    Compression comes first because ciphertext does not compress; a conversation's payloads are
+    small, so DEFLATE is primed with a preset dictionary of what they are made of
+    (agent.codec_dictionary). A payload the dictionary does not help is sealed uncompressed."""
 
     def __init__(self, keys: Sequence[CodecKey]) -> None:
         self._encrypting = keys[0].key_id if keys else None
@@ -197,6 +200,9 @@ class AesGcmCodec(PayloadCodec):
         key_id = payload.metadata.get(KEY_ID_METADATA, b"").decode(errors="replace")
         if key_id not in self._secrets:
             raise MissingCodecKey(key_id, self.key_ids)
+        if len(payload.data) < NONCE_BYTES + TAG_BYTES:
+            # AESGCM.decrypt raises ValueError on a nonce under 8 bytes, not InvalidTag.
+            raise TruncatedPayload(key_id, len(payload.data))
         cipher = self._cipher(key_id)
         nonce, sealed = payload.data[:NONCE_BYTES], payload.data[NONCE_BYTES:]
         from cryptography.exceptions import InvalidTag  # imported late: see _cipher
@@ -207,7 +213,10 @@ class AesGcmCodec(PayloadCodec):
             raise WrongCodecKey(key_id) from None
         if COMPRESSION_METADATA in payload.metadata:
             plain = _decompress(plain, payload.metadata[COMPRESSION_METADATA])
-        return Payload.FromString(plain)
+        try:
+            return Payload.FromString(plain)
+        except DecodeError as err:  # authenticated, so written with this key: not by this codec
+            raise UndecodablePayload(f"a payload sealed with {key_id!r} is not a Payload") from err
 
 
 def _aad(metadata: Mapping[str, bytes]) -> bytes:

@@ -38,8 +38,10 @@ async def _decode(message: Message, codec: PayloadCodec, converter: DataConverte
     for field, value in message.ListFields():
         if field.type != FieldDescriptor.TYPE_MESSAGE:
             continue
-        if field.message_type.GetOptions().map_entry:
-            inner = field.message_type.fields_by_name["value"]
+        message_type = field.message_type
+        assert message_type is not None  # a TYPE_MESSAGE field has one
+        if message_type.GetOptions().map_entry:
+            inner = message_type.fields_by_name["value"]
             children = list(value.values()) if inner.type == FieldDescriptor.TYPE_MESSAGE else []
         elif field.is_repeated:
             children = list(value)

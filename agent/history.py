@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from itertools import groupby
@@ -155,7 +156,7 @@ def local_activity(event: HistoryEvent) -> dict[str, Any] | None:
     return data
 
 
-def _in_scheduling_order(events: list[HistoryEvent]) -> list[HistoryEvent]:
+def _in_scheduling_order(events: Sequence[HistoryEvent]) -> list[HistoryEvent]:
     """The events, with each run of local-activity markers in the order the Workflow scheduled
     them: markers are recorded as the steps finish, and steps started together (the order and
     the history lookups) may finish in either order."""
@@ -169,7 +170,7 @@ def _in_scheduling_order(events: list[HistoryEvent]) -> list[HistoryEvent]:
     return ordered
 
 
-def step_names(events: list[HistoryEvent]) -> list[str]:
+def step_names(events: Sequence[HistoryEvent]) -> list[str]:
     """The name of every step, Activity or local activity, in the order the Workflow scheduled
     them (encrypted history will do)."""
     names = []
@@ -181,26 +182,26 @@ def step_names(events: list[HistoryEvent]) -> list[str]:
     return names
 
 
-def steps_of(events: list[HistoryEvent], converter: DataConverter) -> list[Step]:
+def steps_of(events: Sequence[HistoryEvent], converter: DataConverter) -> list[Step]:
     """Every Activity and local activity of a decoded history, in the order they were scheduled."""
     by_id: dict[int, Step] = {}
     for event in _in_scheduling_order(events):
         if event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
-            attrs = event.activity_task_scheduled_event_attributes
-            name = attrs.activity_type.name
-            given = _read(converter, _INPUT_TYPES, name, attrs.input.payloads)
+            scheduled = event.activity_task_scheduled_event_attributes
+            name = scheduled.activity_type.name
+            given = _read(converter, _INPUT_TYPES, name, scheduled.input.payloads)
             by_id[event.event_id] = Step(name, event.event_id, input=given)
         elif event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED:
-            attrs = event.activity_task_completed_event_attributes
-            step = by_id[attrs.scheduled_event_id]
+            completed = event.activity_task_completed_event_attributes
+            step = by_id[completed.scheduled_event_id]
             step.completed = True
-            step.result = _read(converter, _RESULT_TYPES, step.name, attrs.result.payloads)
+            step.result = _read(converter, _RESULT_TYPES, step.name, completed.result.payloads)
         elif event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_FAILED:
-            attrs = event.activity_task_failed_event_attributes
-            by_id[attrs.scheduled_event_id].failed = attrs.failure.message
+            failed = event.activity_task_failed_event_attributes
+            by_id[failed.scheduled_event_id].failed = failed.failure.message
         elif event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_TIMED_OUT:
-            attrs = event.activity_task_timed_out_event_attributes
-            by_id[attrs.scheduled_event_id].failed = attrs.failure.message or "timed out"
+            timed_out = event.activity_task_timed_out_event_attributes
+            by_id[timed_out.scheduled_event_id].failed = timed_out.failure.message or "timed out"
         elif (meta := local_activity(event)) is not None:
             marker = event.marker_recorded_event_attributes
             step = Step(meta["activity_type"], event.event_id, local=True)
@@ -222,17 +223,17 @@ def _signals(events: list[HistoryEvent], converter: DataConverter) -> _Signals:
     held: list[str] | None = None  # while taken over: the customer's messages wait here
     for event in events:
         if event.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_STARTED:
-            attrs = event.workflow_execution_started_event_attributes
-            start = found.start = _decode(converter, attrs.input.payloads, ConversationStart)
+            started = event.workflow_execution_started_event_attributes
+            start = found.start = _decode(converter, started.input.payloads, ConversationStart)
             seen = [start.opening_message_id] if start else []
         elif event.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED:
-            attrs = event.workflow_execution_signaled_event_attributes
-            if attrs.signal_name == "approval":
-                click = _decode(converter, attrs.input.payloads, Approval)
+            signaled = event.workflow_execution_signaled_event_attributes
+            if signaled.signal_name == "approval":
+                click = _decode(converter, signaled.input.payloads, Approval)
                 if remember(seen, f"click:{click.click_id}"):  # clicks share the window of ids
                     found.clicks.append(Click(event.event_id, click.round, click.decision))
-            elif attrs.signal_name == "takeover":
-                change = _decode(converter, attrs.input.payloads, Takeover)
+            elif signaled.signal_name == "takeover":
+                change = _decode(converter, signaled.input.payloads, Takeover)
                 since = event.event_time.ToDatetime().strftime("%Y-%m-%d %H:%M UTC")
                 if change.taken and held is None:
                     held, found.taken_over = [], f"{change.actor.label} since {since}"
@@ -240,9 +241,9 @@ def _signals(events: list[HistoryEvent], converter: DataConverter) -> _Signals:
                     # Handed back: what was written meanwhile is taken then, in order.
                     found.answers += held
                     held, found.taken_over = None, None
-            elif attrs.signal_name == "customer_message":
+            elif signaled.signal_name == "customer_message":
                 found.customer_messages += 1
-                message = _decode(converter, attrs.input.payloads, CustomerMessage)
+                message = _decode(converter, signaled.input.payloads, CustomerMessage)
                 if start is None or not remember(seen, message.message_id):
                     continue
                 if from_customer(message, start.customer) and (text := answer_text(message)):

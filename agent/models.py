@@ -356,6 +356,7 @@ class RefundResult(BaseModel):
 # ---------------------------------------------------------------------------------------------
 
 MessageKind = Literal["question", "info", "escalation", "outcome"]
+Mention = Literal["approvers"]
 
 
 class MessageKey(_Frozen):
@@ -382,7 +383,7 @@ class OutboundMessage(BaseModel):
     round: int | None = None
     # Whom the platform mentions with it: the refund approvers (their Slack user group or Discord
     # role, where one is configured), in a reminder of an escalation nobody has decided.
-    mention: Literal["approvers"] | None = None
+    mention: Mention | None = None
 
 
 class PostedMessage(BaseModel):
@@ -452,8 +453,11 @@ class ConversationView(BaseModel):
     taken_over_by: Actor | None = None
 
 
+OutcomeStatus = Literal["refunded", "denied", "declined", "expired", "failed"]
+
+
 class ConversationOutcome(BaseModel):
-    status: Literal["refunded", "denied", "declined", "expired", "failed"]
+    status: OutcomeStatus
     message: str  # what the customer was told
     refund: RefundResult | None = None
     detail: str | None = None  # for operators: why it failed (never shown to the customer)

@@ -22,7 +22,7 @@ from pydantic_settings import (
 )
 
 from agent.codec import parse_keys
-from agent.models import Actor, Timing
+from agent.models import Actor, Platform, Timing
 from agent.stores.urls import check_url, sqlite_url
 from agent.versions import MAX_CONVERSATION_AGE
 
@@ -32,6 +32,7 @@ _SPAN = re.compile(r"(\d+(?:\.\d+)?)\s*([smhd]?)")
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 # The seed data's demo customer (agent.stores.domain), whom the local channel's users play.
 DEMO_CUSTOMER = "cus_nyghtowl"
+_PLATFORMS: tuple[Platform, ...] = ("slack", "discord", "local")
 
 
 def parse_admins(text: str) -> list[Actor]:
@@ -39,13 +40,13 @@ def parse_admins(text: str) -> list[Actor]:
     people = []
     for entry in filter(None, (e.strip() for e in text.split(","))):
         platform, _, user_id = entry.partition(":")
-        if platform not in ("slack", "discord", "local") or not user_id.strip():
+        if platform not in _PLATFORMS or not user_id.strip():
             raise ValueError(
                 f"REFUND_ADMINS entry {entry!r} is not platform:user_id: write comma-separated "
                 "entries such as slack:U0123ABCD,discord:81384788765712384 (platform slack, "
                 "discord or local)"
             )
-        people.append(Actor(platform=platform, user_id=user_id.strip()))  # type: ignore[arg-type]
+        people.append(Actor(platform=platform, user_id=user_id.strip()))
     return people
 
 

@@ -1,24 +1,12 @@
 """Traces of every refund-bot process: OpenTelemetry, set by the standard OTEL_* variables or off.
 
     configure(command) -> any OTEL_* set? -> TracerProvider -> only allowed content -> exporter
-        -> interceptors(): ConversationTracing on every Client.connect (agent/temporal_client.py)
     span(name, **attributes) -> a span of the current trace; nothing at all while tracing is off
-    a log line written inside a span -> " trace_id=<32 hex> span_id=<16 hex>" at its end
 
-One trace per customer message: the platform's handler starts it (a message, a click, a command),
-the router's Signal carries it into Temporal (temporalio.contrib.opentelemetry's interceptor), and
-the Workflow's next steps (decide, look up, post) belong to the trace of the Signal it last
-received, so a message's trace runs from the platform's event to the agent's next post. Outbound
-posts, Stripe, the model and the stores' SQL are spans inside the Activities that make them.
-
-Off (no OTEL_* variable set, OTEL_SDK_DISABLED=true or OTEL_TRACES_EXPORTER=none): no tracer
-provider, no interceptor, no log format change, and `span` costs one test of a global.
-
-What a span may hold is the privacy rule: ids, stages, amounts, durations and outcomes. `span`
-takes only the attributes named in ATTRIBUTES, and every span leaves the process through
-`_Private`, which drops any other attribute, exception messages and stack traces (an exception's
-text can quote its input) and keeps an error's type: the detail is in the log line that carries
-the same trace id. Never customer text, a name, an order's item, a secret or a token.
+One trace per customer message: from the platform's handler, through the router's Signal
+(agent.tracing_temporal), to the Workflow's next steps and post. Off, `span` costs one test of a
+global. A span holds only the attributes named in ATTRIBUTES (ids, stages, amounts, durations,
+outcomes), never customer text, a name, a secret or an exception's message (`_Private`).
 """
 
 from __future__ import annotations
@@ -32,8 +20,14 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
-    from opentelemetry.sdk.trace.export import SpanExporter
+    from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
     from opentelemetry.trace import Tracer
+
+    # _Private is a SpanExporter to the type checker; at run time the SDK is imported only when
+    # tracing is on, so it subclasses object and is one by its methods.
+    _ExporterBase = SpanExporter
+else:
+    _ExporterBase = object
 
 log = logging.getLogger(__name__)
 
@@ -315,7 +309,7 @@ def _failed(current: Any, err: BaseException) -> None:
 # ------------------------------------------------------------------------------------------------
 
 
-class _Private:
+class _Private(_ExporterBase):
     """A SpanExporter in front of the real one: each span leaves with the allowed attributes only,
     its events' exception messages and stack traces dropped, and its status description cut to
     the error's type. Whatever code made the span (refund-bot's, the SDK interceptor's)."""
@@ -323,7 +317,7 @@ class _Private:
     def __init__(self, exporter: SpanExporter) -> None:
         self._exporter = exporter
 
-    def export(self, spans: Sequence[ReadableSpan]) -> Any:
+    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
         return self._exporter.export([private_copy(s) for s in spans])
 
     def shutdown(self) -> None:
@@ -383,13 +377,14 @@ def correlate_logs() -> None:
         record = previous(*args, **kwargs)
         context = trace.get_current_span().get_span_context()
         if context.is_valid:
-            record.otelTraceID = f"{context.trace_id:032x}"
-            record.otelSpanID = f"{context.span_id:016x}"
-            record.otelTrace = f" trace_id={record.otelTraceID} span_id={record.otelSpanID}"
+            trace_id, span_id = f"{context.trace_id:032x}", f"{context.span_id:016x}"
+            record.otelTraceID, record.otelSpanID = trace_id, span_id
+            record.otelTrace = f" trace_id={trace_id} span_id={span_id}"
         else:
             record.otelTraceID = record.otelSpanID = "0"
             record.otelTrace = ""
         return record
 
+    # A mark on the function itself, which the next call reads from whichever factory is set.
     factory._refund_bot_traced = True  # type: ignore[attr-defined]
     logging.setLogRecordFactory(factory)

@@ -1,22 +1,12 @@
 """Traces through Temporal: temporalio.contrib.opentelemetry's interceptor, a trace per Signal.
 
     bot:    SignalWithStartWorkflow | SignalWorkflow:<signal> (client spans) -> the Signal's header
-    Worker: HandleSignal:<signal> -> the steps the Workflow then starts, under that Signal's span:
-            StartActivity:<type> -> RunActivity:<type> -> the Activity's own spans (agent.tracing)
+    Worker: HandleSignal:<signal> -> the steps the Workflow then starts, under that Signal's span
 
-The SDK's interceptor puts every span a Workflow makes under the context its start carried and
-only links later Signals to it: one trace per conversation, days long. refund-bot's unit is a
-customer's message (or a click), so here the Workflow's current span is a `_Turn`: the span of the
-Signal it last received (its start's until one arrives), read when each span is made. A message's
-trace thus runs from the platform's event through the Signal to the steps and the post that
-answer it. Signals and their headers are in Event History, so a replay rebuilds the same turn;
-spans are made only outside replay (the SDK's rule), and nothing here adds a command.
-
-This subclasses the SDK's TracingWorkflowInboundInterceptor as its documentation invites, and
-overrides `_top_level_workflow_context`, where the SDK chooses a Workflow's context:
-tests/test_tracing.py checks the tree of one conversation, so an SDK release that moves it fails
-there. Imported only when tracing is on (agent.tracing.interceptors): the SDK's OpenTelemetry
-package takes a fifth of a second to import.
+The SDK puts every span a Workflow makes under its start's context: one trace per conversation,
+days long. refund-bot's unit is a customer's message, so the Workflow's current span is a `_Turn`:
+the span of the Signal it last received. Spans are made only outside replay and add no command.
+Imported only when tracing is on: the SDK's OpenTelemetry package takes 0.2 s to import.
 """
 
 from __future__ import annotations
@@ -61,6 +51,10 @@ class _Turn(NonRecordingSpan):
 
 
 class _TurnTracing(TracingWorkflowInboundInterceptor):
+    """The SDK's interceptor, subclassed as its documentation invites, with the Workflow's
+    context chosen in `_top_level_workflow_context`: tests/test_tracing.py checks one
+    conversation's tree, so an SDK release that moves that method fails there."""
+
     def __init__(self, next: temporalio.worker.WorkflowInboundInterceptor) -> None:
         super().__init__(next)
         self._turn = _Turn()

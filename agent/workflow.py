@@ -54,6 +54,7 @@ with workflow.unsafe.imports_passed_through():
         HistoryLookup,
         LookupCustomerInput,
         LookupOrderInput,
+        Mention,
         MessageEdit,
         MessageKey,
         MessageKind,
@@ -61,6 +62,7 @@ with workflow.unsafe.imports_passed_through():
         OrderDetails,
         OrderLookup,
         OutboundMessage,
+        OutcomeStatus,
         Phase,
         PolicyInput,
         PostedMessage,
@@ -485,22 +487,38 @@ class RefundConversation:
 
     async def _next_approval(self) -> Approval:
         """The click that answers the open round. If nobody decides within the reminder's time,
-        the approvers are reminded once in the thread; past the approval timeout, it is closed."""
+        the approvers are reminded once in the thread; past the approval timeout, it is closed.
+        While a person holds the conversation the agent says nothing and the clock stops (it
+        starts again at the hand-back); a click still counts meanwhile."""
         timing = self._timing
         posted_at = workflow.now()
-        deadline = posted_at + timing.approval_timeout
         reminded = timing.approval_reminder >= timing.approval_timeout
         while True:
             self._phase = "waiting_for_approval"
-            until = deadline if reminded else posted_at + timing.approval_reminder
+            if self._taken_over is not None and not self._approvals:
+                held_since = workflow.now()
+                await self._wait(
+                    lambda: bool(self._approvals) or self._taken_over is None,
+                    MAX_CONVERSATION_AGE,
+                    AGE_LIMIT,
+                )
+                posted_at += workflow.now() - held_since
+                continue
+            until = posted_at + (timing.approval_timeout if reminded else timing.approval_reminder)
             summary = "close: no decision" if reminded else "remind the approvers"
+
+            def ready() -> bool:
+                return bool(self._approvals) or self._taken_over is not None
+
             # DURABLE WAIT: the escalation may sit for days; no process holds it.
-            if not await self._wait(lambda: bool(self._approvals), until - workflow.now(), summary):
+            if not await self._wait(ready, until - workflow.now(), summary):
                 if reminded:
                     raise _Undecided
                 reminded = True
                 await self._remind_approvers(workflow.now() - posted_at)
                 continue
+            if not self._approvals:
+                continue  # taken over: wait for a click or the hand-back, clock stopped
             approval = self._approvals.pop(0)
             if approval.round != self._round:
                 # A click on an earlier round's buttons, or a second click on a round already
@@ -755,7 +773,7 @@ class RefundConversation:
         text: str,
         actions: list | None = None,
         round: int | None = None,
-        mention: str | None = None,
+        mention: Mention | None = None,
     ) -> PostedMessage:
         self._seq += 1
         message = OutboundMessage(
@@ -765,7 +783,7 @@ class RefundConversation:
             text=text,
             actions=actions or [],
             round=round,
-            mention=mention,  # type: ignore[arg-type]
+            mention=mention,
         )
         try:
             # EXTERNAL EFFECT: the post, tried once inside this workflow task.
@@ -840,7 +858,7 @@ class RefundConversation:
 
     async def _close(
         self,
-        status: str,
+        status: OutcomeStatus,
         text: str,
         refund: RefundResult | None = None,
         *,
@@ -859,7 +877,7 @@ class RefundConversation:
             # for a support agent, or posted its outcome): the router still saw a running
             # conversation and signalled it, so the answer the router gives is this one's to give.
             await self._post("info", FINISHED)
-        return ConversationOutcome(status=status, message=text, refund=refund, detail=detail)  # type: ignore[arg-type]
+        return ConversationOutcome(status=status, message=text, refund=refund, detail=detail)
 
     async def _say_failed(self, err: ActivityError) -> None:
         """The customer hears, in one plain sentence, that this conversation ends here."""

@@ -31,6 +31,7 @@ import tempfile
 import time
 import uuid
 from collections import Counter
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -74,7 +75,9 @@ class Cost:
 class Customer:
     """Answers each question the agent posts in the thread, once per post."""
 
-    def __init__(self, threads: LocalThreadStore, thread: str, answer) -> None:
+    def __init__(
+        self, threads: LocalThreadStore, thread: str, answer: Callable[[str], Awaitable[object]]
+    ) -> None:
         self.threads, self.thread, self.answer = threads, thread, answer
         self.task = asyncio.create_task(self._run())
 
@@ -240,9 +243,7 @@ def _extra(cost: Cost, base: Cost) -> Cost:
 async def main(max_steps: int) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         data_dir = Path(tmp)
-        settings = with_test_keys(
-            AgentSettings(_env_file=None, data_dir=data_dir / "agent")  # type: ignore[call-arg]
-        )
+        settings = with_test_keys(AgentSettings(_env_file=None, data_dir=data_dir / "agent"))
         await prepare_stores(settings)
         async with embedded_server(data_dir / "temporal") as server:
             client = await Client.connect(server.address, data_converter=TEST_CONVERTER)

@@ -63,15 +63,15 @@ async def drill(env: WorkflowEnvironment, reset_sticky: bool) -> tuple[float, fl
         await supervisor.start()
         try:
             conv = LocalConversation(env.client, local_thread_store(settings), queue)
-            await conv.open("please refund order 1234", hold=True)
+            handle = await conv.open("please refund order 1234", hold=True)
             for answer in ("Yes", "Split seam"):
                 await conv.next_bot_message()
                 await conv.reply(answer)
             await conv.wait_phase("held_before_refund")
             report = await request_worker_restart(env.client, temporal.control_task_queue)
             started = time.monotonic()
-            await conv.handle.signal("release")
-            outcome = await conv.handle.result()
+            await handle.signal("release")
+            outcome = await handle.result()
             total = time.monotonic() - started
             assert outcome.status == "refunded", outcome
             return report.seconds_to_ready, await _resume_seconds(conv), total

@@ -130,9 +130,7 @@ async def growth() -> list[Size]:
     sizes = []
     with tempfile.TemporaryDirectory() as tmp:
         data_dir = Path(tmp)
-        settings = with_test_keys(
-            AgentSettings(_env_file=None, data_dir=data_dir / "agent")  # type: ignore[call-arg]
-        )
+        settings = with_test_keys(AgentSettings(_env_file=None, data_dir=data_dir / "agent"))
         async with embedded_server(data_dir / "temporal") as server:
             client = await Client.connect(server.address, data_converter=TEST_CONVERTER)
             threads = local_thread_store(settings)

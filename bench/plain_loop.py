@@ -26,7 +26,7 @@ REPLY_TIMEOUT = 300.0
 
 
 async def main(args: argparse.Namespace) -> None:
-    settings = AgentSettings(_env_file=None, data_dir=args.data_dir)  # type: ignore[call-arg]
+    settings = AgentSettings(_env_file=None, data_dir=args.data_dir)
     await prepare_stores(settings)
     threads = local_thread_store(settings)
 

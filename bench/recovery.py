@@ -64,9 +64,11 @@ async def _held(stack: Stack, conversations: list[LocalConversation]) -> None:
 async def _standby_ready(stack: Stack) -> None:
     """Until the standby has logged that it is ready (imported, connected, stores open)."""
     log = stack.settings.data_dir / "worker.log"
+    supervisor = stack.supervisor
+    assert supervisor is not None  # supervised_stack's
 
     def ready() -> bool:
-        pid = stack.supervisor.standby_pid
+        pid = supervisor.standby_pid
         return pid is not None and f"standby {worker_identity(pid)} ready" in log.read_text()
 
     await wait_for(ready, timeout=120, what="a ready standby")
@@ -87,6 +89,7 @@ async def _crowd(stack: Stack, count: int, prefix: str, first: int) -> list[Loca
 async def _kill(stack: Stack, kind: str) -> None:
     """SIGKILL the Worker and return once the supervisor reports its successor polling."""
     supervisor = stack.supervisor
+    assert supervisor is not None  # supervised_stack's
     before = supervisor.last_report
     if kind == "unannounced":
         pid = supervisor.pid

@@ -21,7 +21,7 @@ from worker.server import EmbeddedTemporal
 @asynccontextmanager
 async def embedded_server(data_dir: Path) -> AsyncIterator[EmbeddedTemporal]:
     settings = TemporalSettings(
-        _env_file=None,  # type: ignore[call-arg]
+        _env_file=None,
         address=f"127.0.0.1:{free_port()}",
         ui_port=free_port(),
     )

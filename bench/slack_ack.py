@@ -44,21 +44,25 @@ import os
 import signal
 import statistics
 import sys
+import tempfile
 import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from aiohttp import web
+from pydantic import SecretStr
 from slack_bolt.adapter.aiohttp import to_aiohttp_response
 from slack_bolt.async_app import AsyncApp
 
+from agent.stores.sqlite import SqliteDatabase
 from bench import percentile
 from bench.http_load import Connection, build_request
 from bench.plot import axes, cdf, default_path, save
 from bench.proc import wait_idle
-from bot.commands import CommandReply
-from bot.conversations import InboundClick, InboundMessage, Routed
+from bot.commands import CommandReply, Conversation
+from bot.conversations import InboundClick, InboundMessage, Kept, Routed, UnreadableEvent
+from bot.inbox import Inbox
 from bot.slack.app import EVENTS_PATH, build_app, checked_request, serve
 from bot.slack.requests import (
     bolt_request,
@@ -84,12 +88,18 @@ HOST = "127.0.0.1"
 
 
 class SlowRouter:
-    """Takes `delay` seconds per call, like a router waiting on an unresponsive Temporal."""
+    """Writes a message ahead to a real inbox (SQLite, committed) as the router does before the
+    ack, then takes `delay` seconds per call, like a router waiting on an unresponsive Temporal."""
 
-    def __init__(self, delay: float) -> None:
+    def __init__(self, delay: float, inbox: Inbox) -> None:
         self.delay = delay
+        self.inbox = inbox
         self.started = 0
         self.finished = 0
+
+    async def keep(self, message: InboundMessage) -> Kept | Routed:
+        seq = await self.inbox.put("message", message, message.thread.thread)
+        return Kept(message.event_id, seq, message.thread.thread)
 
     async def on_message(self, message: InboundMessage | None) -> Routed:
         self.started += 1
@@ -100,14 +110,18 @@ class SlowRouter:
     async def on_click(self, click: InboundClick) -> Routed:
         return await self.on_message(None)
 
+    async def keep_unreadable(self, event: UnreadableEvent) -> None:
+        raise AssertionError(f"the benchmark sends only what Slack sends: {event.reason}")
+
 
 class SlowCommands:
     def __init__(self, router: SlowRouter) -> None:
         self.router = router
 
-    async def refund_status(self, actor: Any, workflow_id: str) -> CommandReply:
+    async def refund_status(self, actor: Any, conversation: Conversation) -> CommandReply:
         await self.router.on_message(None)
-        return CommandReply(text=f"{workflow_id}: fine")
+        found = conversation if isinstance(conversation, str) else await conversation()
+        return found if isinstance(found, CommandReply) else CommandReply(text=f"{found}: fine")
 
 
 def bolt_answers(app: AsyncApp, signing_secret: str) -> web.Application:
@@ -148,14 +162,15 @@ async def _serve_until_cancelled(web_app: web.Application, port: int) -> None:
 async def serve_variant(variant: str, port: int, api_url: str, token: str, delay: float) -> None:
     watch_lifeline()  # the load generator's process gone: this one goes too
     settings = SlackSettings(
-        _env_file=None,  # type: ignore[call-arg]
-        bot_token=token,
-        signing_secret=SECRET,
+        _env_file=None,
+        bot_token=SecretStr(token),
+        signing_secret=SecretStr(SECRET),
         support_channel=CHANNEL,
         api_url=api_url,
         port=port,
     )
-    router = SlowRouter(delay)
+    router = SlowRouter(delay, Inbox(SqliteDatabase(Path(tempfile.mkdtemp(prefix="slack-ack-")))))
+    # SlowCommands answers /refund-status only: the one command the benchmark sends.
     app = build_app(settings, router, SlowCommands(router))  # type: ignore[arg-type]
     try:
         if variant == "refund-bot":

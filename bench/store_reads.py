@@ -71,8 +71,8 @@ async def _one_size(orders: int, calls: int) -> tuple[list[float], list[float]]:
         _add_orders(indexed.path(domain_store.SCHEMA), orders)
         shutil.copytree(indexed_dir, scanned_dir)
         scanned = SqliteDatabase(scanned_dir)
-        with sqlite3.connect(scanned.path(domain_store.SCHEMA)) as db:
-            db.execute("DROP INDEX orders_by_customer")
+        with sqlite3.connect(scanned.path(domain_store.SCHEMA)) as connection:
+            connection.execute("DROP INDEX orders_by_customer")
         stores = {
             "index": DomainStore(indexed, _demo_customer),
             "no index": DomainStore(scanned, _demo_customer),

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import json
 import os
 import tempfile
@@ -35,6 +36,7 @@ import time
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 
 from temporalio.client import Client, WorkflowExecutionStatus
@@ -152,7 +154,7 @@ async def _refund_bot_starts(bench: Bench, queue: str, n: int) -> list[Callable[
         for message in messages[1:]:
             await handle.signal(RefundConversation.customer_message, message)
 
-    starts = []
+    starts: list[Callable[[], Awaitable[None]]] = []
     for _ in range(n):
         customer, order = await place_demo_customer(bench.settings)
         opening = f"please refund order {order.order_number}"
@@ -170,7 +172,7 @@ async def _refund_bot_starts(bench: Bench, queue: str, n: int) -> list[Callable[
             CustomerMessage(message_id=m.message_id, author=customer, text=m.text)
             for m in (root, *replies)
         ]
-        starts.append(lambda s=start, m=messages: one(s, m))
+        starts.append(functools.partial(one, start, messages))
     return starts
 
 
@@ -196,7 +198,7 @@ async def _reference_starts(bench: Bench, queue: str, n: int) -> list[Callable[[
         for question, answer in zip(REFERENCE_QUESTIONS, ANSWERS, strict=True):
             await handle.signal("answer_question", args=[question, answer])
 
-    return [lambda i=i: one(i) for i in range(n)]
+    return [functools.partial(one, i) for i in range(n)]
 
 
 async def _count(client: Client, queue: str, condition: str) -> int:
@@ -213,7 +215,9 @@ async def _reference_refunds(bench: Bench, queue: str) -> int:
 async def cell(bench: Bench, side: str, n: int, w: int) -> Cell:
     queue = f"{side}-{n}-{w}-{uuid.uuid4().hex[:6]}"
     client = bench.clients[side]
-    before = len(await refunds_made(bench.settings)) if side == REFUND_BOT else 0
+    settings = bench.settings
+    assert settings is not None  # main sets it before the first cell
+    before = len(await refunds_made(settings)) if side == REFUND_BOT else 0
     prepare = _refund_bot_starts if side == REFUND_BOT else _reference_starts
     starts = await prepare(bench, queue, n)
     procs = await _workers(bench, side, queue, w)
@@ -231,29 +235,33 @@ async def cell(bench: Bench, side: str, n: int, w: int) -> Cell:
                 if time.monotonic() > deadline:
                     raise RuntimeError(f"{side}: not every conversation closed in {queue}")
                 await asyncio.sleep(0.25)
-        first = last = None
-        sample = None
+        first: datetime | None = None
+        last: datetime | None = None
+        sample: str | None = None
         statuses: dict[WorkflowExecutionStatus | None, int] = {}
         async for run in client.list_workflows(f"TaskQueue = '{queue}'"):
             statuses[run.status] = statuses.get(run.status, 0) + 1
             sample = sample or run.id
             first = min(first or run.start_time, run.start_time)
-            last = max(last or run.close_time, run.close_time)  # type: ignore[type-var]
+            closed = run.close_time
+            assert closed is not None  # none is running any more (the loop above)
+            last = max(last or closed, closed)
         if statuses != {WorkflowExecutionStatus.COMPLETED: n}:
             raise RuntimeError(f"{side} {queue}: not all {n} completed: {statuses}")
+        assert sample is not None and first is not None and last is not None  # n >= 1 runs
         refunds = (
-            len(await refunds_made(bench.settings)) - before
+            len(await refunds_made(settings)) - before
             if side == REFUND_BOT
             else await _reference_refunds(bench, queue)
         )
         if refunds != n:
             raise RuntimeError(f"{side} {queue}: {refunds} refunds for {n} conversations")
-        handle = client.get_workflow_handle(sample)  # type: ignore[arg-type]
+        handle = client.get_workflow_handle(sample)
         history = await handle.fetch_history()
         result.events, result.history_bytes = len(history.events), payload_bytes(history)
         described = (await handle.describe()).raw_description.workflow_execution_info
         result.history_size = described.history_size_bytes
-        result.seconds = (last - first).total_seconds()  # type: ignore[operator]
+        result.seconds = (last - first).total_seconds()
         result.worker_cpu = sum(sampler.usage.cpu[p] for p in pids)
         result.server_cpu = sampler.usage.cpu[bench.server_pid]
         result.worker_rss = sum(sampler.usage.peak_rss[p] for p in pids)
@@ -277,7 +285,7 @@ async def main(
             assert server.pid is not None
             bench = Bench(server.address, server.pid, data_dir, reference, reference_python)
             bench.settings = AgentSettings(
-                _env_file=None,  # type: ignore[call-arg]
+                _env_file=None,
                 data_dir=data_dir / REFUND_BOT,
                 stripe_api_key=None,
             )

@@ -31,7 +31,7 @@ import statistics
 import sys
 import tempfile
 import uuid
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 from temporalio.api.enums.v1 import EventType
@@ -194,7 +194,7 @@ async def _interleaved(
     }
     bare_client = clients["plain"]
 
-    def variant(name: str) -> Callable[[], object]:
+    def variant(name: str) -> Callable[[], Awaitable[list[float]]]:
         if name.startswith("bare"):
             activities = 2 if "2" in name else 1
             return lambda: bare(bare_client, queue(prefix, BARE), activities)
@@ -203,11 +203,11 @@ async def _interleaved(
     names = [*CONVERTERS, "bare, 2 activities", "bare, 1 activity"]
     runs = {name: variant(name) for name in names}
     for name in names:  # warm-up: first connections, the Workers' first tasks and caches
-        await runs[name]()  # type: ignore[misc]
+        await runs[name]()
     results: dict[str, list[float]] = {name: [] for name in names}
     for i in range(rounds):
         for name in names[i % len(names) :] + names[: i % len(names)]:
-            results[name] += await runs[name]()  # type: ignore[misc]
+            results[name] += await runs[name]()
     return results
 
 

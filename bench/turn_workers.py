@@ -71,7 +71,7 @@ def local_threads(data_dir: Path) -> LocalThreadStore:
 async def serve(address: str, data_dir: Path, prefix: str) -> None:
     watch_lifeline()
     tracing.configure("worker")
-    settings = AgentSettings(_env_file=None, data_dir=data_dir)  # type: ignore[call-arg]
+    settings = AgentSettings(_env_file=None, data_dir=data_dir)
     posters = {"local": local_threads(data_dir)}
     async with contextlib.AsyncExitStack() as workers:
         for name, converter in CONVERTERS.items():

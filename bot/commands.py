@@ -3,13 +3,15 @@
 Each adapter parses its platform's command payload (and mentions) into an Actor and arguments, calls
 one of these, and shows the reply privately to whoever ran it. Who may run a command is itself a
 live role check against the authorization store: presenter for the demo commands, admin for grants.
+The conversation a command names is found after that check (`Conversation`): a link typed by
+someone who may not run the command is never parsed, nor an order number searched for.
 """
 
 from __future__ import annotations
 
 import asyncio
 import re
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Protocol
@@ -18,6 +20,7 @@ from pydantic import BaseModel
 from temporalio.client import Client, WorkflowFailureError
 from temporalio.service import RPCError, RPCStatusCode
 
+from agent.activities.authorize import GrantSource
 from agent.codec import CodecError
 from agent.effect_owner import refunds_at_owner
 from agent.history import what_survives
@@ -29,7 +32,7 @@ from agent.visibility import escalations_waiting
 from agent.workflow import RefundConversation
 from bot.hold import HoldSwitch
 from bot.ids import thread_link
-from bot.untrusted import quoted
+from bot.untrusted import neutral, quoted
 
 if TYPE_CHECKING:
     from discord.http import HTTPClient
@@ -38,6 +41,10 @@ if TYPE_CHECKING:
     from bot.local.thread_store import LocalThreadStore
 
 GRANTABLE_ROLES: tuple[Role, ...] = ("refund_approver", "presenter", "admin")
+# Temporal's answers for a Workflow ID it has no conversation by: none by that id, or an id it
+# refuses outright (past its length limit, say). Both were typed by a person.
+_NO_SUCH_ID = frozenset({RPCStatusCode.NOT_FOUND, RPCStatusCode.INVALID_ARGUMENT})
+_MAX_SHOWN_ID = 120
 _MONEY = re.compile(r"^\$?(\d{1,9})(?:\.(\d{1,2}))?$")
 
 
@@ -50,12 +57,18 @@ class RestartReport(Protocol):
     seconds_paused: float  # of seconds_to_ready, held down on purpose (while_down)
 
 
+class SupervisorGone(Exception):
+    """No supervisor took a restart while it was meant (its host is gone, or was lost while it
+    restarted): the message is the one line that says so, without its full stop. Nothing is
+    restarted by it later."""
+
+
 class WorkerControl(Protocol):
     """The Worker supervisors, wherever they run (refund_bot.wiring implements it: over Temporal,
     or in process; injected here)."""
 
     async def supervisor_hosts(self) -> list[str]:
-        """The hosts whose supervisors answer now."""
+        """The hosts whose supervisors are alive now (not merely listed by Temporal)."""
         ...
 
     async def restart(
@@ -65,7 +78,8 @@ class WorkerControl(Protocol):
         awaited after the old Worker is dead and before a new one polls (no Worker of that
         supervisor is alive while it runs), then the new Worker starts. Over Temporal the pause
         is bounded (demo.paused_restart.PAUSE_LIMIT): past it the Worker comes back regardless.
-        If while_down raises, the Worker still comes back and the error propagates."""
+        If while_down raises, the Worker still comes back and the error propagates. Raises
+        SupervisorGone when no supervisor took it in time."""
         ...
 
 
@@ -125,6 +139,11 @@ DEMO_USAGE = "/refund-demo [next | auto [seconds] | crash | stop]"
 MAX_AUTO_SECONDS = 60.0
 
 
+# The conversation a command is about: its Workflow ID, or how to find it once the caller may run
+# the command (the Workflow ID, or the reply saying why not: a malformed link, an unknown order).
+Conversation = str | Callable[[], Awaitable["str | CommandReply"]]
+
+
 class CommandReply(BaseModel):
     text: str
     ok: bool = True  # False: refused or failed; the adapter still shows `text` privately
@@ -152,7 +171,37 @@ def parse_role(text: str) -> Role:
     role = text.strip().lower().replace("-", "_")
     if role not in GRANTABLE_ROLES:
         raise ValueError(f"unknown role {text!r}: one of {', '.join(GRANTABLE_ROLES)}")
-    return role  # type: ignore[return-value]
+    return role
+
+
+class ChatCommands(Protocol):
+    """What the chat adapters ask of the commands: Commands below, or a test's stand-in."""
+
+    async def crash_worker(self, actor: Actor, host: str | None = None) -> CommandReply: ...
+
+    async def refund_demo(
+        self, actor: Actor, action: str, stage: StageFor, channel: ChannelRef
+    ) -> CommandReply: ...
+
+    async def refund_status(self, actor: Actor, conversation: Conversation) -> CommandReply: ...
+
+    async def refund_queue(self, actor: Actor) -> CommandReply: ...
+
+    async def refund_takeover(
+        self, actor: Actor, conversation: Conversation, taken: bool
+    ) -> CommandReply: ...
+
+    async def refund_release(self, actor: Actor, conversation: Conversation) -> CommandReply: ...
+
+    async def refund_hold(self, actor: Actor, enabled: bool | None) -> CommandReply: ...
+
+    async def refund_grant(
+        self, actor: Actor, target: Actor, role_text: str, limit_text: str | None
+    ) -> CommandReply: ...
+
+    async def refund_revoke(self, actor: Actor, target: Actor, role_text: str) -> CommandReply: ...
+
+    async def conversation_states(self, workflow_ids: Sequence[str]) -> dict[str, str]: ...
 
 
 class Commands:
@@ -173,11 +222,20 @@ class Commands:
         self._grants = grants
         self._hold = hold
         self._demos = demos
+        # A platform that owns its people's roles (a Slack user group, a Discord role): asked
+        # about its own users, as authorize_refund asks it (use_platform_grants).
+        self._platform_grants: dict[str, GrantSource] = {}
+
+    def use_platform_grants(self, sources: Mapping[str, GrantSource]) -> None:
+        """The platforms' live grant sources, once their connections exist (refund_bot.app)."""
+        self._platform_grants.update(sources)
 
     async def _refusal(self, actor: Actor, *roles: Role) -> CommandReply | None:
-        # AUTHORIZATION STATE: read live for every command, like every refund.
+        # AUTHORIZATION STATE: read live for every command, like every refund, from the owner of
+        # this person's roles: their platform's, where it has one; the grants store otherwise.
+        source: GrantSource = self._platform_grants.get(actor.platform, self._grants)
         for role in roles:
-            if await self._grants.live_grant(actor, role) is not None:
+            if await source.live_grant(actor, role) is not None:
                 return None
         return CommandReply(
             ok=False,
@@ -223,6 +281,12 @@ class Commands:
             )
         try:
             report = await self._workers.restart(host)
+        except SupervisorGone as err:
+            # Gone since the hosts were read (or lost while it restarted): one line, naming the
+            # hosts alive now.
+            alive = [h for h in await self._workers.supervisor_hosts() if h != host]
+            where = f"; they answer on: {', '.join(alive)}." if alive else "."
+            return CommandReply(ok=False, text=f"{err}{where}")
         except WorkflowFailureError as err:
             return CommandReply(ok=False, text=f"The Worker restart failed: {err.cause or err}")
         supervisor = f" (supervisor pid {report.supervisor_pid})" if report.supervisor_pid else ""
@@ -261,14 +325,17 @@ class Commands:
         action = words[0] if words else ""
         return await self._demos.command(action, stage(self._demos.stages), channel, seconds)
 
-    async def refund_status(self, actor: Actor, workflow_id: str) -> CommandReply:
+    async def refund_status(self, actor: Actor, conversation: Conversation) -> CommandReply:
         if refusal := await self._refusal(actor, "presenter", "refund_approver"):
             return refusal
+        workflow_id = await _found(conversation)
+        if isinstance(workflow_id, CommandReply):
+            return workflow_id
         try:
             survivors = await what_survives(self._client, workflow_id)
         except RPCError as err:
-            if err.status == RPCStatusCode.NOT_FOUND:
-                return CommandReply(ok=False, text=f"No conversation {workflow_id}.")
+            if err.status in _NO_SUCH_ID:
+                return CommandReply(ok=False, text=f"No conversation {_shown(workflow_id)}.")
             raise
         except CodecError as err:
             # Never an empty view: say which key is missing (its id, never the key).
@@ -313,18 +380,23 @@ class Commands:
             )
         return CommandReply(text="\n".join(lines))
 
-    async def refund_takeover(self, actor: Actor, workflow_id: str, taken: bool) -> CommandReply:
+    async def refund_takeover(
+        self, actor: Actor, conversation: Conversation, taken: bool
+    ) -> CommandReply:
         """/refund-takeover (taken) and /refund-handback: a support agent holds the conversation;
         the agent says nothing there until it is handed back. Approvals still count meanwhile."""
         if refusal := await self._refusal(actor, "refund_approver", "presenter"):
             return refusal
+        workflow_id = await _found(conversation)
+        if isinstance(workflow_id, CommandReply):
+            return workflow_id
         try:
             await self._client.get_workflow_handle(workflow_id).signal(
                 RefundConversation.takeover, Takeover(actor=actor, taken=taken)
             )
         except RPCError as err:
-            if err.status == RPCStatusCode.NOT_FOUND:
-                return CommandReply(ok=False, text=f"No open conversation {workflow_id}.")
+            if err.status in _NO_SUCH_ID:
+                return CommandReply(ok=False, text=f"No open conversation {_shown(workflow_id)}.")
             raise
         if taken:
             return CommandReply(
@@ -336,14 +408,17 @@ class Commands:
             "wrote meanwhile."
         )
 
-    async def refund_release(self, actor: Actor, workflow_id: str) -> CommandReply:
+    async def refund_release(self, actor: Actor, conversation: Conversation) -> CommandReply:
         if refusal := await self._refusal(actor, "presenter"):
             return refusal
+        workflow_id = await _found(conversation)
+        if isinstance(workflow_id, CommandReply):
+            return workflow_id
         try:
             await self._client.get_workflow_handle(workflow_id).signal(RefundConversation.release)
         except RPCError as err:
-            if err.status == RPCStatusCode.NOT_FOUND:
-                return CommandReply(ok=False, text=f"No open conversation {workflow_id}.")
+            if err.status in _NO_SUCH_ID:
+                return CommandReply(ok=False, text=f"No open conversation {_shown(workflow_id)}.")
             raise
         return CommandReply(text=f"Released {workflow_id}: the refund goes ahead.")
 
@@ -384,3 +459,12 @@ class Commands:
         return CommandReply(
             text=f"Revoked {role} from {target.label}. The next refund check sees it."
         )
+
+
+async def _found(conversation: Conversation) -> str | CommandReply:
+    return conversation if isinstance(conversation, str) else await conversation()
+
+
+def _shown(workflow_id: str) -> str:
+    # A typed id is quoted back; one that is no id of ours may be long.
+    return neutral(workflow_id, _MAX_SHOWN_ID)

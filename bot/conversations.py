@@ -1,27 +1,26 @@
 """The platform-neutral conversation router: what every chat adapter shares.
 
-An adapter turns its platform's events into `InboundMessage` / `InboundClick` and hands them to a
-`Router` (the three calls adapters make); `ConversationRouter` is the one that reaches Temporal.
-It drops what must never reach the agent (bots, edits, deletions, redeliveries), derives the
-Workflow ID from the thread, and starts (signal-with-start) or signals the conversation: one call
-to Temporal per event, and a describe after it only when the Signal finds no running Workflow. The
-adapter shows the customer the notice that goes with the result.
+    adapter -> keep (the inbox, committed) -> the platform's ack -> deliver -> Temporal
+                                                 ... cannot now -> the inbox delivers it later
+    adapter, an acknowledged event it cannot read -> keep_unreadable -> inbox, as a dead letter
 
-    adapter (after its platform's ack) -> on_message / on_click -> Temporal
-                                                   ... fails, for any reason -> inbox -> retried
-
-The platform has acknowledged the event before the router sees it (Slack never sends an
-acknowledged envelope again; Discord's gateway sends once), so an event the router cannot deliver
-now is never handed back: it is kept in the local inbox and delivered later, in order within its
-conversation. If Temporal is unreachable, everything waits and is retried with backoff; an entry
-that fails on its own is retried with backoff and, after MAX_ATTEMPTS (or at once if it can never
-be read again), kept as a dead letter with its error, so it holds back nothing for ever.
+An acknowledgement means durable: every customer message and click is written ahead to the inbox
+(the stores' database, committed) before its platform hears "ok" (`keep`); Slack never resends
+what it got a 200 for, and Discord's gateway sends once. Delivery then comes from the inbox, once,
+in arrival order within its conversation (`deliver`, right after the ack; the background loop for
+anything that must wait: Temporal down, an earlier entry retrying). `on_message` and `on_click`
+are both, for adapters whose ack is the handler's return. Bots, edits, deletions and redeliveries
+never reach the agent; the Workflow ID is derived from the thread; delivery is one call to
+Temporal (signal-with-start or a Signal), and a describe only when the Signal finds no running
+Workflow. An entry that fails on its own is retried with backoff and, after MAX_ATTEMPTS (or at
+once if it can never be read again), kept as a dead letter with its error.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -44,6 +43,7 @@ from agent.models import (
     Approval,
     ConversationStart,
     CustomerMessage,
+    Platform,
     ThreadRef,
     Timing,
 )
@@ -52,6 +52,7 @@ from agent.workflow import RefundConversation
 from bot.dedup import RecentEvents
 from bot.ids import workflow_id_for
 from bot.inbox import Inbox, Pending
+from bot.keyed_locks import KeyedLocks
 from bot.reconnect import Backoff, one_line
 
 log = logging.getLogger(__name__)
@@ -75,6 +76,9 @@ _UNREACHABLE = {
 # attempts (2 s doubling to 5 min: about 14 minutes in all), then kept as a dead letter.
 MAX_ATTEMPTS = 10
 INBOX_RETRY = Backoff(first=2.0, cap=300.0, jitter=False)
+# How long the inbox's own delivery leaves an entry to the handler that kept it (which delivers
+# it right after its platform's ack); past it, the loop takes it.
+KEPT_GRACE = 5.0
 # While Temporal is unreachable, the inbox is tried again after this (doubling, capped).
 UNREACHABLE_RETRY = Backoff(first=1.0, cap=30.0, jitter=False)
 
@@ -110,6 +114,16 @@ class InboundClick(BaseModel):
     round: int | None = None  # the escalation round of the clicked buttons (None: older buttons)
 
 
+class UnreadableEvent(BaseModel):
+    """An event its platform has had its ack for that the adapter cannot turn into an
+    InboundMessage or InboundClick: kept as a dead letter, as the platform sent it, with why."""
+
+    platform: Platform
+    kind: Literal["message", "click"]  # what it would have been
+    payload: str  # the platform's payload, as JSON text
+    reason: str  # one line
+
+
 class Routed(StrEnum):
     STARTED = "started"
     SIGNALLED = "signalled"
@@ -135,15 +149,63 @@ NOTICES: dict[Routed, str | None] = {
 }
 
 
+@dataclass(frozen=True)
+class Kept:
+    """An event written ahead to the inbox: its platform may be acknowledged now."""
+
+    event_id: str
+    seq: int  # its inbox entry
+    workflow_id: str
+
+
 class Router(Protocol):
     """What a chat adapter asks of the router: ConversationRouter is the one that reaches
     Temporal; tests and benchmarks hand adapters a recording one (harness.recording_router)."""
 
-    async def on_message(self, message: InboundMessage) -> Routed: ...
+    async def keep(self, message: InboundMessage) -> Kept | Routed:
+        """Write a customer message ahead to the inbox, before its platform is acknowledged:
+        Kept, or IGNORED / DUPLICATE when it needs no keeping. Raises when it cannot be kept
+        (then do not acknowledge it: the platform sends it again)."""
+        ...
+
+    async def on_message(self, message: InboundMessage) -> Routed:
+        """keep (if not kept already), then deliver."""
+        ...
 
     async def on_click(self, click: InboundClick) -> Routed: ...
 
     def seen(self, event_id: str) -> bool: ...
+
+    async def keep_unreadable(self, event: UnreadableEvent) -> None:
+        """Keep an acknowledged event that cannot be read as a dead letter; raises when it cannot
+        be kept."""
+        ...
+
+
+async def keep_unreadable(
+    router: Router, platform: Platform, kind: Literal["message", "click"], raw: Any, reason: str
+) -> None:
+    """What an adapter does with an acknowledged event it cannot read: the router keeps it as a
+    dead letter. One line in the log either way, never a traceback: it came from outside."""
+    payload = raw if isinstance(raw, str) else json.dumps(raw, default=repr)
+    event = UnreadableEvent(
+        platform=platform, kind=kind, payload=_storable(payload), reason=_storable(reason)
+    )
+    try:
+        await router.keep_unreadable(event)
+    except Exception as err:
+        log.warning(
+            "an unreadable %s %s (%s) could not be kept either: %s",
+            platform,
+            kind,
+            reason,
+            one_line(err),
+        )
+
+
+def _storable(text: str) -> str:
+    # A lone surrogate (JSON's "\ud800") cannot be written as UTF-8: kept as its escape.
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 def cut(text: str) -> str:
@@ -174,6 +236,10 @@ class _Round:
     delivered: int
     unreachable: bool  # stopped early: Temporal could not be reached
     next_retry_at: float | None  # the earliest time an entry waiting on its own retry is due
+
+
+class _Unreachable(Exception):
+    """Temporal cannot be used now: nothing is blamed on the entry; everything waits."""
 
 
 def _earliest(a: float | None, b: float | None) -> float | None:
@@ -214,6 +280,12 @@ class ConversationRouter:
         self._decider = decider
         self._timing = timing or Timing()
         self._in_flight: dict[str, asyncio.Future[None]] = {}
+        self._kept: dict[str, Kept] = {}  # written ahead, not yet handed to deliver
+        self._delivering: set[str] = set()  # their event ids, while `deliver` has them
+        # Their entries, and when they were kept: `deliver` takes them right after the ack; the
+        # loop leaves them alone for KEPT_GRACE (then takes any a handler never delivered).
+        self._kept_seqs: dict[int, float] = {}
+        self._conversations = KeyedLocks()  # one delivery at a time per conversation
         self._wake = asyncio.Event()
         self._delivery_lock = asyncio.Lock()
         self._max_attempts = max_attempts
@@ -224,85 +296,127 @@ class ConversationRouter:
     # From the adapters
     # ------------------------------------------------------------------------------------------
 
-    async def on_message(self, message: InboundMessage) -> Routed:
+    async def keep(self, message: InboundMessage) -> Kept | Routed:
         if message.from_bot or message.edited_or_deleted:
             return Routed.IGNORED
         message = message.model_copy(update={"text": cut(message.text)})
-        if message.opens_thread:
-            # Decided now, at arrival: a message kept in the inbox keeps the hold it arrived with.
-            start = ConversationStart(
-                thread=message.thread,
-                customer=message.author,
-                opening_message_id=message.message_id,
-                opening_text=message.text,
-                hold_before_refund=await self._hold(),
-                decider=self._decider,
-                timing=self._timing,
-            )
-            return await self._accept(message.event_id, "start", start)
-        return await self._accept(message.event_id, "message", message)
+        if not message.opens_thread:
+            return await self._keep(message.event_id, "message", message)
+        if (kept := self._kept.get(message.event_id)) is not None:
+            return kept  # kept at the ack: the hold below was decided then
+        # Decided now, at arrival: a message kept in the inbox keeps the hold it arrived with.
+        start = ConversationStart(
+            thread=message.thread,
+            customer=message.author,
+            opening_message_id=message.message_id,
+            opening_text=message.text,
+            hold_before_refund=await self._hold(),
+            decider=self._decider,
+            timing=self._timing,
+        )
+        return await self._keep(message.event_id, "start", start)
+
+    async def on_message(self, message: InboundMessage) -> Routed:
+        kept = await self.keep(message)
+        return kept if isinstance(kept, Routed) else await self.deliver(kept)
 
     def seen(self, event_id: str) -> bool:
-        """Whether this event was accepted already (signalled or queued): an adapter can drop a
+        """Whether this event was accepted already (kept or delivered): an adapter can drop a
         redelivery before it does any work of its own for it."""
         return self._recent.seen(event_id)
 
     async def on_click(self, click: InboundClick) -> Routed:
-        return await self._accept(click.event_id, "click", click)
+        kept = await self._keep(click.event_id, "click", click)
+        return kept if isinstance(kept, Routed) else await self.deliver(kept)
 
-    async def _accept(self, event_id: str, kind: str, payload: BaseModel) -> Routed:
-        """Deliver (or queue) an event once: a redelivery of an accepted event is a duplicate; a
-        redelivery that arrives while the first is still being handled waits for its verdict."""
+    async def keep_unreadable(self, event: UnreadableEvent) -> None:
+        seq = await self._inbox.keep_dead("unreadable", event, event.reason)
+        log.warning(
+            "a %s %s could not be read (%s); kept as dead letter %d in the inbox",
+            event.platform,
+            event.kind,
+            event.reason,
+            seq,
+        )
+
+    async def _keep(self, event_id: str, kind: str, payload: BaseModel) -> Kept | Routed:
+        """Write an event ahead once: a redelivery of one kept is a duplicate (or, while the
+        first is not yet handed to deliver, that same Kept); one that arrives while the first is
+        being written waits for it."""
         if (first := self._in_flight.get(event_id)) is not None:
             await asyncio.wait({first})
+        if (kept := self._kept.get(event_id)) is not None:
+            return kept
         if self._recent.seen(event_id):
             return Routed.DUPLICATE
         done = asyncio.get_running_loop().create_future()
         self._in_flight[event_id] = done
         try:
-            return await self._deliver_or_queue(event_id, kind, payload)
+            workflow_id = _workflow_of(kind, payload)
+            with tracing.span("router.keep", workflow_id=workflow_id, inbound=kind):
+                # COMMITTED before the platform is acknowledged: this is what "ok" promises.
+                seq = await self._inbox.put(kind, payload, workflow_id)
+            kept = self._kept[event_id] = Kept(event_id, seq, workflow_id)
+            self._kept_seqs[seq] = time.monotonic()
+            self._recent.accept(event_id)
+            return kept
         finally:
             del self._in_flight[event_id]
             done.set_result(None)
 
-    async def _deliver_or_queue(self, event_id: str, kind: str, payload: BaseModel) -> Routed:
-        workflow_id = _workflow_of(kind, payload)
-        with tracing.span("router.route", workflow_id=workflow_id, inbound=kind) as span:
-            routed = await self._deliver_or_keep(event_id, kind, payload, workflow_id)
-            span.set(routed=routed.value)
-            return routed
+    async def deliver(self, kept: Kept) -> Routed:
+        """Deliver a kept event now, after its conversation's earlier entries. QUEUED when it
+        must wait (Temporal unreachable, an earlier entry waiting on its retry, a failure): the
+        inbox delivers it later, and nothing is lost meanwhile. DUPLICATE for a second delivery
+        of one event (a redelivery that came while the first was being delivered)."""
+        if kept.event_id in self._delivering:
+            return Routed.DUPLICATE
+        self._delivering.add(kept.event_id)
+        try:
+            with tracing.span("router.route", workflow_id=kept.workflow_id) as span:
+                async with self._conversations.hold(kept.workflow_id):
+                    routed = await self._deliver_kept(kept)
+                span.set(routed=routed.value)
+        finally:
+            self._delivering.discard(kept.event_id)
+            self._kept.pop(kept.event_id, None)
+            self._kept_seqs.pop(kept.seq, None)
+        if routed == Routed.QUEUED:
+            self._wake.set()
+        return routed
 
-    async def _deliver_or_keep(
-        self, event_id: str, kind: str, payload: BaseModel, workflow_id: str
-    ) -> Routed:
-        failure: str | None = None  # why this event failed on its own (not counted: unreachable)
-        # Order matters: while the conversation has anything in the inbox, the rest queues behind.
-        if not await self._inbox.holds(workflow_id):
-            try:
-                routed = await self._deliver(kind, payload)
-            except Exception as err:
-                # Kept all the same: the platform has had its ack and will not send it again.
-                unreachable = _unreachable(err)
-                failure = None if unreachable else one_line(err)
-                if unreachable or isinstance(err, RPCError):
-                    log.warning(
-                        "could not deliver a %s to %s now (%s); kept in the inbox",
-                        kind,
-                        workflow_id,
-                        one_line(err),
-                    )
-                else:  # not an answer from Temporal: perhaps a bug, so the traceback too
-                    log.exception(
-                        "could not deliver a %s to %s; kept in the inbox", kind, workflow_id
-                    )
-            else:
-                self._recent.accept(event_id)
-                return routed
-        retry_at = None if failure is None else time.time() + self._inbox_retry.delay(1)
-        await self._inbox.put(kind, payload, workflow_id, failure=failure, retry_at=retry_at)
-        self._recent.accept(event_id)
-        self._wake.set()
-        return Routed.QUEUED
+    async def _deliver_kept(self, kept: Kept) -> Routed:
+        first = await self._inbox.first_for(kept.workflow_id)
+        if first is None or first.seq > kept.seq:
+            return Routed.SIGNALLED  # the inbox's own delivery took it meanwhile
+        if first.seq != kept.seq or (first.retry_at is not None and first.retry_at > time.time()):
+            return Routed.QUEUED  # an earlier entry of this conversation goes first
+        try:
+            routed = await self._deliver_entry(first, kept.workflow_id)
+        except _Unreachable:
+            return Routed.QUEUED
+        return Routed.QUEUED if routed is None else routed
+
+    async def _deliver_entry(self, pending: Pending, workflow_id: str) -> Routed | None:
+        """Deliver one inbox entry and remove it; None (the entry stays, its failure recorded)
+        when it could not be delivered now. Raises _Unreachable when Temporal cannot be used."""
+        payload = _decode(pending)
+        try:
+            routed = await self._deliver(pending.kind, payload)
+        except Exception as err:
+            if _unreachable(err):
+                log.warning(
+                    "could not deliver a %s to %s now (%s); kept in the inbox",
+                    pending.kind,
+                    workflow_id,
+                    one_line(err),
+                )
+                raise _Unreachable from err
+            await self._failed(pending, workflow_id, err)
+            return None
+        log.info("inbox entry %d delivered to %s: %s", pending.seq, workflow_id, routed)
+        await self._inbox.remove(pending.seq)
+        return routed
 
     # ------------------------------------------------------------------------------------------
     # To Temporal
@@ -407,33 +521,40 @@ class ConversationRouter:
                 workflow_id = _workflow_of(pending.kind, payload)
                 if workflow_id in held:
                     continue
+                kept_at = self._kept_seqs.get(pending.seq)
+                if kept_at is not None and time.monotonic() - kept_at < KEPT_GRACE:
+                    held.add(workflow_id)  # its ack is going out; `deliver` follows at once
+                    next_retry_at = _earliest(next_retry_at, time.time() + KEPT_GRACE)
+                    continue
                 if pending.retry_at is not None and pending.retry_at > now:
                     held.add(workflow_id)
                     next_retry_at = _earliest(next_retry_at, pending.retry_at)
                     continue
-                try:
-                    # A trace of its own: the handler that kept it has long returned.
-                    with tracing.span(
-                        "inbox.deliver",
-                        "consumer",
-                        workflow_id=workflow_id,
-                        inbound=pending.kind,
-                        inbox_entry=pending.seq,
-                        attempt=pending.attempts + 1,
-                    ) as span:
-                        routed = await self._deliver(pending.kind, payload)
-                        span.set(routed=routed.value)
-                except Exception as err:
-                    if _unreachable(err):
-                        log.info("Temporal unreachable (%s); the inbox waits", one_line(err))
+                async with self._conversations.hold(workflow_id):
+                    first = await self._inbox.first_for(workflow_id)
+                    if first is None or first.seq != pending.seq:
+                        continue  # delivered meanwhile, right after its ack
+                    try:
+                        # A trace of its own: the handler that kept it has long returned.
+                        with tracing.span(
+                            "inbox.deliver",
+                            "consumer",
+                            workflow_id=workflow_id,
+                            inbound=pending.kind,
+                            inbox_entry=pending.seq,
+                            attempt=pending.attempts + 1,
+                        ) as span:
+                            routed = await self._deliver_entry(pending, workflow_id)
+                            span.set(routed=routed.value if routed else "failed")
+                    except _Unreachable:
+                        log.info("Temporal unreachable; the inbox waits")
                         return _Round(delivered, True, next_retry_at)
+                if routed is None:
                     held.add(workflow_id)
-                    next_retry_at = _earliest(
-                        next_retry_at, await self._failed(pending, workflow_id, err)
-                    )
+                    retry = await self._inbox.first_for(workflow_id)
+                    if retry is not None and retry.retry_at is not None:
+                        next_retry_at = _earliest(next_retry_at, retry.retry_at)
                     continue
-                log.info("inbox entry %d delivered to %s: %s", pending.seq, workflow_id, routed)
-                await self._inbox.remove(pending.seq)
                 delivered += 1
         return _Round(delivered, False, next_retry_at)
 

@@ -25,6 +25,7 @@ def _part(value: str) -> str:
 
 
 def workflow_id_for(thread: ThreadRef) -> str:
+    parts: tuple[str, ...]
     if thread.platform == "discord":
         parts = ("discord", thread.workspace, thread.thread)
     else:

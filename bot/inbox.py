@@ -1,8 +1,10 @@
 """The inbox: messages the platforms have acknowledged, kept until the agent has them.
 
-    router cannot deliver now -> put -> pending ... delivered -> removed
-                                               ... failed    -> retried later (attempts, error)
-                                               ... never     -> dead letter (kept, with its error)
+    a customer message or a click -> put (committed before the platform hears "ok")
+        -> delivered  -> removed
+        -> failed     -> retried later (attempts, error)
+        -> never      -> dead letter (kept, with its error)
+    acknowledged, cannot be read -> keep_dead  -> dead letter (kept, with why)
 
 An entry is kept in the stores' database (DATABASE_URL), so it survives a bot restart, and is
 delivered in arrival order within its conversation (`workflow_id`). Nothing is dropped: an entry
@@ -13,6 +15,7 @@ dead letters with its last error, where it holds nothing back and stays for an o
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
@@ -123,56 +126,81 @@ def _now() -> str:
     return datetime.now(UTC).isoformat()
 
 
+# One entry's row as put: kind, payload, queued_at, workflow_id.
+_Row = tuple[str, str, str, str]
+# The most keeps one commit takes (4 parameters each, well under both databases' limits).
+GROUP_MAX = 500
+
+
 class Inbox:
+    """One per process. Its writes go one at a time (SQLite has one writer; in-process writers
+    queued on its file lock would sleep in its busy handler), and keeps are committed in groups:
+    those that arrive while a commit is under way go into the next, so that a burst of 100
+    messages costs a few commits and fsyncs, not 100."""
+
     def __init__(self, database: Database) -> None:
         self._database = database
+        self._writes = asyncio.Lock()
+        self._to_commit: list[tuple[_Row, asyncio.Future[int]]] = []
+        self._committing: asyncio.Task[None] | None = None
 
-    async def put(
-        self,
-        kind: str,
-        payload: BaseModel,
-        workflow_id: str,
-        *,
-        failure: str | None = None,
-        retry_at: float | None = None,
-    ) -> int:
-        """Keep an entry. `failure`: the error of the attempt already made (counted as attempt
-        1), to be tried again at `retry_at`."""
-        async with self._database.connect(SCHEMA) as db:
-            seq = await db.fetchval(
-                "INSERT INTO inbox (kind, payload, queued_at, workflow_id, attempts, last_error, "
-                "retry_at) VALUES (?, ?, ?, ?, ?, ?, ?) RETURNING seq",
-                kind,
-                payload.model_dump_json(),
-                _now(),
-                workflow_id,
-                int(failure is not None),
-                failure,
-                retry_at,
-            )
-        return int(seq)
+    async def put(self, kind: str, payload: BaseModel, workflow_id: str) -> int:
+        """Keep an entry: committed when this returns its seq."""
+        kept = asyncio.get_running_loop().create_future()
+        self._to_commit.append(((kind, payload.model_dump_json(), _now(), workflow_id), kept))
+        if self._committing is None or self._committing.done():
+            self._committing = asyncio.create_task(self._commit_kept())
+        return await kept
+
+    async def _commit_kept(self) -> None:
+        while self._to_commit:
+            group = self._to_commit[:GROUP_MAX]
+            del self._to_commit[:GROUP_MAX]
+            rows = ", ".join(["(?, ?, ?, ?, 0)"] * len(group))
+            try:
+                # One statement for the group: each statement is a hop to the database's thread
+                # and back through a busy event loop, which 100 of them would wait on in turn.
+                async with self._writes, self._database.connect(SCHEMA) as db, db.transaction():
+                    found = await db.fetch(
+                        "INSERT INTO inbox (kind, payload, queued_at, workflow_id, attempts) "
+                        f"VALUES {rows} RETURNING seq",
+                        *(value for row, _ in group for value in row),
+                    )
+            except Exception as err:  # every keep of the group fails: none was committed
+                for _, kept in group:
+                    if not kept.done():
+                        kept.set_exception(err)
+                continue
+            # Rows are numbered in the order one statement writes them; RETURNING's own order
+            # is unspecified, hence sorted.
+            seqs = sorted(int(r["seq"]) for r in found)
+            for (_, kept), seq in zip(group, seqs, strict=True):
+                if not kept.done():  # its caller may have gone; the entry is kept all the same
+                    kept.set_result(seq)
 
     async def pending(self) -> list[Pending]:
         async with self._database.connect(SCHEMA) as db:
             rows = await db.fetch(f"SELECT {_COLUMNS} FROM inbox ORDER BY seq")
         return [Pending(**dict(r)) for r in rows]
 
-    async def holds(self, workflow_id: str) -> bool:
-        """Whether an entry waits that a new one for `workflow_id` must queue behind."""
+    async def first_for(self, workflow_id: str) -> Pending | None:
+        """The oldest entry a new one for `workflow_id` queues behind (its own, or one whose
+        conversation is unknown), or None when nothing waits."""
         async with self._database.connect(SCHEMA) as db:
-            found = await db.fetchval(
-                "SELECT 1 FROM inbox WHERE workflow_id = ? OR workflow_id IS NULL LIMIT 1",
+            row = await db.fetchrow(
+                f"SELECT {_COLUMNS} FROM inbox WHERE workflow_id = ? OR workflow_id IS NULL "
+                "ORDER BY seq LIMIT 1",
                 workflow_id,
             )
-        return found is not None
+        return Pending(**dict(row)) if row is not None else None
 
     async def remove(self, seq: int) -> None:
-        async with self._database.connect(SCHEMA) as db:
+        async with self._writes, self._database.connect(SCHEMA) as db:
             await db.execute("DELETE FROM inbox WHERE seq = ?", seq)
 
     async def failed(self, seq: int, error: str, retry_at: float) -> None:
         """Record a failed attempt; the entry waits until `retry_at` (time.time())."""
-        async with self._database.connect(SCHEMA) as db:
+        async with self._writes, self._database.connect(SCHEMA) as db:
             await db.execute(
                 "UPDATE inbox SET attempts = attempts + 1, last_error = ?, retry_at = ? "
                 "WHERE seq = ?",
@@ -183,7 +211,7 @@ class Inbox:
 
     async def bury(self, seq: int, error: str, *, attempted: bool = True) -> None:
         """Move an entry to the dead letters with `error` (counting this attempt if `attempted`)."""
-        async with self._database.connect(SCHEMA) as db, db.transaction():
+        async with self._writes, self._database.connect(SCHEMA) as db, db.transaction():
             await db.execute(
                 "INSERT INTO dead_letters (seq, kind, payload, queued_at, workflow_id, attempts, "
                 "error, buried_at) SELECT seq, kind, payload, queued_at, workflow_id, "
@@ -194,6 +222,29 @@ class Inbox:
                 seq,
             )
             await db.execute("DELETE FROM inbox WHERE seq = ?", seq)
+
+    async def keep_dead(self, kind: str, payload: BaseModel, error: str) -> int:
+        """Keep an entry straight as a dead letter: something acknowledged that no attempt could
+        deliver (an event an adapter cannot read). Returns its seq, numbered with the inbox's."""
+        async with self._writes, self._database.connect(SCHEMA) as db, db.transaction():
+            # Through the inbox table, whose seq the dead letters share: PostgreSQL's
+            # dead_letters.seq has no sequence of its own.
+            seq = await db.fetchval(
+                "INSERT INTO inbox (kind, payload, queued_at) VALUES (?, ?, ?) RETURNING seq",
+                kind,
+                payload.model_dump_json(),
+                _now(),
+            )
+            await db.execute(
+                "INSERT INTO dead_letters (seq, kind, payload, queued_at, workflow_id, attempts, "
+                "error, buried_at) SELECT seq, kind, payload, queued_at, NULL, 0, ?, ? "
+                "FROM inbox WHERE seq = ?",
+                error,
+                _now(),
+                seq,
+            )
+            await db.execute("DELETE FROM inbox WHERE seq = ?", seq)
+        return int(seq)
 
     async def dead_letters(self) -> list[DeadLetter]:
         async with self._database.connect(SCHEMA) as db:

@@ -4,32 +4,16 @@
           -> post_line (content) / post_frame (an embed)
     questions <- GET /channels/{thread}/messages, paged
 
-The client is discord.py's HTTPClient the gateway client already logged in (its rate-limit
-handling included; `RoutedHTTPClient` when DISCORD_API_URL is set), as bot/discord/outbound.py
-posts with it: no second HTTP client. The thread is opened the way a customer's message opens one
-(bot/discord/customer_messages.py): a public thread on the root message, whose id is the thread's,
-and the ThreadRef every Discord conversation has (workspace: the guild, channel: the support
-channel, thread: the thread), so the Workflow ID is derived the same way.
-
-The bot posts everything, the demo customer's lines too (a named line: no person types them);
-mentions never ping. How `questions` tells the agent's questions from the rest: Discord keeps no
-metadata beside a message (Slack's stage reads the kind SlackThreadPoster writes there), and the
-nonce each agent post carries is not returned when messages are read back. What Discord does keep
-is who posted, whether a post has an embed, and its content. So a question is a message of the
-default type, posted by this bot (a person typing a question's words is not the agent), with no
-embed (the stage's root and frames always carry one), whose whole content is one of the texts the
-agent asks with (`agent.policy.ASKED_TEXTS`: the intake questions are the policy's, with the live
-model too). A demo line never matches: it starts with the customer's bold name. The text is what
-tells a question from the agent's other plain posts (its hold notice, "start the return again",
-the outcome), which look the same on Discord; matching the agent's own question texts is exact,
-where a guess from the wording ("ends with a question mark") would not be. Should the agent ever
-ask in words of its own, they belong in ASKED_TEXTS, or Discord's read-back will not see them.
+The client is the HTTPClient the gateway client already logged in (its rate limits included), as
+bot/discord/outbound.py posts with it. A thread is opened the way a customer's message opens one,
+so its ThreadRef and Workflow ID are derived the same way. The bot posts every line, the demo
+customer's too (a named line: no person types them); mentions never ping.
 """
 
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import discord
 from discord.http import HTTPClient, MultipartParameters
@@ -41,6 +25,10 @@ from bot.discord.customer_messages import THREAD_ARCHIVE_MINUTES
 from bot.discord.render import fit_content, utf16_len
 from bot.discord.replies import NO_PINGS
 from demo.stage import Frame
+
+if TYPE_CHECKING:  # discord.types is for type checkers: imported first, it is a circular import
+    from discord.types.embed import EmbedField
+    from discord.types.message import Message
 
 # GET /channels/{id}/messages returns at most 100 messages a page.
 MESSAGES_PAGE_SIZE = 100
@@ -91,6 +79,15 @@ class DiscordStage:
         await self._send(int(target), {"embeds": [frame_embed(frame)]})
 
     async def questions(self, thread: ThreadRef) -> list[str]:
+        """The agent's questions in the thread, oldest first.
+
+        Discord keeps no metadata beside a message, and the nonce each agent post carries is not
+        returned when messages are read back. So a question is a message of the default type,
+        posted by this bot, with no embed (the stage's root and frames carry one), whose whole
+        content is one of the texts the agent asks with (`agent.policy.ASKED_TEXTS`). A demo line
+        never matches (it starts with the customer's bold name), and the text is what tells a
+        question from the agent's other plain posts; a guess from the wording would not be exact.
+        Should the agent ask in words of its own, they belong in ASKED_TEXTS."""
         found: list[tuple[int, str]] = []
         after = 0  # the oldest page first, then each page after the newest message seen
         while True:
@@ -100,7 +97,7 @@ class DiscordStage:
                 return [content for _, content in sorted(found)]
             after = max(int(m["id"]) for m in page)
 
-    def _is_question(self, message: dict[str, Any]) -> bool:
+    def _is_question(self, message: Message) -> bool:
         return (
             message.get("type") == DEFAULT_MESSAGE_TYPE
             and str((message.get("author") or {}).get("id")) == self._bot_user_id
@@ -108,7 +105,7 @@ class DiscordStage:
             and message.get("content") in ASKED_TEXTS
         )
 
-    async def _send(self, channel_id: int, payload: dict[str, Any]) -> dict[str, Any]:
+    async def _send(self, channel_id: int, payload: dict[str, Any]) -> Message:
         """EXTERNAL EFFECT: one message, pinging nobody (it may quote a customer)."""
         body = {**payload, "allowed_mentions": NO_PINGS.to_dict()}
         return await self._http.send_message(
@@ -142,7 +139,7 @@ def frame_embed(frame: Frame) -> dict[str, Any]:
     field (Discord sets inline fields side by side), and the tone's colour."""
     title = fit_content(_TONE_EMOJI.get(frame.tone, "") + frame.title, EMBED_TITLE_LIMIT)
     embed: dict[str, Any] = {"type": "rich", "title": title}
-    fields = [
+    fields: list[EmbedField] = [
         {
             "name": fit_content(column.heading, EMBED_FIELD_NAME_LIMIT),
             "value": fit_content(

@@ -1,11 +1,15 @@
 """The presenter's paused restart: the story reads Event History while no Worker is alive.
 
-    paused_worker_restart -> PausedRestartWorker(PauseRequest) -> kill_worker: SIGKILL, held down
+    paused_worker_restart -> PausedRestartWorker(PauseRequest) on the shared control queue
+        -> kill_worker on the host's queue (taken within a second, or refused): SIGKILL, held down
         -> Update worker_down returns -> while_down() -> Signal resume (or the pause's limit)
         -> start_worker on the killer's host queue: standby promoted, sticky reset, polling
 
 A control Workflow of its own, beside the product's RestartWorker, on the same control queues:
 the supervisor's half is demo/worker_hold.py, which the composition root hands each supervisor.
+Its kill is ordered as RestartWorker's restart is (worker.control): taken at once or never, and
+refused by a supervisor when it is too old, so a host that is gone is refused in a second and a
+replacement never kills its fresh Worker on its predecessor's order.
 Importable without side effects: the workflow sandbox re-imports it.
 """
 
@@ -21,17 +25,25 @@ from datetime import timedelta
 
 from pydantic import BaseModel, Field
 from temporalio import workflow
-from temporalio.client import Client, WorkflowHandle, WorkflowUpdateFailedError
+from temporalio.client import (
+    Client,
+    WorkflowFailureError,
+    WorkflowHandle,
+    WorkflowUpdateFailedError,
+)
 from temporalio.common import RetryPolicy
 from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError
 
 with workflow.unsafe.imports_passed_through():  # the sandbox need not re-import process code
     from worker.control import (
+        ORDER_EXPIRES_PATCH,
+        PICKUP_TIMEOUT,
         REQUEST_TIMEOUT,
         RESTART_ACTIVITY_TIMEOUT,
         RestartReport,
         host_control_queue,
+        not_answered,
     )
     from worker.lifecycle import to_the_end
 
@@ -51,6 +63,12 @@ class PauseRequest(BaseModel):
     own limit, PAUSE_LIMIT unless it was built with another, caps it too)."""
 
     max_seconds: float = Field(default=PAUSE_LIMIT.total_seconds(), gt=0)
+    host: str | None = None  # None: any supervisor's Worker
+    # The supervisor seen alive on `host` (its identity): no other obeys (worker.control).
+    supervisor: str | None = None
+    # When the request's Workflow started (seconds since the epoch): set by the Workflow for
+    # kill_worker, whose supervisor refuses an order older than worker.control.ORDER_MAX_AGE.
+    requested_at: float | None = None
 
 
 class WorkerDown(BaseModel):
@@ -77,14 +95,29 @@ class PausedRestartWorker:
     @workflow.run
     async def run(self, pause: PauseRequest) -> RestartReport:
         try:
-            self._down = await workflow.execute_activity(  # EXTERNAL EFFECT: SIGKILL, held down
-                KILL_ACTIVITY,
-                pause,
-                start_to_close_timeout=RESTART_ACTIVITY_TIMEOUT,
-                # Not repeated: a retry would kill the Worker a second time.
-                retry_policy=RetryPolicy(maximum_attempts=1),
-                result_type=WorkerDown,
-            )
+            if workflow.patched(ORDER_EXPIRES_PATCH):
+                info = workflow.info()
+                order = pause.model_copy(update={"requested_at": info.start_time.timestamp()})
+                queue = info.task_queue
+                self._down = await workflow.execute_activity(  # EXTERNAL EFFECT: SIGKILL, held
+                    KILL_ACTIVITY,
+                    order,
+                    task_queue=host_control_queue(queue, pause.host) if pause.host else queue,
+                    # Taken at once or never, as RestartWorker's restart (worker.control).
+                    schedule_to_start_timeout=PICKUP_TIMEOUT,
+                    start_to_close_timeout=RESTART_ACTIVITY_TIMEOUT,
+                    # Not repeated: a retry would kill the Worker a second time.
+                    retry_policy=RetryPolicy(maximum_attempts=1),
+                    result_type=WorkerDown,
+                )
+            else:  # a paused restart requested before orders expired: replayed as it ran
+                self._down = await workflow.execute_activity(  # EXTERNAL EFFECT: SIGKILL, held
+                    KILL_ACTIVITY,
+                    pause,
+                    start_to_close_timeout=RESTART_ACTIVITY_TIMEOUT,
+                    retry_policy=RetryPolicy(maximum_attempts=1),
+                    result_type=WorkerDown,
+                )
         except Exception:
             self._kill_failed = True
             await workflow.wait_condition(workflow.all_handlers_finished)  # worker_down answers
@@ -121,23 +154,27 @@ async def paused_worker_restart(
     host: str | None,
     while_down: Callable[[], Awaitable[None]],
     *,
+    supervisor: str | None = None,
     max_seconds: float = PAUSE_LIMIT.total_seconds(),
 ) -> RestartReport:
     """Like worker.control.request_worker_restart, with `while_down` awaited after the old Worker
-    is dead and before a new one polls: no Worker of that supervisor is alive while it runs, for
+    is dead and before a new one polls (`supervisor`: the one seen alive on `host`, as for
+    request_worker_restart): no Worker of that supervisor is alive while it runs, for
     at most `max_seconds` (and the supervisor's own limit): past it the Worker comes back
     regardless.
 
     If `while_down` raises, the Worker is resumed (and waited for) and the error propagates.
-    Raises temporalio.client.WorkflowFailureError if the kill or the restart failed.
+    Raises worker.control.NoSupervisorAnswers if no supervisor took the kill while it was meant
+    (`host` does not answer), temporalio.client.WorkflowFailureError if the kill or the restart
+    failed.
     """
-    queue = control_task_queue if host is None else host_control_queue(control_task_queue, host)
     budget = REQUEST_TIMEOUT.total_seconds() + max_seconds
     handle = await client.start_workflow(
         PausedRestartWorker.run,
-        PauseRequest(max_seconds=max_seconds),
+        PauseRequest(max_seconds=max_seconds, host=host, supervisor=supervisor),
         id=f"restart-worker-{uuid.uuid4().hex}",
-        task_queue=queue,
+        # Any live supervisor runs the request; the kill goes to `host`'s own queue.
+        task_queue=control_task_queue,
         execution_timeout=timedelta(seconds=budget),
     )
     try:
@@ -146,7 +183,10 @@ async def paused_worker_restart(
         )
     except (WorkflowUpdateFailedError, RPCError) as err:
         # The kill failed (or no supervisor took it): the Workflow's failure says why.
-        await asyncio.wait_for(handle.result(), budget)
+        try:
+            await asyncio.wait_for(handle.result(), budget)
+        except WorkflowFailureError as failed:
+            raise not_answered(failed, host) or failed from failed
         raise RuntimeError(f"{handle.id} restarted the Worker without the pause: {err}") from err
     log.info("Worker pid %s down on %s; resuming after the caller's read", down.old_pid, down.host)
     reading = time.monotonic()

@@ -211,7 +211,7 @@ class PlainLoop:
 
     async def converse(self, opening: str) -> None:
         parts = self.parts
-        tools = {
+        tools: dict[str, tuple[Callable[..., Awaitable[Observation]], type[BaseModel]]] = {
             "lookup_order": (parts.lookups.lookup_order, LookupOrderInput),
             "lookup_customer_history": (parts.lookups.lookup_customer_history, LookupCustomerInput),
             "check_refund_policy": (parts.lookups.check_refund_policy, PolicyInput),
@@ -240,6 +240,7 @@ class PlainLoop:
                 reply = await self.next_line()
                 self.memory.append(
                     Answer(
+                        # An "ask" step names one of the policy's questions (a QuestionId).
                         question_id=step.question_id or "",  # type: ignore[arg-type]
                         text=reply.text,
                         message_id=reply.message_id,

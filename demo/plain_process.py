@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import os
 import signal
 import sys
 import time
@@ -23,6 +22,12 @@ from agent.settings import AgentSettings
 from demo.parts import DemoFailed
 from demo.plain_loop import CustomerLine, LoopEvent
 from worker.lifecycle import spawn_child, terminate
+from worker.settings import child_environment
+
+# The secrets the plain loop uses (worker.settings.SECRETS names them all).
+PLAIN_LOOP_SECRETS = frozenset(
+    {"SLACK_BOT_TOKEN", "DISCORD_TOKEN", "STRIPE_API_KEY", "OPENAI_API_KEY", "DATABASE_URL"}
+)
 
 log = logging.getLogger(__name__)
 
@@ -63,7 +68,10 @@ class PlainProcess:
             "--hold",
         ]  # fmt: skip
         env = {
-            **os.environ,
+            # Only the secrets the loop uses: it posts, refunds and asks the model, and reads the
+            # stores; it never talks to Temporal (no codec keys, no API key) nor to a platform's
+            # inbound half.
+            **child_environment(PLAIN_LOOP_SECRETS),
             **child_env,
             "DATA_DIR": str(settings.data_dir),
             "AGENT_DECIDER": settings.agent_decider,

@@ -28,7 +28,7 @@ from demo.paused_restart import (
     PauseRequest,
     WorkerDown,
 )
-from worker.control import RestartReport, host_control_queue
+from worker.control import RestartOrder, RestartReport, host_control_queue, refuse_stale
 from worker.supervisor import WorkerSupervisor
 
 log = logging.getLogger(__name__)
@@ -54,6 +54,10 @@ class WorkerHold:
         self._pauses: dict[str, _Pause] = {}  # EXECUTION STATE: by restart Workflow id
 
     @property
+    def host(self) -> str:
+        return self._supervisor.host
+
+    @property
     def workflows(self) -> Sequence[type]:
         return [PausedRestartWorker]
 
@@ -63,13 +67,18 @@ class WorkerHold:
 
     @activity.defn(name=KILL_ACTIVITY)
     async def kill_worker(self, pause: PauseRequest) -> WorkerDown:
+        # Obeyed only by the host it names, while it is fresh (worker.control).
+        order = RestartOrder(
+            host=pause.host, supervisor=pause.supervisor, requested_at=pause.requested_at
+        )
+        refuse_stale(order, self.host)
         # The restart Workflow's id names the pause: its start_worker finds the same one.
-        return await self.kill_and_hold(activity.info().workflow_id, pause.max_seconds)
+        return await self.kill_and_hold(_restart_id(), pause.max_seconds)
 
     @activity.defn(name=START_ACTIVITY)
     async def start_worker(self) -> RestartReport:
         try:
-            return await self.resume(activity.info().workflow_id)
+            return await self.resume(_restart_id())
         except LookupError as err:
             raise ApplicationError(str(err), non_retryable=True) from err
 
@@ -134,3 +143,10 @@ def _pause_done(task: asyncio.Task[RestartReport]) -> None:
     # Nobody may await it (the Workflow died): its failure is logged here, once.
     if not task.cancelled() and task.exception() is not None:
         log.error("A paused restart failed", exc_info=task.exception())
+
+
+def _restart_id() -> str:
+    """The id of the restart Workflow running this Activity (these never run standalone)."""
+    workflow_id = activity.info().workflow_id
+    assert workflow_id is not None
+    return workflow_id

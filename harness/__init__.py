@@ -43,7 +43,7 @@ def queue_settings(client: Client, prefix: str) -> TemporalSettings:
     a test's Workers and supervisors meet no other test's."""
     suffix = uuid.uuid4().hex[:8]
     return TemporalSettings(
-        _env_file=None,  # type: ignore[call-arg]
+        _env_file=None,
         address=client.service_client.config.target_host,
         namespace=client.namespace,
         task_queue=f"{prefix}-{suffix}",

@@ -11,9 +11,10 @@ from typing import Any, TypeVar, overload
 T = TypeVar("T")
 
 
+# What it returns is truthy, so never None: a probe of `X | None` gives an X.
 @overload
 async def wait_for(
-    probe: Callable[[], Awaitable[T]],
+    probe: Callable[[], Awaitable[T | None]],
     *,
     timeout: float = ...,
     interval: float = ...,
@@ -23,7 +24,7 @@ async def wait_for(
 
 @overload
 async def wait_for(
-    probe: Callable[[], T],
+    probe: Callable[[], T | None],
     *,
     timeout: float = ...,
     interval: float = ...,

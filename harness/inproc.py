@@ -7,6 +7,7 @@ import uuid
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import Any
 
 from temporalio.client import Client
 
@@ -37,7 +38,7 @@ async def running_worker(
 
 @asynccontextmanager
 async def standalone_agent(
-    **settings_overrides: object,
+    **settings_overrides: Any,
 ) -> AsyncIterator[tuple[Client, LocalThreadStore, str]]:
     """For scripts outside pytest: a dev server of its own, a fresh data directory and an
     in-process Worker encrypting with the tests' codec key (its AgentSettings changed by
@@ -45,7 +46,7 @@ async def standalone_agent(
     env = await start_dev_server()
     with tempfile.TemporaryDirectory() as tmp:
         settings = AgentSettings(
-            _env_file=None,  # type: ignore[call-arg]
+            _env_file=None,
             data_dir=Path(tmp),
             **settings_overrides,
         )

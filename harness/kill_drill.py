@@ -39,6 +39,7 @@ from harness.conditions import wait_for
 from harness.conversation import SUPPORT, LocalConversation
 from harness.crowd import Shopper, place_crowd
 from harness.stack import supervised_stack
+from refund_bot.stack import Stack
 from refund_bot.wiring import local_thread_store
 from worker.control import request_worker_restart, worker_identity
 from worker.pollers import worker_is_polling
@@ -124,9 +125,10 @@ async def _tell(story: _Story, writes: asyncio.Semaphore, arrives_after: float) 
     story.status = outcome.status
 
 
-async def _polling(stack) -> int | None:
+async def _polling(stack: Stack) -> int | None:
     """The active Worker's pid once Temporal lists its poller; None until then."""
     supervisor, settings = stack.supervisor, stack.temporal
+    assert supervisor is not None  # supervised_stack's
     pid = supervisor.pid
     if pid is None or not supervisor.running:
         return None
@@ -135,11 +137,14 @@ async def _polling(stack) -> int | None:
     return pid if polls else None
 
 
-async def _kill_at_random(stack, rng: random.Random, report: DrillReport, max_kills: int) -> None:
+async def _kill_at_random(
+    stack: Stack, rng: random.Random, report: DrillReport, max_kills: int
+) -> None:
     """SIGKILL the Worker 0.3-2 s after it starts polling, again and again; one kill in four
     through the control queue (/crash-worker). Counted from the poll, not from the last kill: a
     Worker still starting up (seconds on a loaded machine) would otherwise never poll at all."""
     supervisor = stack.supervisor
+    assert supervisor is not None  # supervised_stack's
     while report.kills < max_kills:
         polled = await wait_for(
             lambda: _polling(stack), timeout=STEP_TIMEOUT, what="a polling Worker"
@@ -159,7 +164,7 @@ async def _kill_at_random(stack, rng: random.Random, report: DrillReport, max_ki
                 report.kills += 1
 
 
-async def _signalled_ids(stack, workflow_id: str) -> set[str]:
+async def _signalled_ids(stack: Stack, workflow_id: str) -> set[str]:
     history = await stack.client.get_workflow_handle(workflow_id).fetch_history()
     plain = await decoded_history(history, TEST_CONVERTER)
     ids = set()
@@ -175,7 +180,7 @@ async def _signalled_ids(stack, workflow_id: str) -> set[str]:
     return ids
 
 
-async def _audit(stack, stories: list[_Story], report: DrillReport) -> None:
+async def _audit(stack: Stack, stories: list[_Story], report: DrillReport) -> None:
     ours = {story.conv.handle.id for story in stories if story.conv.handle}
     refunds = await Ledger(database_for(stack.settings)).all_refunds()
     per_workflow = Counter(r.workflow_id for r in refunds)

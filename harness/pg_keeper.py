@@ -22,6 +22,15 @@ import subprocess
 import sys
 import time
 from types import FrameType
+from typing import TypedDict
+
+
+class RunAs(TypedDict, total=False):
+    """subprocess's keywords that run the child as another user."""
+
+    user: int
+    group: int
+    extra_groups: list[int]
 
 
 def main(argv: list[str]) -> int:
@@ -54,14 +63,14 @@ def main(argv: list[str]) -> int:
         signal.signal(sig, stop)
     signal.signal(signal.SIGUSR1, take_down)
     signal.signal(signal.SIGUSR2, bring_up)
-    identity = {}
+    identity: RunAs = {}
     if int(uid) >= 0:
         identity = {"user": int(uid), "group": int(gid), "extra_groups": []}
     try:
         while True:
             taken_down.clear()
             # cwd "/": the checkout may be a directory the server's user cannot enter.
-            servers.append(subprocess.Popen(command, cwd="/", **identity))  # type: ignore[call-overload]
+            servers.append(subprocess.Popen(command, cwd="/", **identity))
             if stopping or down:  # a signal that came while it was starting
                 fast_shutdown()
             code = servers[-1].wait()

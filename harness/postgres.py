@@ -2,6 +2,7 @@
 
     session start -> initdb -> keeper -> postgres (tied to pytest's life, on a unix socket only)
     each test     -> CREATE DATABASE t_<random> -> its URL -> DROP DATABASE … WITH (FORCE)
+                     (or create_password_database: a user who must give a password, and its URL)
     session end   -> SIGINT (PostgreSQL's fast shutdown) -> the directory removed (by the keeper
                      too, so a SIGKILLed pytest leaves nothing behind)
     the chaos drill -> take_down() ... bring_up() (the same data), pause() ... resume()
@@ -31,7 +32,7 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import TypedDict
 
 import asyncpg
 
@@ -43,6 +44,14 @@ from worker.lifecycle import spawn_child, terminate
 PORT = 5432  # only names the socket file: the server listens on no TCP address
 START_TIMEOUT = 60.0
 KEEPER = Path(__file__).with_name("pg_keeper.py")
+
+
+class _RunAs(TypedDict, total=False):
+    """subprocess's keywords that run the child as another user (pg_keeper.RunAs)."""
+
+    user: int
+    group: int
+    extra_groups: list[int]
 
 
 def _pginstall() -> Path:
@@ -107,7 +116,7 @@ class PostgresServer:
             if self._uid_gid is not None:
                 os.chown(path, *self._uid_gid)
 
-    def _as_server_user(self) -> dict[str, Any]:
+    def _as_server_user(self) -> _RunAs:
         if self._uid_gid is None:
             return {}
         return {"user": self._uid_gid[0], "group": self._uid_gid[1], "extra_groups": []}
@@ -115,21 +124,24 @@ class PostgresServer:
     async def start(self) -> None:
         bin_dir = self._bin()
         self._own(self.data_dir, self.socket_dir)
-        initdb = await asyncio.to_thread(
-            subprocess.run,
-            [
-                str(bin_dir / "initdb"),
-                "-D", str(self.data_dir),
-                "--auth=trust",
-                "--username=postgres",
-                "--encoding=UTF8",
-                "--locale=C",
-                "--no-sync",
-            ],
-            capture_output=True,
-            cwd=self.root,
-            **self._as_server_user(),
-        )  # fmt: skip
+
+        def run_initdb() -> subprocess.CompletedProcess[bytes]:
+            return subprocess.run(
+                [
+                    str(bin_dir / "initdb"),
+                    "-D", str(self.data_dir),
+                    "--auth=trust",
+                    "--username=postgres",
+                    "--encoding=UTF8",
+                    "--locale=C",
+                    "--no-sync",
+                ],
+                capture_output=True,
+                cwd=self.root,
+                **self._as_server_user(),
+            )  # fmt: skip
+
+        initdb = await asyncio.to_thread(run_initdb)
         if initdb.returncode != 0:
             raise RuntimeError(f"initdb failed ({initdb.returncode}): {initdb.stderr.decode()}")
         uid, gid = self._uid_gid or (-1, -1)
@@ -210,6 +222,31 @@ class PostgresServer:
         finally:
             await conn.close()
         return self.url(name)
+
+    async def create_password_database(self, user: str, password: str) -> str:
+        """A fresh database owned by `user`, who must give `password` (SCRAM), unlike every other
+        connection here (trusted): its URL, the password in it, as a deployment's DATABASE_URL.
+        Only `user` is asked: the rule goes first in pg_hba.conf, reloaded at once."""
+        hba = self.data_dir / "pg_hba.conf"
+        rule = f"local all {user} scram-sha-256\n"
+        if rule not in hba.read_text():
+            hba.write_text(rule + hba.read_text())
+        conn = await asyncpg.connect(self.admin_url)
+        try:
+            exists = await conn.fetchval("SELECT 1 FROM pg_roles WHERE rolname = $1", user)
+            verb = "ALTER" if exists else "CREATE"
+            await conn.execute(f"{verb} ROLE \"{user}\" LOGIN PASSWORD '{password}'")
+            await conn.execute("SELECT pg_reload_conf()")
+        finally:
+            await conn.close()
+        url = await self.create_database()
+        name = url.split("/")[3].split("?")[0]
+        conn = await asyncpg.connect(self.admin_url)
+        try:
+            await conn.execute(f'ALTER DATABASE "{name}" OWNER TO "{user}"')
+        finally:
+            await conn.close()
+        return url.replace("postgres@", f"{user}:{password}@", 1)
 
     async def drop_database(self, url: str) -> None:
         await close_database(url)

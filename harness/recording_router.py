@@ -1,6 +1,6 @@
 """A router that records: what an adapter hands the router, with no Temporal behind it.
 
-    adapter -> RecordingRouter.on_message / on_click -> recorded -> the result a test chose
+    adapter -> RecordingRouter.keep / on_message / on_click -> recorded -> the result a test chose
 
 It is a bot.conversations.Router, so an adapter takes it where it takes the real one. A test sets
 what it answers (`message_result`, `click_result`), makes it fail (`message_error`,
@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass, field
 
-from bot.conversations import InboundClick, InboundMessage, Routed
+from bot.conversations import InboundClick, InboundMessage, Kept, Routed, UnreadableEvent
 
 
 @dataclass
@@ -29,9 +29,18 @@ class RecordingRouter:
     messages: list[InboundMessage] = field(default_factory=list)  # answered (past the gate)
     clicks: list[InboundClick] = field(default_factory=list)
     accepted: set[str] = field(default_factory=set)  # event ids answered without an error
+    unreadable: list[UnreadableEvent] = field(default_factory=list)  # kept as dead letters
+    kept: list[InboundMessage] = field(default_factory=list)  # written ahead, before the ack
+    keep_error: Exception | None = None  # raised by keep: the inbox could not take it
 
     def seen(self, event_id: str) -> bool:
         return event_id in self.accepted
+
+    async def keep(self, message: InboundMessage) -> Kept | Routed:
+        if self.keep_error is not None:
+            raise self.keep_error
+        self.kept.append(message)
+        return Kept(message.event_id, len(self.kept), message.thread.thread)
 
     async def on_message(self, message: InboundMessage) -> Routed:
         self.arrived.append(message)
@@ -44,6 +53,9 @@ class RecordingRouter:
         if self.message_result is not None:
             return self.message_result
         return Routed.STARTED if message.opens_thread else Routed.SIGNALLED
+
+    async def keep_unreadable(self, event: UnreadableEvent) -> None:
+        self.unreadable.append(event)
 
     async def on_click(self, click: InboundClick) -> Routed:
         self.clicks.append(click)

@@ -37,12 +37,12 @@ def settings_for(
 ) -> tuple[TemporalSettings, AgentSettings]:
     queue = f"e2e-{uuid.uuid4().hex[:8]}"
     temporal = TemporalSettings(
-        _env_file=None,  # type: ignore[call-arg]
+        _env_file=None,
         address=temporal_env.client.service_client.config.target_host,
         task_queue=queue,
         control_task_queue=f"{queue}-control",
     )
-    settings = AgentSettings(_env_file=None, data_dir=data_dir)  # type: ignore[call-arg]
+    settings = AgentSettings(_env_file=None, data_dir=data_dir)
     return temporal, with_test_keys(settings)
 
 

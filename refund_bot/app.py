@@ -218,6 +218,7 @@ def start_platforms(
     settings = stack.settings
     slack, discord = SlackSettings(), DiscordSettings()
     sources = grant_sources(settings, slack, discord, closing=closing)
+    stack.commands.use_platform_grants(sources)  # who may run a staff command, read live
     store = GrantStore(database_for(settings))
     platforms: list[Platform] = []
 

@@ -93,7 +93,9 @@ async def _worker(cfg: Config, standby: bool = False, metrics_slot: int = 0) -> 
             outbound_posters(cfg.agent, cfg.slack, cfg.discord, closing=connections),
             grant_sources(cfg.agent, cfg.slack, cfg.discord, closing=connections),
             host=cfg.process.host,
-            go=_promoted() if standby else None,
+            # The wait itself, made only once the standby is ready: a standby stopped while still
+            # starting never made a coroutine it would leave unawaited.
+            go=_promoted if standby else None,
             interceptors=drill_interceptors(cfg.drill),
         )
 

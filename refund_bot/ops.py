@@ -2,8 +2,8 @@
 
     GET /healthz -> Temporal's health check, each platform's PlatformHealth, the inbox
                  -> 200 when all are well, else 503; a JSON body says which part is not
-    GET /metrics -> inbox depth, dead letters, platforms connected, Workers polling (Temporal's
-                    list of pollers) and escalations waiting (refund_bot/escalations.py), set now
+    GET /metrics -> inbox depth, dead letters, platforms connected, Workers polling (alive by
+                    their heartbeats) and escalations waiting (refund_bot/escalations.py), set now
                  -> this process's exporter (worker/telemetry: the SDK's metrics and refund-bot's)
 
 A load balancer asks /healthz whether to send Slack's requests here; Prometheus scrapes /metrics.
@@ -28,6 +28,7 @@ from aiohttp import web
 from temporalio.client import Client
 from temporalio.common import MetricMeter
 
+from agent import http_edge
 from bot.conversations import OPENED, OPENED_DESCRIPTION
 from bot.inbox import Inbox
 from bot.platform_health import PlatformHealth
@@ -102,7 +103,7 @@ def ops_app(ops: Ops) -> web.Application:
     )
     polling = meter.create_gauge(
         PREFIX + "workers_polling",
-        "Worker processes polling the conversations' task queue, as Temporal lists them",
+        "Worker processes alive on the conversations' task queue (their heartbeats to Temporal)",
     )
     escalations_waiting = meter.create_gauge(
         PREFIX + "escalations_waiting", "Escalations posted and not yet answered by a support agent"
@@ -149,11 +150,20 @@ def ops_app(ops: Ops) -> web.Application:
         for platform in ops.platforms:
             connected.set(int(platform.ready), {"platform": platform.name})
         await from_temporal()
-        async with (
-            aiohttp.ClientSession() as http,
-            http.get(ops.exporter, timeout=aiohttp.ClientTimeout(total=5)) as resp,
-        ):
-            text = await resp.text()
+        try:
+            async with (
+                aiohttp.ClientSession() as http,
+                http.get(ops.exporter, timeout=aiohttp.ClientTimeout(total=5)) as resp,
+            ):
+                resp.raise_for_status()
+                text = await resp.text()
+        except (aiohttp.ClientError, TimeoutError, UnicodeDecodeError) as err:
+            # Not the scraper's mistake, and no traceback per scrape: one line, and a 503 it
+            # can tell from an empty page.
+            log.warning(
+                "/metrics: the exporter at %s did not answer (%s)", ops.exporter, one_line(err)
+            )
+            return web.Response(status=503, text="the metrics exporter did not answer\n")
         return web.Response(text=text, content_type="text/plain", charset="utf-8")
 
     app = web.Application()
@@ -166,7 +176,7 @@ def ops_app(ops: Ops) -> web.Application:
 async def serving_ops(address: str, ops: Ops) -> AsyncIterator[None]:
     """Serve /healthz and /metrics at `address` (host:port) while inside."""
     host, port = parse_address(address)
-    runner = web.AppRunner(ops_app(ops), access_log=None)
+    runner = http_edge.runner(ops_app(ops))
     await runner.setup()
     try:
         try:

@@ -43,10 +43,11 @@ def _temporal(stack: Stack) -> str:
 
 
 async def _workers_elsewhere(stack: Stack) -> str:
-    """`refund-bot bot`: the Workers Temporal lists on the task queue, wherever they run."""
+    """`refund-bot bot`: the Workers alive on the task queue (their heartbeats to Temporal),
+    wherever they run."""
     t = stack.temporal
     try:
-        workers = await other_workers(stack.client, t.namespace, t.task_queue)
+        workers = await other_workers(stack.client, t.namespace, t.task_queue, this_host=stack.host)
     except Exception as err:
         return f"Workers unknown ({err})"
     hosts = sorted({w.host or w.identity for w in workers})

@@ -17,12 +17,13 @@ from agent.activities.notify import ThreadPoster
 from agent.settings import AgentSettings, TemporalSettings
 from agent.stores.databases import database_for
 from agent.stores.grants import GrantStore
+from bot.commands import SupervisorGone
 from bot.discord.settings import DiscordSettings
 from bot.local.thread_store import LocalThreadStore
 from bot.slack.settings import SlackSettings
 from demo.paused_restart import paused_worker_restart
-from worker.control import RestartReport, request_worker_restart
-from worker.pollers import supervisor_hosts
+from worker.control import NoSupervisorAnswers, RestartReport, request_worker_restart
+from worker.pollers import live_supervisors, supervisor_hosts
 from worker.supervisor import WorkerSupervisor
 
 # A platform's SDK (discord.py, slack_sdk) is imported only when that platform is configured: a
@@ -107,10 +108,23 @@ class SupervisorsOverTemporal:
     async def restart(
         self, host: str | None, while_down: Callable[[], Awaitable[None]] | None = None
     ) -> RestartReport:
-        queue = self.temporal.control_task_queue
-        if while_down is None:
-            return await request_worker_restart(self.client, queue, host)
-        return await paused_worker_restart(self.client, queue, host, while_down)
+        t = self.temporal
+        queue = t.control_task_queue
+        supervisor = None
+        if host is not None:
+            # The supervisor alive there now: the order is its alone, not a replacement's.
+            alive = await live_supervisors(self.client, t.namespace, queue)
+            if alive is not None and host not in alive:
+                raise SupervisorGone(f"No Worker supervisor answers on host {host!r}")
+            supervisor = alive[host] if alive is not None else None
+        try:
+            if while_down is None:
+                return await request_worker_restart(self.client, queue, host, supervisor=supervisor)
+            return await paused_worker_restart(
+                self.client, queue, host, while_down, supervisor=supervisor
+            )
+        except NoSupervisorAnswers as err:
+            raise SupervisorGone(str(err)) from err
 
 
 @dataclass(frozen=True)

@@ -45,7 +45,7 @@ def client(temporal_env: WorkflowEnvironment) -> Client:
 @pytest.fixture
 def agent_settings(tmp_path) -> AgentSettings:
     # _env_file=None: a developer's own .env must not leak into a test.
-    return AgentSettings(_env_file=None, data_dir=tmp_path)  # type: ignore[call-arg]
+    return AgentSettings(_env_file=None, data_dir=tmp_path)
 
 
 @pytest.fixture
@@ -101,17 +101,20 @@ def database(database_url: str) -> Database:
     return open_database(database_url)
 
 
+_EXIT_STATUS = pytest.StashKey[int]()  # pytest's own status, kept for pytest_unconfigure
+
+
 @pytest.hookimpl(trylast=True)
 def pytest_unconfigure(config: pytest.Config) -> None:
     # The last hook, after every report is written: end with pytest's own status rather than
     # risk the SDK aborting finalization and failing a green run (see worker/exit.py).
-    status = getattr(config, "_refund_bot_exitstatus", None)
+    status = config.stash.get(_EXIT_STATUS, None)
     if status is not None:
         exit_now(status)
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
-    session.config._refund_bot_exitstatus = int(exitstatus)  # type: ignore[attr-defined]
+    session.config.stash[_EXIT_STATUS] = int(exitstatus)
 
 
 @pytest.fixture

@@ -141,11 +141,12 @@ async def test_a_message_the_conversation_never_read_is_answered_when_it_closes(
 
 
 def test_live_stripe_key_is_refused_by_settings() -> None:
+    # Each a str, as the environment gives it (the settings' __init__ is typed SecretStr).
     with pytest.raises(ValidationError, match="live-mode key"):
-        AgentSettings(_env_file=None, stripe_api_key="sk_live_abc123")  # type: ignore[call-arg]
+        AgentSettings(_env_file=None, stripe_api_key="sk_live_abc123")  # type: ignore[arg-type]
     with pytest.raises(ValidationError, match="test-mode key"):
-        AgentSettings(_env_file=None, stripe_api_key="pk_test_abc123")  # type: ignore[call-arg]
-    ok = AgentSettings(_env_file=None, stripe_api_key="sk_test_abc123")  # type: ignore[call-arg]
+        AgentSettings(_env_file=None, stripe_api_key="pk_test_abc123")  # type: ignore[arg-type]
+    ok = AgentSettings(_env_file=None, stripe_api_key="sk_test_abc123")  # type: ignore[arg-type]
     assert ok.effect_mode == "stripe"
     assert "sk_test_abc123" not in repr(ok)
 

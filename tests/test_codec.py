@@ -25,6 +25,7 @@ from agent.codec import (
     CodecKeyError,
     MissingCodecKey,
     NoCodecKey,
+    TruncatedPayload,
     UndecodablePayload,
     UnknownDictionary,
     WrongCodecKey,
@@ -182,6 +183,18 @@ async def test_a_payload_that_inflates_past_the_limit_is_refused() -> None:
         await AesGcmCodec([K1]).decode([sealed])
 
 
+@pytest.mark.parametrize("size", [0, 1, 7, 8, NONCE_BYTES, NONCE_BYTES + 15])
+async def test_an_encrypted_payload_too_short_for_its_nonce_and_tag_is_one_clear_line(
+    size: int,
+) -> None:
+    """Reproduces AESGCM refusing a nonce under 8 bytes with a ValueError, not a CodecError:
+    the codec server answered such a payload of a known key id with 500."""
+    short = Payload(metadata={"encoding": ENCODING, KEY_ID_METADATA: b"k1"}, data=b"n" * size)
+    with pytest.raises(TruncatedPayload) as truncated:
+        await AesGcmCodec([K1]).decode([short])
+    assert f"holds {size} bytes" in str(truncated.value) and "\n" not in str(truncated.value)
+
+
 def test_every_released_dictionary_is_exactly_as_released(monkeypatch) -> None:
     # dictionary() checks each against the SHA-256 pinned at its release: an edited sample would
     # make every payload written with it unreadable, so it must fail here first.
@@ -239,19 +252,23 @@ def test_keys_parse_in_order_and_errors_never_quote_a_key() -> None:
 
 
 def test_malformed_codec_keys_are_refused_by_settings_without_echoing_them() -> None:
+    # Each a str, as the environment gives it (the settings' __init__ is typed SecretStr).
     bad = "k1:" + base64.b64encode(b"tiny-secret-bytes").decode()
     with pytest.raises(ValidationError, match="must be 32 bytes") as err:
-        AgentSettings(_env_file=None, CODEC_KEYS=bad)  # type: ignore[call-arg]
+        AgentSettings(_env_file=None, CODEC_KEYS=bad)  # type: ignore[arg-type]
     assert bad.split(":")[1] not in str(err.value)
     with pytest.raises(ValidationError) as live:
-        AgentSettings(_env_file=None, stripe_api_key="sk_live_do_not_echo")  # type: ignore[call-arg]
+        AgentSettings(
+            _env_file=None,
+            stripe_api_key="sk_live_do_not_echo",  # type: ignore[arg-type]
+        )
     assert "sk_live_do_not_echo" not in str(live.value)
-    ok = AgentSettings(_env_file=None, CODEC_KEYS=K1.entry())  # type: ignore[call-arg]
+    ok = AgentSettings(_env_file=None, CODEC_KEYS=K1.entry())  # type: ignore[arg-type]
     assert K1.entry() not in repr(ok)
 
 
 def test_the_key_is_generated_once_mode_0600_and_never_overwritten(tmp_path) -> None:
-    settings = AgentSettings(_env_file=None, data_dir=tmp_path / "data")  # type: ignore[call-arg]
+    settings = AgentSettings(_env_file=None, data_dir=tmp_path / "data")
     assert codec_keys(settings) == []
     keys, generated = ensure_codec_key(settings)
     assert generated is not None and keys == [generated]
@@ -267,7 +284,7 @@ def test_the_key_is_generated_once_mode_0600_and_never_overwritten(tmp_path) -> 
 
 
 def test_codec_keys_setting_is_the_whole_keyring(tmp_path) -> None:
-    settings = AgentSettings(_env_file=None, data_dir=tmp_path)  # type: ignore[call-arg]
+    settings = AgentSettings(_env_file=None, data_dir=tmp_path)
     ensure_codec_key(settings)
     configured = settings.model_copy(update={"codec_keys": SecretStr(f"{K2.entry()},{K1.entry()}")})
     assert codec_keys(configured) == [K2, K1]
@@ -291,6 +308,6 @@ def test_a_worker_without_a_key_refuses_to_start_in_one_line(tmp_path) -> None:
 
 def test_a_damaged_key_file_is_one_clear_line(tmp_path) -> None:
     key_file(tmp_path).write_text("local-1:not base64 at all\n")
-    settings = AgentSettings(_env_file=None, data_dir=tmp_path)  # type: ignore[call-arg]
+    settings = AgentSettings(_env_file=None, data_dir=tmp_path)
     with pytest.raises(CodecKeyError, match=r"codec\.key entry 1 \('local-1'\): the key is not"):
         codec_keys(settings)

@@ -10,6 +10,7 @@ import asyncio
 import base64
 import contextlib
 import json
+import logging
 import os
 import signal
 import subprocess
@@ -35,6 +36,7 @@ from harness.conditions import wait_for
 from harness.conversation import LocalConversation
 from harness.fakes.loopback import serve_on_loopback
 from harness.inproc import running_worker
+from harness.raw_http import exchange, raw_request
 from worker.codec_server import allowed_origins, codec_app
 from worker.server import temporal_cli_path
 
@@ -160,14 +162,76 @@ async def test_a_missing_key_is_a_clear_answer_not_a_blank(client, conversation)
     assert text.startswith(f"Event History is encrypted with codec key {TEST_KEY.key_id!r}")
 
 
+def _raw_post(body: bytes, headers: dict[str, bytes]) -> bytes:
+    return raw_request(b"POST", b"/decode", [(k.encode(), v) for k, v in headers.items()], body)
+
+
+async def _raw_status(url: str, request: bytes) -> int | None:
+    return await exchange(int(url.rsplit(":", 1)[1]), request)
+
+
+async def test_a_header_that_is_not_ascii_is_refused_not_a_500() -> None:
+    """Reproduces a non-ASCII Authorization header answered 500 before authentication: its
+    str.encode() raised on the bytes aiohttp kept as surrogates."""
+    body = json.dumps(as_json(Payloads())).encode()
+    async with codec_server("default") as url:
+        for value in (b"Bearer \xff\xfe", "Bearer tökén".encode(), b"\xc3\x28"):
+            assert await _raw_status(url, _raw_post(body, {"Authorization": value})) == 401
+        good = _raw_post(body, {"Authorization": f"Bearer {TOKEN}".encode()})
+        assert await _raw_status(url, good) == 200
+
+
+def _short_payload() -> dict:
+    meta = {"encoding": ENCODING, "encryption-key-id": TEST_KEY.key_id.encode()}
+    return {
+        "payloads": [
+            {
+                "metadata": {k: base64.b64encode(v).decode() for k, v in meta.items()},
+                "data": base64.b64encode(b"1234").decode(),
+            }
+        ]
+    }
+
+
+@pytest.mark.parametrize(
+    ("name", "body", "headers"),
+    [
+        ("gzip that is not gzip", b'{"payloads": []}', {"Content-Encoding": "gzip"}),
+        ("deflate that is not deflate", b"xx", {"Content-Encoding": "deflate"}),
+        ("bytes that are not UTF-8", b'{"payloads": [{"data": "\xff"}]}', {}),
+        (
+            "a charset Python does not know",
+            b'{"payloads": [{"data": "\xe9"}]}',
+            {"Content-Type": "application/json; charset=no-such-charset"},
+        ),
+        ("latin-1 declared, not UTF-8", b"\xe9", {"Content-Type": "text/plain; charset=latin-1"}),
+        ("an encrypted payload of 4 bytes", json.dumps(_short_payload()).encode(), {}),
+    ],
+)
+async def test_a_body_it_cannot_read_is_400_and_one_line(
+    name: str, body: bytes, headers: dict[str, str], caplog: pytest.LogCaptureFixture
+) -> None:
+    """Reproduces 500s from a body: a Content-Encoding it does not have, bytes that are not
+    UTF-8 or in an unknown charset (request.text() raised), and an encrypted payload of a known
+    key id with under 8 bytes of data (AESGCM's ValueError)."""
+    auth = {"Authorization": f"Bearer {TOKEN}"}
+    async with (
+        codec_server("default") as url,
+        aiohttp.ClientSession() as http,
+        http.post(f"{url}/decode", data=body, headers={**auth, **headers}) as response,
+    ):
+        assert response.status == 400, (name, await response.text())
+    assert not [r for r in caplog.records if r.exc_info or r.levelno >= logging.ERROR]
+
+
 def test_ui_origins_default_to_the_embedded_web_ui() -> None:
-    temporal = TemporalSettings(_env_file=None, ui_port=9999)  # type: ignore[call-arg]
-    server = CodecServerSettings(_env_file=None)  # type: ignore[call-arg]
+    temporal = TemporalSettings(_env_file=None, ui_port=9999)
+    server = CodecServerSettings(_env_file=None)
     assert allowed_origins(server, temporal) == {
         "http://localhost:9999",
         "http://127.0.0.1:9999",
     }
-    chosen = CodecServerSettings(_env_file=None, cors_origins="https://ui.example/, http://x:1")  # type: ignore[call-arg]
+    chosen = CodecServerSettings(_env_file=None, cors_origins="https://ui.example/, http://x:1")
     assert allowed_origins(chosen, temporal) == {"https://ui.example", "http://x:1"}
 
 

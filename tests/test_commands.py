@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from temporalio.client import WorkflowHandle
+
+from agent.models import Actor
 from bot.ids import workflow_id_for
 from bot.local.terminal import PEOPLE, inbound, thread_ref
 from harness.conditions import wait_for
@@ -15,45 +18,46 @@ from worker.lifecycle import alive
 PRESENTER, SUPPORT, CUSTOMER = PEOPLE["presenter"], PEOPLE["support"], PEOPLE["customer"]
 
 
-async def _held(conv: LocalConversation, text: str = "please refund order 1234") -> None:
-    await conv.open(text, hold=True)
+async def _held(conv: LocalConversation, text: str = "please refund order 1234") -> WorkflowHandle:
+    handle = await conv.open(text, hold=True)
     await conv.next_bot_message()
     await conv.reply("Yes")
     await conv.next_bot_message()
     await conv.reply("Split seam")
+    return handle
 
 
 async def test_crash_then_status_without_a_worker_then_release(temporal_env, tmp_path) -> None:
     async with supervised_stack(temporal_env, tmp_path) as stack:
+        supervisor = stack.supervisor
+        assert supervisor is not None  # supervised_stack's
         conv = LocalConversation(
             stack.client, local_thread_store(stack.settings), stack.temporal.task_queue
         )
-        await _held(conv)
+        handle = await _held(conv)
         await conv.wait_phase("held_before_refund")
-        old_pid = stack.supervisor.pid
+        old_pid = supervisor.pid
+        assert old_pid is not None
 
         crashed = await stack.commands.crash_worker(PRESENTER)
         assert crashed.ok, crashed.text
-        assert (
-            f"old pid {old_pid}" in crashed.text
-            and f"new pid {stack.supervisor.pid}" in crashed.text
-        )
+        assert f"old pid {old_pid}" in crashed.text and f"new pid {supervisor.pid}" in crashed.text
         await wait_for(lambda: not alive(old_pid), what="the old Worker gone")
 
-        await stack.supervisor.stop()  # no Worker alive at all
-        status = await stack.commands.refund_status(PRESENTER, conv.handle.id)
+        await supervisor.stop()  # no Worker alive at all
+        status = await stack.commands.refund_status(PRESENTER, handle.id)
         assert status.ok, status.text
         assert "customer answers: 2 (item_opened: Yes; damage: Split seam)" in status.text
         assert "completed lookups: 2 (lookup_order, lookup_customer_history)" in status.text
         assert "next action: issue refund" in status.text
         assert "refund at the offline ledger: none" in status.text
 
-        await stack.supervisor.start()
-        released = await stack.commands.refund_release(PRESENTER, conv.handle.id)
+        await supervisor.start()
+        released = await stack.commands.refund_release(PRESENTER, handle.id)
         assert released.ok
-        outcome = await conv.handle.result()
+        outcome = await handle.result()
         assert outcome.status == "refunded"
-        status = await stack.commands.refund_status(PRESENTER, conv.handle.id)
+        status = await stack.commands.refund_status(PRESENTER, handle.id)
         assert "refund at the offline ledger: re_ledger_" in status.text
         assert "(calls with its key: 1)" in status.text
     assert len(await refunds_made(stack.settings)) == 1
@@ -61,10 +65,13 @@ async def test_crash_then_status_without_a_worker_then_release(temporal_env, tmp
 
 async def test_commands_are_refused_to_people_without_the_role(temporal_env, tmp_path) -> None:
     async with supervised_stack(temporal_env, tmp_path) as stack:
-        pid = stack.supervisor.pid
+        supervisor = stack.supervisor
+        assert supervisor is not None  # supervised_stack's
+        pid = supervisor.pid
+        assert pid is not None
         refused = await stack.commands.crash_worker(CUSTOMER)
         assert not refused.ok and "needs the presenter role" in refused.text
-        assert stack.supervisor.pid == pid and alive(pid)  # nothing was killed
+        assert supervisor.pid == pid and alive(pid)  # nothing was killed
         for reply in (
             await stack.commands.refund_release(SUPPORT, "local-local-support-t1"),
             await stack.commands.refund_hold(CUSTOMER, True),
@@ -81,7 +88,7 @@ async def test_grant_and_revoke_change_the_next_authorization(temporal_env, tmp_
         threads = local_thread_store(stack.settings)
         assert (await stack.commands.refund_revoke(PRESENTER, SUPPORT, "refund_approver")).ok
         conv = LocalConversation(stack.client, threads, stack.temporal.task_queue)
-        await conv.open("please refund order 4500")
+        handle = await conv.open("please refund order 4500")
         for answer in ("Yes", "Split seam"):
             await conv.next_bot_message()
             await conv.reply(answer)
@@ -99,7 +106,7 @@ async def test_grant_and_revoke_change_the_next_authorization(temporal_env, tmp_
 
         assert (await stack.commands.refund_grant(PRESENTER, SUPPORT, "refund_approver", "1000")).ok
         await conv.click("approve", SUPPORT)
-        outcome = await conv.handle.result()
+        outcome = await handle.result()
     assert outcome.status == "refunded"
 
 
@@ -134,10 +141,11 @@ async def test_status_names_the_rule_that_overruled_the_model_and_quotes_its_wor
             conv = LocalConversation(
                 stack.client, local_thread_store(stack.settings), stack.temporal.task_queue
             )
-            await conv.open("please refund order 3003", decider="openai")
-            outcome = await conv.handle.result()
+            handle = await conv.open("please refund order 3003", decider="openai")
+            outcome = await handle.result()
+            assert stack.supervisor is not None  # supervised_stack's
             await stack.supervisor.stop()
-            status = await stack.commands.refund_status(SUPPORT, conv.handle.id)
+            status = await stack.commands.refund_status(SUPPORT, handle.id)
     assert outcome.status == "denied"
     assert outcome.message == (
         "I can't refund this order. Order 3003 was a final-sale item, and final-sale items cannot "
@@ -153,3 +161,45 @@ async def test_status_names_the_rule_that_overruled_the_model_and_quotes_its_wor
     assert CANARY in shown and "\x1b" not in shown
     said = [m.text for m in await conv.bot_messages()]
     assert not any(CANARY in text for text in said)
+
+
+async def test_a_platform_that_owns_its_peoples_roles_decides_who_runs_staff_commands(
+    temporal_env, agent_settings
+) -> None:
+    """A Slack user-group member (a Discord role holder) is a refund approver for the staff
+    commands too, read live from the platform; the grants store answers for everyone else."""
+    from agent.stores.databases import database_for
+    from agent.stores.grants import Grant, GrantStore
+    from bot.commands import Commands
+    from bot.hold import HoldSwitch
+
+    member = Actor(platform="slack", user_id="U0GROUP", display_name="grouped")
+    outsider = Actor(platform="slack", user_id="U0OUT", display_name="outsider")
+
+    class SlackGroup:
+        async def live_grant(self, actor: Actor, role: str) -> Grant | None:
+            if actor != member or role != "refund_approver":
+                return None
+            return Grant(
+                grant_id=0,
+                platform="slack",
+                user_id=member.user_id,
+                role="refund_approver",
+                limit_cents=None,
+                granted_at="2026-01-01T00:00:00+00:00",
+                granted_by="slack-usergroup:S0APPROVERS",
+            )
+
+    database = database_for(agent_settings)
+    commands = Commands(
+        temporal_env.client,
+        workers=None,  # type: ignore[arg-type]  # the queue never restarts a Worker
+        settings=agent_settings,
+        grants=GrantStore(database),
+        hold=HoldSwitch(database, False),
+    )
+    assert not (await commands.refund_queue(member)).ok  # no platform source yet: the store
+    commands.use_platform_grants({"slack": SlackGroup()})
+    assert (await commands.refund_queue(member)).ok
+    refused = await commands.refund_queue(outsider)
+    assert not refused.ok and "you don't hold it" in refused.text

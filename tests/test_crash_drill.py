@@ -46,6 +46,8 @@ async def _scheduled(handle: WorkflowHandle) -> dict[str, list[int]]:
 async def test_sigkill_while_held_resumes_without_repeating(temporal_env, tmp_path) -> None:
     client = temporal_env.client
     async with supervised_stack(temporal_env, tmp_path) as stack:
+        supervisor = stack.supervisor
+        assert supervisor is not None  # supervised_stack's
         threads = local_thread_store(stack.settings)
         conv = LocalConversation(client, threads, stack.temporal.task_queue)
         handle = await conv.open("please refund order 1234", hold=True)
@@ -61,27 +63,28 @@ async def test_sigkill_while_held_resumes_without_repeating(temporal_env, tmp_pa
 
         # The crash, through the control queue as /crash-worker sends it: the warm standby
         # takes over, and a new standby is prepared.
-        standby = stack.supervisor.standby_pid
+        standby = supervisor.standby_pid
         assert standby is not None and alive(standby)
         report = await request_worker_restart(client, stack.temporal.control_task_queue)
-        assert report.old_pid and report.new_pid == standby != report.old_pid
-        await wait_for(lambda: not alive(report.old_pid), what="the old Worker gone")
+        old_pid = report.old_pid
+        assert old_pid and report.new_pid == standby != old_pid
+        await wait_for(lambda: not alive(old_pid), what="the old Worker gone")
         assert alive(report.new_pid)
-        assert stack.supervisor.standby_pid not in (None, standby, report.old_pid)
+        assert supervisor.standby_pid not in (None, standby, old_pid)
 
         # Unannounced: kill -9 of the Worker's pid. The supervisor sees the death and promotes.
-        standby = stack.supervisor.standby_pid
+        standby = supervisor.standby_pid
         os.kill(report.new_pid, signal.SIGKILL)
-        await wait_for(lambda: stack.supervisor.pid == standby, what="the standby promoted")
+        await wait_for(lambda: supervisor.pid == standby, what="the standby promoted")
         # Prepared once the promoted one polls (it may still have been starting up).
         await wait_for(
-            lambda: stack.supervisor.standby_pid not in (None, standby),
+            lambda: supervisor.standby_pid not in (None, standby),
             timeout=60,
             what="a standby",
         )
 
         # No Worker at all now: what survives still reads from Event History.
-        await stack.supervisor.stop()
+        await supervisor.stop()
         survivors = await what_survives(client, handle.id)
         assert survivors.answers == {"item_opened": "Yes", "damage": "Split seam"}
         assert survivors.lookups == ["lookup_order", "lookup_customer_history"]
@@ -89,7 +92,7 @@ async def test_sigkill_while_held_resumes_without_repeating(temporal_env, tmp_pa
         assert survivors.refund.state == "not started"
         assert await refunds_made(stack.settings) == []
 
-        await stack.supervisor.start()
+        await supervisor.start()
         await handle.signal("release")
         outcome = await asyncio.wait_for(handle.result(), 30)
         after = await _scheduled(handle)

@@ -60,6 +60,12 @@ async def two_hosts(
         yield supervisors, settings
 
 
+def _pid(supervisor: WorkerSupervisor) -> int:
+    """Its Worker's pid: the fixture started every supervisor."""
+    assert supervisor.pid is not None
+    return supervisor.pid
+
+
 async def test_crash_worker_names_the_host_it_restarts(
     two_hosts: tuple[dict[str, WorkerSupervisor], TemporalSettings],
     temporal_env: WorkflowEnvironment,
@@ -67,7 +73,7 @@ async def test_crash_worker_names_the_host_it_restarts(
 ) -> None:
     supervisors, settings = two_hosts
     client = temporal_env.client
-    agent = AgentSettings(_env_file=None, data_dir=tmp_path)  # type: ignore[call-arg]
+    agent = AgentSettings(_env_file=None, data_dir=tmp_path)
     grants = GrantStore(database_for(agent))
     await grants.seed()  # the local presenter holds the presenter role
     commands = Commands(
@@ -81,7 +87,7 @@ async def test_crash_worker_names_the_host_it_restarts(
         "host-a",
         "host-b",
     ]
-    pids = {host: s.pid for host, s in supervisors.items()}
+    pids = {host: _pid(s) for host, s in supervisors.items()}
 
     # A host named: that host's Worker, and only it.
     named = await commands.crash_worker(PRESENTER, "host-b")
@@ -104,7 +110,7 @@ async def test_crash_worker_names_the_host_it_restarts(
     assert {h: s.pid for h, s in supervisors.items()} == {"host-a": pids["host-a"], "host-b": new_b}
 
     # None named: whichever supervisor takes it says so, and names the other host.
-    before = {h: s.pid for h, s in supervisors.items()}
+    before = {h: _pid(s) for h, s in supervisors.items()}
     anyone = await commands.crash_worker(PRESENTER)
     assert anyone.ok, anyone.text
     [(host, old)] = [(h, p) for h, p in before.items() if supervisors[h].pid != p]
@@ -118,11 +124,11 @@ async def test_crash_worker_without_any_supervisor_says_so(
     temporal_env: WorkflowEnvironment, tmp_path: Path
 ) -> None:
     settings = TemporalSettings(
-        _env_file=None,  # type: ignore[call-arg]
+        _env_file=None,
         address=temporal_env.client.service_client.config.target_host,
         control_task_queue=f"nobody-{uuid.uuid4().hex[:8]}",
     )
-    agent = AgentSettings(_env_file=None, data_dir=tmp_path)  # type: ignore[call-arg]
+    agent = AgentSettings(_env_file=None, data_dir=tmp_path)
     grants = GrantStore(database_for(agent))
     await grants.seed()
     control = SupervisorsOverTemporal(temporal_env.client, settings)

@@ -92,11 +92,11 @@ async def test_refund_bot_demo_tells_the_story_again_and_again(tmp_path: Path) -
 
     # README's story in between: the customer has order 1234 refunded in the terminal channel.
     temporal = TemporalSettings(
-        _env_file=None,  # type: ignore[call-arg]
+        _env_file=None,
         address=f"127.0.0.1:{free_port()}",
         ui_port=free_port(),
     )
-    settings = AgentSettings(_env_file=None, data_dir=data_dir)  # type: ignore[call-arg]
+    settings = AgentSettings(_env_file=None, data_dir=data_dir)
     env = {"DATA_DIR": str(data_dir), "SLACK_BOT_TOKEN": "", "DISCORD_TOKEN": ""}
     async with running_stack(temporal, settings, worker_env=env) as stack:
         conv = LocalConversation(stack.client, local_thread_store(settings), temporal.task_queue)
@@ -146,9 +146,9 @@ async def test_open_conversation_survives_a_restart_of_everything(tmp_path) -> N
     temporal = TemporalSettings(
         _env_file=None,
         address=f"127.0.0.1:{port}",
-        ui_port=free_port(),  # type: ignore[call-arg]
+        ui_port=free_port(),
     )
-    settings = AgentSettings(_env_file=None, data_dir=tmp_path)  # type: ignore[call-arg]
+    settings = AgentSettings(_env_file=None, data_dir=tmp_path)
     env = {"DATA_DIR": str(tmp_path), "SLACK_BOT_TOKEN": "", "DISCORD_TOKEN": ""}
     threads = local_thread_store(settings)
     async with running_stack(temporal, settings, worker_env=env) as stack:

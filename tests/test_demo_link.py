@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from agent.models import Actor
+from agent.models import Actor, Platform
 from agent.settings import DEMO_CUSTOMER, AgentSettings
 from agent.stores.sqlite import SqliteDatabase
 from bot.local.thread_store import LocalThreadStore
@@ -32,26 +32,26 @@ def _no_setting_from_the_shell(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_unset_links_the_local_channels_users_only() -> None:
-    settings = AgentSettings(_env_file=None)  # type: ignore[call-arg]
+    settings = AgentSettings(_env_file=None)
     assert _links(settings) == {"local": DEMO_CUSTOMER, "slack": None, "discord": None}
 
 
 def test_a_customer_id_links_every_platforms_users(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(NAME, "cus_marlow")
-    settings = AgentSettings(_env_file=None)  # type: ignore[call-arg]
+    settings = AgentSettings(_env_file=None)
     assert _links(settings) == dict.fromkeys(PLATFORMS, "cus_marlow")
 
 
 def test_empty_in_the_environment_links_nobody(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(NAME, "")
-    settings = AgentSettings(_env_file=None)  # type: ignore[call-arg]
+    settings = AgentSettings(_env_file=None)
     assert _links(settings) == dict.fromkeys(PLATFORMS)
 
 
 def test_empty_in_dot_env_links_nobody(tmp_path: Path) -> None:
     env_file = tmp_path / ".env"
     env_file.write_text(f"{NAME}=\nDATA_DIR=\n")
-    settings = AgentSettings(_env_file=env_file)  # type: ignore[call-arg]
+    settings = AgentSettings(_env_file=env_file)
     assert _links(settings) == dict.fromkeys(PLATFORMS)
     assert settings.data_dir == Path(".data")  # every other empty setting still means "unset"
 
@@ -60,10 +60,10 @@ def test_the_environment_outranks_dot_env(tmp_path: Path, monkeypatch: pytest.Mo
     env_file = tmp_path / ".env"
     env_file.write_text(f"{NAME}=\n")
     monkeypatch.setenv(NAME, DEMO_CUSTOMER)
-    assert _links(AgentSettings(_env_file=env_file)) == dict.fromkeys(PLATFORMS, DEMO_CUSTOMER)  # type: ignore[call-arg]
+    assert _links(AgentSettings(_env_file=env_file)) == dict.fromkeys(PLATFORMS, DEMO_CUSTOMER)
     env_file.write_text(f"{NAME}={DEMO_CUSTOMER}\n")
     monkeypatch.setenv(NAME, "")
-    assert _links(AgentSettings(_env_file=env_file)) == dict.fromkeys(PLATFORMS)  # type: ignore[call-arg]
+    assert _links(AgentSettings(_env_file=env_file)) == dict.fromkeys(PLATFORMS)
 
 
 @pytest.mark.parametrize(
@@ -79,14 +79,14 @@ def test_the_environment_outranks_dot_env(tmp_path: Path, monkeypatch: pytest.Mo
     ],
 )
 async def test_an_unknown_user_is_linked_or_gets_the_unknown_order_answer(
-    client, tmp_path: Path, setting: str | None, platform: str, linked: bool
+    client, tmp_path: Path, setting: str | None, platform: Platform, linked: bool
 ) -> None:
     settings = AgentSettings(
-        _env_file=None,  # type: ignore[call-arg]
+        _env_file=None,
         data_dir=tmp_path,
         demo_customer_for_new_users=setting,
     )
-    newcomer = Actor(platform=platform, user_id="U0NEWCOMER", display_name="New")  # type: ignore[arg-type]
+    newcomer = Actor(platform=platform, user_id="U0NEWCOMER", display_name="New")
     threads = LocalThreadStore(SqliteDatabase(tmp_path))
     async with running_worker(client, settings, threads) as tq:
         conv = LocalConversation(client, threads, tq, customer=newcomer)

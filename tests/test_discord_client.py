@@ -10,22 +10,35 @@ stores, with a stub Temporal client and a fake Worker restart.
 from __future__ import annotations
 
 import asyncio
+import copy
 import json
-from collections.abc import AsyncIterator, Awaitable, Callable
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import discord
 import pytest
 from pydantic import SecretStr
+from temporalio.common import SearchAttributePair, TypedSearchAttributes
 from temporalio.service import RPCError, RPCStatusCode
 
 from agent.models import Actor, MessageKey, OutboundMessage, ThreadRef
 from agent.settings import AgentSettings
 from agent.stores.grants import GrantStore
 from agent.stores.sqlite import SqliteDatabase
+from agent.visibility import (
+    AMOUNT_CENTS,
+    APPROVERS_REMINDED,
+    ORDER,
+    STAGE,
+    WAITING_FOR_APPROVAL,
+    WAITING_SINCE,
+)
 from agent.workflow import RefundConversation
 from bot.commands import GRANTABLE_ROLES, ChannelRef, CommandReply, Commands
 from bot.conversations import MAX_SIGNAL_TEXT, NOTICES, InboundClick, Routed
@@ -84,13 +97,18 @@ def _not_found(workflow_id: str) -> RPCError:
     return RPCError(f"workflow not found for ID: {workflow_id}", RPCStatusCode.NOT_FOUND, b"")
 
 
+# A Signal as WorkflowHandle.signal takes it (the Workflow's method, or its name); or a query.
+Signal = str | Callable[..., object]
+
+
 @dataclass
 class StubHandle:
     temporal: StubTemporal
     workflow_id: str
 
-    async def signal(self, name: str, *args: Any, **kwargs: Any) -> None:
+    async def signal(self, name: Signal, *args: Any, **kwargs: Any) -> None:
         self.temporal.calls.append(("signal", self.workflow_id, name))
+        self.temporal.signalled.append((self.workflow_id, args))
         if self.temporal.fail_with is not None:
             raise self.temporal.fail_with
         if self.workflow_id not in self.temporal.running:
@@ -105,11 +123,23 @@ class StubHandle:
 @dataclass
 class StubTemporal:
     running: set[str] = field(default_factory=set)
-    calls: list[tuple[str, str, str]] = field(default_factory=list)
+    calls: list[tuple[str, str, Signal]] = field(default_factory=list)
     fail_with: Exception | None = None
+    signalled: list[tuple[str, tuple[Any, ...]]] = field(default_factory=list)  # (id, args)
+    # What visibility lists for /refund-queue: executions with their search attributes.
+    listed: list[SimpleNamespace] = field(default_factory=list)
 
     def get_workflow_handle(self, workflow_id: str) -> StubHandle:
         return StubHandle(self, workflow_id)
+
+    def list_workflows(self, query: str) -> AsyncIterator[SimpleNamespace]:
+        self.calls.append(("list_workflows", "", query))
+
+        async def listed() -> AsyncIterator[SimpleNamespace]:
+            for execution in self.listed:
+                yield execution
+
+        return listed()
 
 
 @dataclass
@@ -171,7 +201,7 @@ async def api() -> AsyncIterator[FakeDiscordAPI]:
 @pytest.fixture
 def settings(api: FakeDiscordAPI) -> DiscordSettings:
     return DiscordSettings(
-        _env_file=None,  # type: ignore[call-arg]
+        _env_file=None,
         token=SecretStr(api.token),
         support_channel_id=SUPPORT,
         guild_id=GUILD,
@@ -223,7 +253,8 @@ def commands(
     hold: HoldSwitch,
     demos: StagingDemos,
 ) -> Commands:
-    agent_settings = AgentSettings(_env_file=None, data_dir=tmp_path)  # type: ignore[call-arg]
+    agent_settings = AgentSettings(_env_file=None, data_dir=tmp_path)
+    # StubTemporal stands in for temporalio's Client: the calls the commands make.
     return Commands(temporal, restart, agent_settings, store, hold, demos)  # type: ignore[arg-type]
 
 
@@ -727,7 +758,7 @@ async def run_command(
     name: str,
     user_id: int,
     channel_id: int = SUPPORT,
-    options: dict[str, str | int | bool] | None = None,
+    options: Mapping[str, str | int | bool] | None = None,
 ) -> str:
     """Run a slash command; returns the (ephemeral) text the caller saw."""
     payload = bot.api.command_interaction(name, channel_id, user_id, options)
@@ -765,6 +796,9 @@ async def test_commands_are_registered_from_the_manifest_at_login(bot: Bot) -> N
         "refund-grant",
         "refund-revoke",
         "refund-demo",
+        "refund-queue",
+        "refund-takeover",
+        "refund-handback",
     ]
     assert mismatches(bot.client.tree, load_manifest()) == []
 
@@ -837,6 +871,83 @@ async def test_refund_release(bot: Bot, temporal: StubTemporal) -> None:
     text = await run_command(bot, "refund-release", PRESENTER, thread_id)
     assert temporal.calls == [("signal", workflow_id, RefundConversation.release)]
     assert text == f"Released {workflow_id}: the refund goes ahead."
+
+
+def waiting(workflow_id: str, order: str, cents: int, since: datetime, reminded: bool) -> Any:
+    """One execution as visibility lists an escalation waiting for a decision."""
+    return SimpleNamespace(
+        id=workflow_id,
+        typed_search_attributes=TypedSearchAttributes(
+            [
+                SearchAttributePair(STAGE, WAITING_FOR_APPROVAL),
+                SearchAttributePair(ORDER, order),
+                SearchAttributePair(AMOUNT_CENTS, cents),
+                SearchAttributePair(WAITING_SINCE, since),
+                SearchAttributePair(APPROVERS_REMINDED, reminded),
+            ]
+        ),
+    )
+
+
+async def test_refund_queue_lists_the_escalations_waiting_oldest_first(
+    bot: Bot, temporal: StubTemporal, store: GrantStore
+) -> None:
+    await store.grant(
+        discord_actor(AGENT), "refund_approver", 100000, by=Actor(platform="local", user_id="seed")
+    )
+    now = datetime.now(UTC)
+    newer, older = f"discord-{GUILD}-1190000000000000002", f"discord-{GUILD}-1190000000000000001"
+    temporal.listed = [
+        waiting(newer, "7001", 12000, now - timedelta(minutes=5), False),
+        waiting(older, "4500", 45000, now - timedelta(hours=2), True),
+    ]
+
+    refused = await run_command(bot, "refund-queue", STRANGER)
+    assert "needs the refund_approver or presenter role" in refused and temporal.calls == []
+
+    text = await run_command(bot, "refund-queue", AGENT)
+    [(call, _, query)] = temporal.calls
+    assert call == "list_workflows" and isinstance(query, str)
+    assert "RefundBotStage = 'waiting_for_approval'" in query
+    assert text.splitlines() == [
+        "2 escalation(s) waiting for a decision, oldest first:",
+        "• order 4500 ($450.00), waiting 2 hours, approvers reminded: "
+        f"https://discord.com/channels/{GUILD}/1190000000000000001",
+        "• order 7001 ($120.00), waiting 5 minutes, not reminded yet: "
+        f"https://discord.com/channels/{GUILD}/1190000000000000002",
+    ]
+
+    temporal.listed = []
+    assert await run_command(bot, "refund-queue", PRESENTER) == (
+        "No escalation is waiting for a decision."
+    )
+
+
+async def test_refund_takeover_and_handback_in_the_thread_or_by_its_id(
+    bot: Bot, temporal: StubTemporal
+) -> None:
+    thread_id = await bot.open_conversation()
+    workflow_id = f"discord-{GUILD}-{thread_id}"
+    temporal.running.add(workflow_id)
+
+    refused = await run_command(bot, "refund-takeover", STRANGER, thread_id)
+    assert "needs the refund_approver or presenter role" in refused and temporal.calls == []
+    assert await run_command(bot, "refund-takeover", PRESENTER) == (
+        slash_commands.WHICH_CONVERSATION  # in the support channel, naming no conversation
+    )
+
+    taken = await run_command(bot, "refund-takeover", PRESENTER, thread_id)
+    assert taken.startswith(f"You have taken over {workflow_id}")
+    back = await run_command(
+        bot, "refund-handback", PRESENTER, SUPPORT, {"conversation": str(thread_id)}
+    )
+    assert back.startswith(f"Handed {workflow_id} back to the agent")
+    pat = discord_actor(PRESENTER)
+    assert [(w, args[0].taken, args[0].actor.user_id) for w, args in temporal.signalled] == [
+        (workflow_id, True, pat.user_id),
+        (workflow_id, False, pat.user_id),
+    ]
+    assert {name for _, _, name in temporal.calls} == {RefundConversation.takeover}
 
 
 async def test_refund_hold(bot: Bot, hold: HoldSwitch) -> None:
@@ -998,11 +1109,11 @@ def test_a_role_needs_a_guild(settings: DiscordSettings, store: GrantStore) -> N
 
 def test_a_blank_role_limit_means_the_default(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("DISCORD_APPROVER_ROLE_LIMIT_CENTS", "")
-    assert DiscordSettings(_env_file=None).approver_role_limit_cents == (  # type: ignore[call-arg]
+    assert DiscordSettings(_env_file=None).approver_role_limit_cents == (
         DEFAULT_APPROVER_ROLE_LIMIT_CENTS
     )
     monkeypatch.setenv("DISCORD_APPROVER_ROLE_LIMIT_CENTS", "50000")
-    assert DiscordSettings(_env_file=None).approver_role_limit_cents == 50000  # type: ignore[call-arg]
+    assert DiscordSettings(_env_file=None).approver_role_limit_cents == 50000
 
 
 def test_the_client_asks_for_the_intents_it_needs(
@@ -1013,9 +1124,9 @@ def test_the_client_asks_for_the_intents_it_needs(
         client.intents.guilds and client.intents.guild_messages and client.intents.message_content
     )
     assert not client.intents.members and not client.intents.presences  # nothing else privileged
-    assert client.allowed_mentions is not None and client.allowed_mentions.to_dict() == {
-        "parse": []
-    }
+    assert client.allowed_mentions is not None
+    # dict(): the payload's TypedDict names every key, while to_dict() gives only those set.
+    assert dict(client.allowed_mentions.to_dict()) == {"parse": []}
 
 
 def test_build_client_needs_a_grant_source(
@@ -1031,6 +1142,228 @@ def test_the_manifest_is_valid_json_for_discord() -> None:
         assert 1 <= len(command["description"]) <= 100
         required = [o.get("required", False) for o in command["options"]]
         assert required == sorted(required, reverse=True), "required options come first"
+
+
+# -- hostile payloads ---------------------------------------------------------------------------
+
+
+def loud(caplog: pytest.LogCaptureFixture) -> list[str]:
+    """What input must never cause: a traceback, or anything at ERROR."""
+    return [r.getMessage() for r in caplog.records if r.exc_info or r.levelno >= logging.ERROR]
+
+
+def _with(payload: dict[str, Any], path: str, value: Any) -> dict[str, Any]:
+    """`payload`, copied, with the field at a dotted `path` set to `value` (MISSING: removed)."""
+    changed = copy.deepcopy(payload)
+    *parents, last = [int(p) if p.isdigit() else p for p in path.split(".")]
+    node: Any = changed
+    for part in parents:
+        node = node[part]
+    if value is MISSING_FIELD:
+        node.pop(last, None)
+    else:
+        node[last] = value
+    return changed
+
+
+class _Missing:
+    def __repr__(self) -> str:
+        return "MISSING"
+
+
+MISSING_FIELD = _Missing()  # a field left out
+HOSTILE_MESSAGE_FIELDS = [
+    ("content", 5),
+    ("content", None),
+    ("type", {"a": 1}),
+    ("id", "9" * 5000),
+    ("channel_id", "x"),
+    ("guild_id", [1]),
+    ("author", None),
+    ("author.id", None),
+    ("author.username", 7),
+    ("member", "x"),
+    ("member.nick", ["sam"]),
+    ("mentions", [1]),
+    ("mention_roles", "x"),
+    ("embeds", [1]),
+    ("edited_timestamp", "not a time"),
+    ("attachments", None),
+    ("content", MISSING_FIELD),
+    ("author.discriminator", MISSING_FIELD),  # discord.py swallows the KeyError: no author
+    ("author.avatar", MISSING_FIELD),
+]
+
+
+@pytest.mark.parametrize(
+    ("path", "value"),
+    HOSTILE_MESSAGE_FIELDS,
+    ids=[f"{p}={v!r:.20}" for p, v in HOSTILE_MESSAGE_FIELDS],
+)
+async def test_a_message_event_that_does_not_fit_is_kept_and_the_gateway_goes_on(
+    bot: Bot, path: str, value: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Reproduces MESSAGE_CREATE payloads with fields of unexpected types raising out of
+    discord.py's parser (which ended the gateway connection, the message lost) or out of
+    on_message with a traceback (content not a string, type not hashable)."""
+    thread_id = await bot.open_conversation()
+    sent = []
+    for channel in (SUPPORT, thread_id):
+        event = _with(bot.api.user_message(channel, CUSTOMER, "refund 1234"), path, value)
+        sent.append(event["id"])
+        bot.gateway("MESSAGE_CREATE", event)  # never raises into the gateway's reader
+    await wait_for(lambda: _async(len(bot.router.unreadable) == 2), what="two dead letters")
+    assert all(u.platform == "discord" and u.kind == "message" for u in bot.router.unreadable)
+    assert [json.loads(u.payload)["id"] for u in bot.router.unreadable] == sent
+    before = len(bot.router.arrived)
+    await bot.post(thread_id, CUSTOMER, "still listening")
+    await wait_for(bot.routed_after(before), what="the next message routed")
+    assert loud(caplog) == []
+
+
+HOSTILE_CLICK_FIELDS = [
+    ("data.custom_id", 5),
+    ("data.custom_id", "refund:approve:" + "x" * 200),
+    ("data.component_type", [1]),
+    ("data", None),
+    ("member.user.id", "x"),
+    ("member.nick", 5),
+    ("member", MISSING_FIELD),
+    ("message.content", None),
+    ("message.id", "9" * 5000),
+    ("application_id", "x"),
+    ("entitlements", 5),
+    ("authorizing_integration_owners", [1]),
+    ("message.flags", "x"),  # read in discord.py's task for the buttons
+    ("message.components", MISSING_FIELD),
+    ("message.components.0.components.0.style", MISSING_FIELD),
+]
+
+
+@pytest.mark.parametrize(
+    ("path", "value"), HOSTILE_CLICK_FIELDS, ids=[f"{p}={v!r:.20}" for p, v in HOSTILE_CLICK_FIELDS]
+)
+async def test_a_click_that_does_not_fit_is_kept_and_the_gateway_goes_on(
+    bot: Bot, path: str, value: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Reproduces INTERACTION_CREATE payloads with fields of unexpected types raising out of
+    discord.py's parser: the connection ended and the click was lost."""
+    thread_id = await bot.open_conversation()
+    escalation = await post_escalation(bot.api, thread_id, "Refund $250.00?")
+    approve = custom_ids(escalation)[0]
+    click = bot.api.component_interaction(thread_id, escalation["id"], AGENT, approve)
+    bot.gateway("INTERACTION_CREATE", _with(click, path, value))
+    (kept,) = await wait_for(lambda: _async(bot.router.unreadable), what="the dead letter")
+    assert (kept.platform, kept.kind) == ("discord", "click") and kept.reason
+    assert bot.router.clicks == [] and loud(caplog) == []
+
+
+async def test_a_click_on_a_message_whose_buttons_do_not_read_is_kept(
+    bot: Bot, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Reproduces a click whose message carries a component discord.py cannot rebuild (a button
+    of type `true`, a row in a row): its task for the buttons raised where nothing caught it,
+    logged by asyncio at ERROR, and the click was lost."""
+    thread_id = await bot.open_conversation()
+    escalation = await post_escalation(bot.api, thread_id, "Refund $250.00?")
+    click = bot.api.component_interaction(
+        thread_id, escalation["id"], AGENT, custom_ids(escalation)[0]
+    )
+    bot.gateway("INTERACTION_CREATE", _with(click, "message.components.0.components.0.type", True))
+    (kept,) = await wait_for(lambda: _async(bot.router.unreadable), what="the dead letter")
+    assert kept.kind == "click" and "components" in kept.reason
+    await asyncio.sleep(0.2)  # the task that raised, before: it would have by now
+    assert bot.router.clicks == [] and loud(caplog) == []
+
+
+async def test_an_interaction_from_no_one_discord_py_can_name_is_kept(
+    bot: Bot, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Reproduces an interaction with a `member` but no guild: discord.py reads `user` outside a
+    guild, left it MISSING, and the handler raised on it with a traceback."""
+    thread_id = await bot.open_conversation()
+    escalation = await post_escalation(bot.api, thread_id, "Refund $250.00?")
+    click = bot.api.component_interaction(
+        thread_id, escalation["id"], AGENT, custom_ids(escalation)[0]
+    )
+    bot.gateway("INTERACTION_CREATE", _with(click, "guild_id", None))
+    (kept,) = await wait_for(lambda: _async(bot.router.unreadable), what="the dead letter")
+    assert kept.kind == "click" and bot.router.clicks == [] and loud(caplog) == []
+
+
+@pytest.mark.parametrize(
+    ("path", "value"),
+    [
+        ("data.type", None),  # discord.py makes an AppCommandType of it
+        ("data.type", 99),
+        ("data.options", None),  # discord.py iterates them
+        ("data.options.0.value", ["a list"]),
+        ("data.options.0.value", 1),  # a string option holding a number: str methods raised
+        ("data.guild_id", [1]),
+        ("data.resolved", {"users": {"1": "not a user"}}),
+    ],
+)
+async def test_a_command_discord_py_cannot_read_is_answered_in_one_line(
+    bot: Bot, path: str, value: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Reproduces slash commands whose options discord.py cannot read raising in the command
+    tree's own task (asyncio's ERROR and a traceback; the caller never answered), or in its
+    error handler, which reads the same options again."""
+    payload = bot.api.command_interaction(
+        "refund-status", SUPPORT, PRESENTER, {"conversation": "t1"}
+    )
+    bot.gateway("INTERACTION_CREATE", _with(payload, path, value))
+    await asyncio.sleep(0.3)
+    record = interaction(bot.api, payload)
+    if record.callbacks:  # refused at the edge it is never answered: Discord says it failed
+        assert "cannot read" in record.callbacks[0]["data"]["content"]
+    assert loud(caplog) == []
+
+
+async def test_a_link_of_5000_digits_is_a_plain_answer(
+    bot: Bot, temporal: StubTemporal, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Reproduces /refund-status conversation:https://discord.com/channels/<5,000 digits> raising
+    ValueError out of int() (a traceback, and "failed on our side"), parsed before the role
+    check."""
+    link = f"https://discord.com/channels/{GUILD}/{'9' * 5000}"
+    refused = await run_command(bot, "refund-status", STRANGER, options={"conversation": link})
+    assert "needs the presenter or refund_approver role" in refused
+    answer = await run_command(bot, "refund-status", PRESENTER, options={"conversation": link})
+    assert "failed" not in answer and temporal.calls, answer
+    assert loud(caplog) == []
+
+
+async def test_a_click_delivered_twice_is_answered_once(
+    bot: Bot, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Reproduces a click the gateway delivered again (a RESUME replays at will) answered a
+    second time: Discord refuses (40060 already acknowledged), logged with a traceback."""
+    thread_id = await bot.open_conversation()
+    escalation = await post_escalation(bot.api, thread_id, "Refund $250.00?")
+    click = bot.api.component_interaction(
+        thread_id, escalation["id"], AGENT, custom_ids(escalation)[0]
+    )
+    bot.gateway("INTERACTION_CREATE", click)
+    await wait_for(lambda: _async(bool(bot.router.clicks)), what="the click routed")
+    bot.gateway("INTERACTION_CREATE", click)
+    await asyncio.sleep(0.3)
+    assert len(interaction(bot.api, click).callbacks) == 1
+    assert len(bot.router.clicks) == 1 and loud(caplog) == []
+
+
+async def test_a_workflow_id_temporal_refuses_is_a_plain_answer(
+    bot: Bot, temporal: StubTemporal, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Reproduces a typed Workflow ID Temporal refuses outright (INVALID_ARGUMENT: past its
+    length limit) raised out of the command: a traceback, and "failed on our side"."""
+    temporal.fail_with = RPCError(
+        "WorkflowId length exceeds limit", RPCStatusCode.INVALID_ARGUMENT, b""
+    )
+    typed = "discord-" + "9" * 2000
+    answer = await run_command(bot, "refund-release", PRESENTER, options={"conversation": typed})
+    assert answer.startswith("No open conversation discord-999") and len(answer) < 200
+    assert loud(caplog) == []
 
 
 async def _allow(actor: Actor) -> bool:

@@ -107,7 +107,8 @@ async def test_a_discord_conversation_through_the_real_process(
             workflow_id = f"discord-{GUILD}-{thread_id}"
             question = await next_bot_message(api, thread_id, 0)
             assert question["content"] == "Was the package opened?"
-            assert api.channel(thread_id)["parent_id"] == str(SUPPORT)  # type: ignore[index]
+            thread = api.channel(thread_id)
+            assert thread is not None and thread["parent_id"] == str(SUPPORT)
 
             # Discord asks for a reconnect; the RESUME replays the opening message once more.
             [sent] = [s for s in api.gateway.sent("MESSAGE_CREATE") if s.data["id"] == thread_id]

@@ -14,6 +14,7 @@ import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from typing import Any
 
 import pytest
 from aiohttp import WSMsgType
@@ -59,8 +60,8 @@ async def api() -> AsyncIterator[FakeDiscordAPI]:
         yield fake
 
 
-def settings_for(api: FakeDiscordAPI, **overrides: object) -> DiscordSettings:
-    values: dict[str, object] = {
+def settings_for(api: FakeDiscordAPI, **overrides: Any) -> DiscordSettings:
+    values: dict[str, Any] = {
         "token": SecretStr(api.token),
         "support_channel_id": SUPPORT,
         "guild_id": GUILD,
@@ -68,7 +69,7 @@ def settings_for(api: FakeDiscordAPI, **overrides: object) -> DiscordSettings:
         "gateway_url": api.gateway_url,
         **overrides,
     }
-    return DiscordSettings(_env_file=None, **values)  # type: ignore[call-arg, arg-type]
+    return DiscordSettings(_env_file=None, **values)
 
 
 @asynccontextmanager
@@ -240,6 +241,6 @@ async def _allow(actor: Actor) -> bool:
 @pytest.mark.parametrize("url", ["http://127.0.0.1:8080/", "gateway.example.com", "wss://"])
 def test_the_gateway_url_must_be_a_websocket_url(url: str) -> None:
     with pytest.raises(ValueError, match="DISCORD_GATEWAY_URL must be a ws:// or wss:// URL"):
-        DiscordSettings(_env_file=None, gateway_url=url)  # type: ignore[call-arg]
-    ok = DiscordSettings(_env_file=None, gateway_url=" wss://proxy.example/ ")  # type: ignore[call-arg]
+        DiscordSettings(_env_file=None, gateway_url=url)
+    ok = DiscordSettings(_env_file=None, gateway_url=" wss://proxy.example/ ")
     assert ok.gateway_url == "wss://proxy.example/"

@@ -7,6 +7,7 @@ import re
 import time
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
+from typing import Literal
 
 import aiohttp
 import discord
@@ -30,7 +31,7 @@ def outbound(
     text: str = "What is your order number?",
     *,
     seq: int = 1,
-    actions: list[str] | None = None,
+    actions: list[Literal["approve", "deny"]] | None = None,
     thread_id: int = THREAD_ID,
     round: int | None = None,
 ) -> OutboundMessage:
@@ -44,7 +45,7 @@ def outbound(
         key=MessageKey(workflow_id=WORKFLOW_ID, run_id="run-1", seq=seq),
         kind="escalation" if actions else "question",
         text=text,
-        actions=actions or [],  # type: ignore[arg-type]
+        actions=actions or [],
         round=round,
     )
 
@@ -107,6 +108,64 @@ async def test_fake_pings_when_allowed_mentions_is_absent(api: FakeDiscordAPI) -
         message = await response.json()
     assert message["mention_everyone"] is True
     assert [u["id"] for u in message["mentions"]] == ["123"]
+
+
+APPROVER_ROLE = "1170000000000000100"
+REMINDER = "Reminder for the refund approvers: order 4500 ($450.00) has waited an hour."
+
+
+def reminder(seq: int) -> OutboundMessage:
+    return outbound(REMINDER, seq=seq).model_copy(update={"kind": "info", "mention": "approvers"})
+
+
+async def test_the_approvers_reminder_pings_the_approver_role_and_only_it(
+    api: FakeDiscordAPI,
+) -> None:
+    settings = DiscordSettings(
+        _env_file=None,
+        token=SecretStr(api.token),
+        api_url=api.api_url,
+        approver_role=APPROVER_ROLE,
+    )
+    quoted = "Customer wrote: @everyone <@123> <@&1170000000000000999> refund me"
+    async with DiscordThreadPoster.from_settings(settings) as poster:
+        await poster.post(outbound(quoted, seq=1))
+        await poster.post(outbound("Needs a person.", seq=2, actions=["approve", "deny"]))
+        await poster.post(reminder(3).model_copy(update={"text": f"{REMINDER} {quoted}"}))
+
+    *others, reminded = api.messages(THREAD_ID)
+    assert reminded["content"] == f"<@&{APPROVER_ROLE}> {REMINDER} {quoted}"
+    # Discord pings the approver role, and nobody the customer's words name.
+    assert reminded["mention_roles"] == [APPROVER_ROLE]
+    assert reminded["mentions"] == [] and reminded["mention_everyone"] is False
+    *_, request = posts(api)
+    assert request.json["allowed_mentions"] == {"parse": [], "roles": [APPROVER_ROLE]}
+    for message in others:
+        assert not message["content"].startswith("<@&")
+        assert message["mention_roles"] == [] and message["mentions"] == []
+    assert [r.json["allowed_mentions"] for r in posts(api)[:-1]] == [{"parse": []}] * 2
+
+
+async def test_an_approver_role_given_by_name_is_named_in_bold_and_pings_nobody(
+    api: FakeDiscordAPI,
+) -> None:
+    role = "Refund *Approvers*"
+    async with DiscordThreadPoster(
+        SecretStr(api.token), api_url=api.api_url, approver_role=role
+    ) as poster:
+        await poster.post(reminder(1))
+    [stored] = api.messages(THREAD_ID)
+    assert stored["content"] == f"**Refund \\*Approvers\\*** {REMINDER}"
+    assert stored["mention_roles"] == [] and stored["mentions"] == []
+    assert posts(api)[0].json["allowed_mentions"] == {"parse": []}
+
+
+async def test_without_an_approver_role_the_reminder_is_its_text(
+    api: FakeDiscordAPI, poster: DiscordThreadPoster
+) -> None:
+    await poster.post(reminder(1))
+    [stored] = api.messages(THREAD_ID)
+    assert stored["content"] == REMINDER and stored["mention_roles"] == []
 
 
 async def test_retried_post_returns_the_first_message(
@@ -316,6 +375,7 @@ async def test_fake_messages_parse_as_discord_py_messages(
         intents=discord.Intents.none(),
     )
     channel = discord.PartialMessageable(state=state, id=THREAD_ID)
+    # The fake's JSON object, where discord.py's MessagePayload TypedDict is declared.
     message = discord.Message(state=state, channel=channel, data=data)  # type: ignore[arg-type]
 
     assert message.id == int(data["id"])
@@ -323,7 +383,7 @@ async def test_fake_messages_parse_as_discord_py_messages(
     assert message.nonce == render.nonce_for(outbound().key)
     [row] = message.components
     assert isinstance(row, discord.ActionRow)
-    assert [b.custom_id for b in row.children] == [  # type: ignore[union-attr]
+    assert [b.custom_id for b in row.children] == [
         f"refund:approve:{WORKFLOW_ID}",
         f"refund:deny:{WORKFLOW_ID}",
     ]
@@ -389,7 +449,7 @@ def test_cut_counts_utf16_so_astral_text_still_fits() -> None:
 def test_blank_settings_mean_discord_is_off(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("DISCORD_TOKEN", "")
     monkeypatch.setenv("DISCORD_GUILD_ID", "")
-    settings = DiscordSettings(_env_file=None)  # type: ignore[call-arg]
+    settings = DiscordSettings(_env_file=None)
     assert settings.enabled is False
     assert settings.guild_id is None
     with pytest.raises(ValueError):
@@ -399,7 +459,7 @@ def test_blank_settings_mean_discord_is_off(monkeypatch: pytest.MonkeyPatch) -> 
 def test_settings_build_a_poster(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("DISCORD_TOKEN", "t0ken")
     monkeypatch.setenv("DISCORD_API_URL", "http://127.0.0.1:9/api/v10/")
-    settings = DiscordSettings(_env_file=None)  # type: ignore[call-arg]
+    settings = DiscordSettings(_env_file=None)
     assert settings.enabled is True
     assert settings.api_url == "http://127.0.0.1:9/api/v10"
     assert "t0ken" not in repr(settings)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import uuid
+from collections.abc import Awaitable, Callable
 from datetime import timedelta
 
 import pytest
@@ -27,7 +28,7 @@ from agent.stores.databases import database_for
 from agent.stores.grants import GrantStore
 from agent.temporal_client import connect
 from agent.workflow import RefundConversation
-from bot.commands import CommandReply, Commands
+from bot.commands import CommandReply, Commands, RestartReport
 from bot.hold import HoldSwitch
 from bot.local.terminal import PEOPLE
 from bot.slack.commands import resolve_conversation
@@ -45,7 +46,7 @@ ITEM = "plush python"  # order 1234's item, from the domain store
 async def _client(client: Client, keys: list[CodecKey]) -> Client:
     """Another client on the session's server, holding `keys`."""
     settings = TemporalSettings(
-        _env_file=None,  # type: ignore[call-arg]
+        _env_file=None,
         address=client.service_client.config.target_host,
         namespace=client.namespace,
     )
@@ -193,26 +194,35 @@ async def test_a_conversation_started_under_key_1_finishes_under_key_2(
         await what_survives(k2_only, handle.id)
 
 
+class NoRestart:
+    """The Worker supervisors (bot.commands.WorkerControl), never asked here."""
+
+    async def supervisor_hosts(self) -> list[str]:
+        raise AssertionError("not called")
+
+    async def restart(
+        self, host: str | None, while_down: Callable[[], Awaitable[None]] | None = None
+    ) -> RestartReport:
+        raise AssertionError("not called")
+
+
 async def test_a_missing_key_is_one_clear_line_for_every_reader(
     client, agent_settings, threads, tmp_path
 ) -> None:
     async with running_worker(client, agent_settings, threads) as tq:
         conv = LocalConversation(client, threads, tq, customer=CUSTOMER)
-        await conv.open(OPENING)
+        handle = await conv.open(OPENING)
         await conv.next_bot_message()
-    workflow_id = conv.handle.id  # type: ignore[union-attr]
+    workflow_id = handle.id
     stranger = CodecKey.generate("someone-else")
 
     # /refund-status, for a presenter, from a bot that lacks the key.
     await prepare_stores(agent_settings)
     without = await _client(client, [stranger])
 
-    async def no_restart() -> None:
-        raise AssertionError("not called")
-
     commands = Commands(
         without,
-        no_restart,  # type: ignore[arg-type]
+        NoRestart(),
         agent_settings,
         GrantStore(database_for(agent_settings)),
         HoldSwitch(database_for(agent_settings), False),

@@ -17,6 +17,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 import pytest
+from pydantic import SecretStr
 
 from agent.history import what_survives
 from agent.models import Actor, ConversationOutcome, Outcome
@@ -138,9 +139,9 @@ async def _matrix(client, tmp_path, decider: Behaviour | None) -> list[Seen]:
     name = decider or "policy"
     async with FakeOpenAI(behaviour=decider or "scripted") as model:
         settings = AgentSettings(
-            _env_file=None,  # type: ignore[call-arg]
+            _env_file=None,
             data_dir=tmp_path,
-            openai_api_key=model.api_key,
+            openai_api_key=SecretStr(model.api_key),
             openai_base_url=model.api_url,
             openai_model="hostile-model",
         )

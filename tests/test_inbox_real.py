@@ -35,8 +35,8 @@ CUSTOMER = PEOPLE["customer"]
 
 async def test_messages_wait_for_temporal_and_arrive_in_order(tmp_path) -> None:
     address = f"127.0.0.1:{free_port()}"
-    temporal = TemporalSettings(_env_file=None, address=address, ui_port=free_port())  # type: ignore[call-arg]
-    settings = AgentSettings(_env_file=None, data_dir=tmp_path)  # type: ignore[call-arg]
+    temporal = TemporalSettings(_env_file=None, address=address, ui_port=free_port())
+    settings = AgentSettings(_env_file=None, data_dir=tmp_path)
     # A lazy client connects on first use, as a bot that starts before its Temporal would.
     client = await Client.connect(address, data_converter=TEST_CONVERTER, lazy=True)
     inbox = Inbox(SqliteDatabase(tmp_path))

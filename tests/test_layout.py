@@ -27,7 +27,7 @@ FORBIDDEN = {
 
 def imported(path: Path) -> set[str]:
     """The top-level package of every module `path` imports (absolute imports only)."""
-    found = set()
+    found: set[str] = set()
     for node in ast.walk(ast.parse(path.read_text(), str(path))):
         if isinstance(node, ast.Import):
             found.update(alias.name.split(".")[0] for alias in node.names)

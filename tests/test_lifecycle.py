@@ -371,7 +371,7 @@ async def test_each_tie_alone_ends_the_child_with_its_sigkilled_parent(tie: str)
 def supervisor_for(temporal_env: WorkflowEnvironment) -> WorkerSupervisor:
     queue = f"lifecycle-{uuid.uuid4().hex[:8]}"
     settings = TemporalSettings(
-        _env_file=None,  # type: ignore[call-arg]
+        _env_file=None,
         address=temporal_env.client.service_client.config.target_host,
         task_queue=queue,
         control_task_queue=f"{queue}-control",
@@ -409,9 +409,9 @@ async def test_a_supervisor_whose_task_is_cancelled_or_raises_leaves_no_worker(
 
     with pytest.raises(RuntimeError, match="boom"):
         async with supervisor:
-            pid = supervisor.pid
+            last_pid = supervisor.pid
             raise RuntimeError("boom")
-    assert pid is not None and not alive(pid)
+    assert last_pid is not None and not alive(last_pid)
 
 
 async def test_a_router_call_outlives_its_cancelled_caller_until_drained(

@@ -11,11 +11,12 @@ from pathlib import Path
 
 import aiosqlite
 
+from agent.models import Mention, MessageKey, OutboundMessage
 from agent.stores.sqlite import SqliteDatabase
 from bot.conversations import Routed
 from bot.local.markup import plain
-from bot.local.terminal import PEOPLE, LocalChannel, inbound
-from bot.local.thread_store import LocalThreadStore
+from bot.local.terminal import PEOPLE, LocalChannel, inbound, thread_ref
+from bot.local.thread_store import APPROVERS_MENTION, LocalThreadStore
 from harness.recording_router import RecordingRouter
 from tests.test_slack_app import RecordingCommands
 
@@ -29,7 +30,7 @@ def channel_on(
         RecordingRouter(message_result=routed),
     )
     threads = LocalThreadStore(SqliteDatabase(tmp_path))
-    return LocalChannel(threads, router, commands, out=out), out, commands  # type: ignore[arg-type]
+    return LocalChannel(threads, router, commands, out=out), out, commands
 
 
 async def test_threads_are_named_1_2_3_in_the_order_they_open(tmp_path: Path) -> None:
@@ -109,6 +110,63 @@ async def test_grant_and_revoke_refuse_someone_who_is_not_here(tmp_path: Path) -
     )
 
 
+async def test_the_queue_answers_whoever_asks_privately(tmp_path: Path) -> None:
+    channel, out, commands = channel_on(tmp_path)
+    channel.me = PEOPLE["support"]
+    await channel.handle("/refund-queue")
+    assert commands.calls == [("refund_queue", (PEOPLE["support"],))]
+    assert "(only you can see this) refund_queue done" in out.getvalue()
+
+
+async def test_takeover_and_handback_act_on_the_thread_named_or_the_current_one(
+    tmp_path: Path,
+) -> None:
+    channel, out, commands = channel_on(tmp_path)
+    channel.me = PEOPLE["support"]
+    await channel.handle("/refund-takeover")
+    await channel.handle("/refund-handback")
+    assert commands.calls == []  # outside any thread, and none named
+    assert "! which thread? /refund-takeover t1" in out.getvalue()
+    assert "! which thread? /refund-handback t1" in out.getvalue()
+
+    await channel.handle("/refund-takeover t3")
+    channel.thread = "t2"
+    await channel.handle("/refund-handback")
+    support = PEOPLE["support"]
+    assert commands.calls == [
+        ("refund_takeover", (support, "local-local-support-t3", True)),
+        ("refund_takeover", (support, "local-local-support-t2", False)),
+    ]
+    assert out.getvalue().count("(only you can see this) refund_takeover done") == 2
+
+
+async def test_the_approvers_reminder_opens_with_their_mention_and_nothing_else_does(
+    tmp_path: Path,
+) -> None:
+    channel, out, _ = channel_on(tmp_path)
+    threads = LocalThreadStore(SqliteDatabase(tmp_path))
+    opening = await threads.open_thread("support", "customer", "refund order 4500")
+    reminder = "Reminder for the refund approvers: order 4500 ($450.00) has waited an hour."
+    posts: list[tuple[int, str, Mention | None]] = [
+        (1, "Was the package opened?", None),
+        (2, reminder, "approvers"),
+    ]
+    for seq, text, mention in posts:
+        await threads.post(
+            OutboundMessage(
+                thread=thread_ref(opening.thread_id),
+                key=MessageKey(workflow_id="local-local-support-t1", run_id="r", seq=seq),
+                kind="info",
+                text=text,
+                mention=mention,
+            )
+        )
+    await channel.show_new()
+    stored = [m.text for m in await threads.messages() if m.author_is_bot]
+    assert stored == ["Was the package opened?", f"{APPROVERS_MENTION} {reminder}"]
+    assert f"[t1] refund-bot: @support-agents {reminder}" in out.getvalue()
+
+
 async def test_chat_markup_is_shown_as_plain_words(tmp_path: Path) -> None:
     channel, out, commands = channel_on(tmp_path)
     commands.reply_text = "*local-local-support-t1*  (read from <https://docs.temporal.io|history>)"
@@ -132,3 +190,24 @@ async def test_a_message_in_a_finished_thread_says_how_to_start_a_new_one(tmp_pa
     channel, out, _ = channel_on(tmp_path, Routed.CLOSED)
     await channel.handle("please refund order 1234")
     assert "Type /new, then your message, to start a new one." in out.getvalue()
+
+
+async def test_words_a_command_does_not_take_are_an_answer_not_a_crash(tmp_path: Path) -> None:
+    """Reproduces a typed command with more words than it takes (`/quit now`, `/as a b`)
+    raising TypeError out of the channel's loop, which ended the terminal."""
+    channel, out, commands = channel_on(tmp_path)
+    channel.me = PEOPLE["presenter"]
+    for line in ("/quit now", "/as support presenter", "/refund-status t1 t2", "/help me"):
+        assert await channel.handle(line) is True, line
+    assert out.getvalue().count("does not take") == 4
+    assert channel.me == PEOPLE["presenter"] and commands.calls == []
+
+
+async def test_a_command_that_fails_is_said_and_the_channel_goes_on(tmp_path: Path) -> None:
+    """Reproduces a command whose work raised (Temporal not answering) ending the terminal."""
+    channel, out, commands = channel_on(tmp_path)
+    commands.fail = True
+    channel.me = PEOPLE["presenter"]
+    assert await channel.handle("/refund-status t1") is True
+    assert "! /refund-status failed on our side" in out.getvalue()
+    assert "Traceback" not in out.getvalue()

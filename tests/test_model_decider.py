@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 from pydantic import SecretStr
 from temporalio.client import WorkflowFailureError
+from temporalio.exceptions import TemporalError
 
 from agent.decoded_history import decoded_history
 from agent.history import survivors_from_history
@@ -19,9 +20,9 @@ from harness.inproc import running_worker
 
 def _settings(tmp_path, model: FakeOpenAI) -> AgentSettings:
     return AgentSettings(
-        _env_file=None,  # type: ignore[call-arg]
+        _env_file=None,
         data_dir=tmp_path,
-        openai_api_key=model.api_key,
+        openai_api_key=SecretStr(model.api_key),
         openai_base_url=model.api_url,
         openai_model="test-model",
     )
@@ -86,4 +87,6 @@ async def test_a_model_that_refuses_the_call_ends_with_a_plain_sentence(client, 
     said = [(m.kind, m.text) for m in await conv.bot_messages()]
     assert said == [("outcome", SOMETHING_WENT_WRONG)]
     assert len(model.requests) == 1  # a 401 is not retried
-    assert "HTTP 401" in str(failed.value.cause.cause)  # the detail, for operators
+    cause = failed.value.cause
+    assert isinstance(cause, TemporalError)
+    assert "HTTP 401" in str(cause.cause)  # the detail, for operators

@@ -8,6 +8,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -19,7 +20,7 @@ from temporalio.client import Client
 from temporalio.runtime import PrometheusConfig, Runtime, TelemetryConfig
 from temporalio.testing import WorkflowEnvironment
 
-from agent.models import ThreadRef
+from agent.models import Actor, ThreadRef
 from agent.stores.sqlite import SqliteDatabase
 from bot.conversations import InboundMessage
 from bot.inbox import Inbox
@@ -110,7 +111,7 @@ async def test_metrics_are_the_runtimes_exporter_with_the_bots_gauges_set_at_the
         event_id="e1",
         thread=thread,
         message_id="m1",
-        author={"platform": "slack", "user_id": "U1"},
+        author=Actor(platform="slack", user_id="U1"),
         text="hi",
         opens_thread=False,
     )
@@ -142,3 +143,20 @@ async def test_an_address_in_use_is_one_line(
         with pytest.raises(OpsRefused, match=f"METRICS_ADDRESS={address}"):
             async with serving_ops(address, ops):
                 pass
+
+
+async def test_metrics_without_its_exporter_is_503_and_one_line(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Reproduces /metrics answering 500, with a traceback per scrape, when the exporter it
+    serves does not answer."""
+    nowhere = await Client.connect(f"127.0.0.1:{free_port()}", lazy=True)
+    exporter = f"http://127.0.0.1:{free_port()}/metrics"
+    ops = Ops(
+        nowhere, Inbox(SqliteDatabase(tmp_path)), [], exporter, Runtime.default().metric_meter
+    )
+    async with served(ops) as url:
+        status, text = await get(url + "/metrics")
+    assert status == 503 and "exporter" in text
+    (line,) = [r for r in caplog.records if r.levelno >= logging.WARNING]
+    assert line.exc_info is None and exporter in line.getMessage()

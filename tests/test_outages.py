@@ -49,10 +49,11 @@ async def _waiting_on(client, conv: LocalConversation, what: str) -> str:
     await wait_for(
         lambda: _said(conv, WAITING), timeout=60, what="the waiting notice in the thread"
     )
-    assert conv.handle is not None
+    handle = conv.handle
+    assert handle is not None
 
     async def line() -> str | None:
-        found = (await what_survives(client, conv.handle.id)).waiting_on  # type: ignore[union-attr]
+        found = (await what_survives(client, handle.id)).waiting_on
         return found if found and what in found else None
 
     return await wait_for(line, timeout=60, what=f"status to say it waits on {what}")
@@ -71,9 +72,9 @@ def _told_once(texts: list[str]) -> None:
 async def test_the_model_api_down_delays_the_decision(client, tmp_path) -> None:
     async with FakeOpenAI() as model:
         settings = AgentSettings(
-            _env_file=None,  # type: ignore[call-arg]
+            _env_file=None,
             data_dir=tmp_path,
-            openai_api_key=model.api_key,
+            openai_api_key=SecretStr(model.api_key),
             openai_base_url=model.api_url,
         )
         store = LocalThreadStore(database_for(settings))
@@ -124,7 +125,7 @@ async def test_the_approver_group_down_at_authorization_delays_the_refund(
 async def test_stripe_down_delays_the_refund_with_one_idempotency_key(client, tmp_path) -> None:
     async with FakeStripe() as stripe:
         settings = AgentSettings(
-            _env_file=None,  # type: ignore[call-arg]
+            _env_file=None,
             data_dir=tmp_path,
             stripe_api_key=SecretStr(stripe.api_key),
             stripe_api_base=stripe.url,

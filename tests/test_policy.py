@@ -14,12 +14,13 @@ from agent.models import (
     OwnerRefund,
     PolicyCheck,
     PolicyLookup,
+    QuestionId,
 )
 from agent.policy import find_order_number, next_step
 
 
-def _answer(question_id: str, text: str) -> Answer:
-    return Answer(question_id=question_id, text=text, message_id=f"m-{question_id}-{text}")  # type: ignore[arg-type]
+def _answer(question_id: QuestionId, text: str) -> Answer:
+    return Answer(question_id=question_id, text=text, message_id=f"m-{question_id}-{text}")
 
 
 def _order(number: str = "1234", cents: int = 8000, final_sale: bool = False) -> OrderLookup:
@@ -103,7 +104,11 @@ def test_answers_the_customer_already_gave_are_not_asked_again() -> None:
     step = next_step("refund order 1234, the handle snapped off", [_order(), HISTORY])
     assert step.question_id == "item_opened"
     # Any earlier answer counts too, whichever question it was given to.
-    memory = [_order(), HISTORY, _answer("item_opened", "I never opened it, the box was crushed")]
+    memory: list[Observation] = [
+        _order(),
+        HISTORY,
+        _answer("item_opened", "I never opened it, the box was crushed"),
+    ]
     step = next_step("refund order 1234", memory)
     assert (step.action, step.outcome) == ("decide", "approve")
 

@@ -25,23 +25,31 @@ class Sleeps:
         await asyncio.sleep(0)
 
 
-def scripted(*steps: Callable[[PlatformHealth], Awaitable[None]]) -> Callable[..., object]:
+class ScriptedConnect:
+    """A connect function playing `steps` in turn; after the last, it stays connected. `calls`
+    counts the attempts."""
+
+    def __init__(
+        self, steps: tuple[Callable[[PlatformHealth], Awaitable[None]], ...], health: PlatformHealth
+    ) -> None:
+        self.steps, self.health = steps, health
+        self.calls: list[int] = []
+
+    async def __call__(self) -> None:
+        calls, steps = self.calls, self.steps
+        calls.append(len(calls))
+        if len(calls) <= len(steps):
+            await steps[len(calls) - 1](self.health)
+            return
+        self.health.connected()
+        await asyncio.Event().wait()
+
+
+def scripted(
+    *steps: Callable[[PlatformHealth], Awaitable[None]],
+) -> Callable[[PlatformHealth], ScriptedConnect]:
     """A connect function playing `steps` in turn; after the last, it stays connected."""
-    calls: list[int] = []
-
-    def make(health: PlatformHealth) -> Callable[[], Awaitable[None]]:
-        async def connect() -> None:
-            calls.append(len(calls))
-            if len(calls) <= len(steps):
-                await steps[len(calls) - 1](health)
-                return
-            health.connected()
-            await asyncio.Event().wait()
-
-        connect.calls = calls  # type: ignore[attr-defined]
-        return connect
-
-    return make
+    return lambda health: ScriptedConnect(steps, health)
 
 
 async def unreachable(_: PlatformHealth) -> None:
@@ -117,7 +125,7 @@ async def test_a_refusal_is_one_line_down_and_never_retried(caplog) -> None:
         await wait_for(lambda: health.state == "down", what="down")
         for _ in range(10):  # give a retry every chance to happen
             await asyncio.sleep(0)
-        assert connect.calls == [0] and sleeps.delays == []  # type: ignore[attr-defined]
+        assert connect.calls == [0] and sleeps.delays == []
         assert not task.done()  # it waits, so `refund-bot run` keeps running
         assert health.detail.startswith("Slack refused SLACK_APP_TOKEN")
         [line] = [r for r in caplog.records if r.name == "bot.reconnect"]
@@ -168,7 +176,7 @@ async def test_a_connection_that_just_ends_is_made_again() -> None:
         await wait_for(lambda: health.ok, what="connected again")
     finally:
         task.cancel()
-    assert connect.calls == [0, 1] and len(sleeps.delays) == 1  # type: ignore[attr-defined]
+    assert connect.calls == [0, 1] and len(sleeps.delays) == 1
 
 
 def test_one_line_keeps_the_first_line_and_bounds_it() -> None:

@@ -298,6 +298,7 @@ async def test_the_terminals_choice_answers_the_round_it_showed(threads) -> None
     out = io.StringIO()
     grants = GrantStore(threads.database)
     await grants.seed()  # the terminal's support agent may approve; Marlow may not
+    # No command is run here: commands=None fails loudly if one ever is.
     channel = LocalChannel(threads, router, commands=None, out=out, grants=grants)  # type: ignore[arg-type]
     await channel.show_new()
     await channel.handle("/as support")

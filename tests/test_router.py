@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import sqlite3
 import time
 from collections.abc import Callable
@@ -24,7 +25,10 @@ from bot.conversations import (
     ConversationRouter,
     InboundClick,
     InboundMessage,
+    Kept,
     Routed,
+    UnreadableEvent,
+    keep_unreadable,
 )
 from bot.dedup import RecentEvents
 from bot.ids import workflow_id_for
@@ -96,6 +100,7 @@ def router(temporal: FakeTemporal, tmp_path) -> ConversationRouter:
     async def hold() -> bool:
         return True
 
+    # FakeTemporal stands in for temporalio's Client: the calls the router makes.
     return ConversationRouter(temporal, "refund-bot", Inbox(SqliteDatabase(tmp_path)), hold)  # type: ignore[arg-type]
 
 
@@ -361,7 +366,7 @@ def quick_router(temporal: FakeTemporal, tmp_path: Path, **kwargs: Any) -> Conve
     kwargs.setdefault("inbox_retry", Backoff(first=0, cap=0, jitter=False))
     kwargs.setdefault("unreachable_retry", Backoff(first=0.01, cap=0.05, jitter=False))
     return ConversationRouter(
-        temporal,  # type: ignore[arg-type]
+        temporal,  # type: ignore[arg-type]  # for temporalio's Client
         "refund-bot",
         Inbox(SqliteDatabase(tmp_path)),
         no_hold,
@@ -411,3 +416,75 @@ async def test_a_redelivery_during_the_first_delivery_waits_for_its_verdict(
     release.set()
     assert sorted([await first, await retry]) == [Routed.DUPLICATE, Routed.SIGNALLED]
     assert [c[2] for c in temporal.calls] == ["customer_message", "customer_message"]  # start + 1
+
+
+async def test_an_event_an_adapter_cannot_read_is_kept_as_a_dead_letter(
+    router, temporal, tmp_path, caplog: pytest.LogCaptureFixture
+) -> None:
+    raw = {"event": {"user_profile": {"display_name": 7}}, "text": "lone \ud800 surrogate"}
+    await keep_unreadable(router, "slack", "message", raw, "`event.user_profile`: not a string")
+    [dead] = await router_inbox(tmp_path).dead_letters()
+    kept = UnreadableEvent.model_validate_json(dead.payload)
+    assert (kept.platform, kept.kind, kept.reason) == (
+        "slack",
+        "message",
+        "`event.user_profile`: not a string",
+    )
+    assert json.loads(kept.payload) == raw and dead.error == kept.reason
+    assert temporal.attempts == [] and await router_inbox(tmp_path).pending() == []
+    (line,) = [r for r in caplog.records if r.name == "bot.conversations"]
+    assert line.levelname == "WARNING" and line.exc_info is None
+    assert f"dead letter {dead.seq}" in line.getMessage()
+
+
+async def test_an_unreadable_event_that_cannot_be_kept_either_is_one_line(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    class Broken:
+        async def keep_unreadable(self, event: UnreadableEvent) -> None:
+            raise OSError("disk full")
+
+    await keep_unreadable(Broken(), "discord", "click", "{}", "no id")  # type: ignore[arg-type]
+    (line,) = caplog.records
+    assert line.levelname == "WARNING" and line.exc_info is None
+    assert "disk full" in line.getMessage()
+
+
+async def test_a_message_is_in_the_inbox_before_its_ack_and_a_restart_delivers_it_once(
+    router, temporal, tmp_path
+) -> None:
+    """keep() commits the message to the inbox and returns: that is when the platform may hear
+    "ok". If the process dies right then (its delivery never runs), a new router on the same
+    inbox delivers it, once."""
+    await router.on_message(message("e1", "refund 1234", opens=True))
+    kept = await router.keep(message("e2", "Yes"))
+    assert isinstance(kept, Kept)
+    [entry] = await router_inbox(tmp_path).pending()
+    assert entry.seq == kept.seq and entry.workflow_id == kept.workflow_id
+    assert [c[2] for c in temporal.calls] == ["customer_message"]  # the opening only, so far
+
+    # The process is gone; another starts on the same inbox and delivers what it finds.
+    async def hold() -> bool:
+        return False
+
+    restarted = ConversationRouter(temporal, "refund-bot", router_inbox(tmp_path), hold)
+    assert await restarted.deliver_pending() == 1
+    assert [c[3].text for c in temporal.calls[1:]] == ["Yes"]
+    assert await _empty(tmp_path)
+    assert await restarted.deliver_pending() == 0  # once
+
+
+async def test_a_kept_message_is_delivered_right_after_its_ack_not_twice(
+    router, temporal, tmp_path
+) -> None:
+    await router.on_message(message("e1", "refund 1234", opens=True))
+    kept = await router.keep(message("e2", "Yes"))
+    assert isinstance(kept, Kept)
+    # The delivery loop leaves it to the handler that kept it (its ack is going out) ...
+    assert await router.deliver_pending() == 0
+    # ... which delivers it (the listener's on_message finds it kept), and the redelivery that
+    # arrives meanwhile is a duplicate.
+    assert await router.on_message(message("e2", "Yes")) == Routed.SIGNALLED
+    assert await router.on_message(message("e2", "Yes")) == Routed.DUPLICATE
+    assert [c[3].text for c in temporal.calls[1:]] == ["Yes"]
+    assert await _empty(tmp_path)

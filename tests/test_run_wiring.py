@@ -37,11 +37,11 @@ async def test_run_serves_slack_when_its_token_is_set(tmp_path, monkeypatch) -> 
         for name in ("SLACK_APP_TOKEN", "DISCORD_TOKEN", "STRIPE_API_KEY", "HTTP_PROXY"):
             monkeypatch.delenv(name, raising=False)
         temporal = TemporalSettings(
-            _env_file=None,  # type: ignore[call-arg]
+            _env_file=None,
             address=f"127.0.0.1:{free_port()}",
             ui_port=free_port(),
         )
-        settings = AgentSettings(_env_file=None, data_dir=tmp_path)  # type: ignore[call-arg]
+        settings = AgentSettings(_env_file=None, data_dir=tmp_path)
         main = asyncio.create_task(run(temporal, settings, local=False))
         sender = SlackSender(slack)
         url = f"http://127.0.0.1:{port}/slack/events"

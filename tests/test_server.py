@@ -8,6 +8,7 @@ import socket
 import sqlite3
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 import pytest
@@ -23,10 +24,10 @@ from worker.server import EmbeddedTemporal, TemporalServerError, temporal_answer
 
 
 def local_settings(
-    port: int | None = None, *, embedded: bool = True, **more: object
+    port: int | None = None, *, embedded: bool = True, **more: Any
 ) -> TemporalSettings:
     return TemporalSettings(
-        _env_file=None,  # type: ignore[call-arg]
+        _env_file=None,
         address=f"127.0.0.1:{port or free_port()}",
         namespace="default",
         ui_port=free_port(),

@@ -23,13 +23,13 @@ def test_env_example_documents_every_setting() -> None:
 def test_a_copy_of_env_example_runs_offline(monkeypatch) -> None:
     for name in setting_names():
         monkeypatch.delenv(name, raising=False)
-    temporal = TemporalSettings(_env_file=EXAMPLE)  # type: ignore[call-arg]
-    agent = AgentSettings(_env_file=EXAMPLE)  # type: ignore[call-arg]
+    temporal = TemporalSettings(_env_file=EXAMPLE)
+    agent = AgentSettings(_env_file=EXAMPLE)
     assert temporal.api_key is None and temporal.tls_cert_path is None
     assert agent.effect_mode == "ledger" and agent.admins == [] and agent.codec_keys is None
-    server = CodecServerSettings(_env_file=EXAMPLE)  # type: ignore[call-arg]
+    server = CodecServerSettings(_env_file=EXAMPLE)
     assert server.host == "127.0.0.1" and server.token is None
     # Its empty DEMO_CUSTOMER_FOR_NEW_USERS links no chat user to the demo customer.
     assert [agent.demo_customer_for(p) for p in ("local", "slack", "discord")] == [None] * 3
-    assert not SlackSettings(_env_file=EXAMPLE).enabled  # type: ignore[call-arg]
-    assert not DiscordSettings(_env_file=EXAMPLE).enabled  # type: ignore[call-arg]
+    assert not SlackSettings(_env_file=EXAMPLE).enabled
+    assert not DiscordSettings(_env_file=EXAMPLE).enabled

@@ -7,6 +7,7 @@ from datetime import timedelta
 
 import aiohttp
 import pytest
+from pydantic import SecretStr
 from slack_sdk.web.async_client import AsyncWebClient
 from temporalio.exceptions import ApplicationError
 
@@ -21,6 +22,7 @@ from bot.slack.render import (
     blocks_for,
     escape,
     fallback_text,
+    mention_for,
     parse_button_value,
 )
 from bot.slack.settings import SlackSettings
@@ -361,7 +363,9 @@ async def test_never_posts_outside_a_thread(slack: FakeSlackApi, poster: SlackTh
 
 
 async def test_from_settings(slack: FakeSlackApi) -> None:
-    settings = SlackSettings(_env_file=None, bot_token=slack.token, api_url=slack.url.rstrip("/"))
+    settings = SlackSettings(
+        _env_file=None, bot_token=SecretStr(slack.token), api_url=slack.url.rstrip("/")
+    )
     assert settings.enabled and settings.api_url == slack.url
     root = slack.add_message(CHANNEL, "hi")
 
@@ -371,6 +375,46 @@ async def test_from_settings(slack: FakeSlackApi) -> None:
     assert posted.platform_message_id == bot_replies(slack, root)[0]["ts"]
     with pytest.raises(ValueError, match="SLACK_BOT_TOKEN"):
         SlackThreadPoster.from_settings(SlackSettings(_env_file=None, bot_token=None))
+
+
+async def test_the_approvers_reminder_mentions_their_user_group_and_nothing_else_does(
+    slack: FakeSlackApi,
+) -> None:
+    settings = SlackSettings(
+        _env_file=None,
+        bot_token=SecretStr(slack.token),
+        api_url=slack.url,
+        approver_group="S0APPROVERS",
+    )
+    root = slack.add_message(CHANNEL, "refund order 4500 <!subteam^S0OTHER>")
+    reminder = "Reminder for the refund approvers: order 4500 ($450.00) has waited an hour."
+    async with SlackThreadPoster.from_settings(settings) as poster:
+        await poster.post(outbound(root, seq=1, kind="escalation", actions=["approve", "deny"]))
+        await poster.post(outbound(root, seq=2, kind="info", text=f"You wrote: {CUSTOMER_TEXT}"))
+        await poster.post(
+            outbound(root, seq=3, kind="info", text=reminder).model_copy(
+                update={"mention": "approvers"}
+            )
+        )
+
+    *others, reminded = slack.calls_to("chat.postMessage")
+    mention = "<!subteam^S0APPROVERS> "
+    assert reminded.params["text"] == mention + reminder  # the notification names the group
+    assert reminded.params["blocks"][0]["text"]["text"] == mention + reminder
+    assert len(others) == 2
+    for call in others:
+        for rendered in (call.params["text"], call.params["blocks"][0]["text"]["text"]):
+            assert "<!" not in rendered and "subteam" not in rendered
+    assert [m["text"] for m in bot_replies(slack, root)][-1] == mention + reminder
+
+
+@pytest.mark.parametrize("group", [None, "", "S0X> <!channel", "sales-team"])
+def test_without_a_user_group_id_the_reminder_mentions_nobody(group: str | None) -> None:
+    message = outbound("1.000001", kind="info", text="Reminder for the refund approvers: …")
+    message = message.model_copy(update={"mention": "approvers"})
+    assert mention_for(message, group) == ""
+    assert fallback_text(message, group) == message.text
+    assert blocks_for(message, group)[0]["text"]["text"] == message.text
 
 
 def test_settings_blank_means_unset(monkeypatch: pytest.MonkeyPatch) -> None:

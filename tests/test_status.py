@@ -24,13 +24,15 @@ async def test_the_status_line_says_where_everything_stands_and_is_logged_on_a_p
     slack.connected()
     discord.retrying("gateway refused")
     async with supervised_stack(temporal_env, tmp_path) as stack:
+        supervisor, server = stack.supervisor, stack.server
+        assert supervisor is not None and server is not None  # supervised_stack's
         line = await status_line(stack, [slack, discord])
-        address = re.escape(stack.server.address)
+        address = re.escape(server.address)
         assert re.fullmatch(
             rf"status: Temporal {address} \(reused: not started by refund-bot for this data "
             r"directory\)"
-            rf" \| Worker pid {stack.supervisor.pid} polling '{stack.temporal.task_queue}',"
-            rf" standby pid {stack.supervisor.standby_pid}"
+            rf" \| Worker pid {supervisor.pid} polling '{stack.temporal.task_queue}',"
+            rf" standby pid {supervisor.standby_pid}"
             r" \| slack connected, discord retrying for \d+s \(gateway refused\)"
             r" \| inbox 0 waiting",
             line,
@@ -47,7 +49,9 @@ async def test_the_status_line_says_where_everything_stands_and_is_logged_on_a_p
                     if r.name == "refund_bot.status" and r.getMessage().startswith("status: ")
                 ]
 
-            records = await wait_for(lambda: len(logged()) >= 2 and logged(), what="two lines")
+            records = await wait_for(
+                lambda: logged() if len(logged()) >= 2 else None, what="two lines"
+            )
             assert all(r.levelno == logging.DEBUG for r in records)
         finally:
             reporter.cancel()
@@ -55,5 +59,5 @@ async def test_the_status_line_says_where_everything_stands_and_is_logged_on_a_p
                 await reporter
 
         # The Worker gone: the line says so instead of failing.
-        await stack.supervisor.stop()
+        await supervisor.stop()
         assert " | no Worker | " in await status_line(stack, [])

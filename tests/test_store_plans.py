@@ -13,6 +13,7 @@ import asyncio
 import re
 import sqlite3
 from pathlib import Path
+from typing import Any
 
 from agent.settings import AgentSettings
 from agent.stores.databases import close_database, database_for
@@ -28,18 +29,30 @@ NOT_THE_AGENTS = ("SELECT MAX(CAST(SUBSTR(thread_id, 2) AS INTEGER)) FROM thread
 WHOLE_TABLE = re.compile(r"^SCAN (?!CONSTANT ROW)(?!\()")
 
 
+def _table(sql: str) -> str:
+    """The table a statement reads FROM."""
+    match = re.search(r"FROM\s+(\w+)", sql)
+    assert match is not None, sql
+    return match.group(1)
+
+
 async def test_a_conversation_reads_no_table_whole(client, tmp_path, monkeypatch) -> None:
     statements: list[tuple[Path, str]] = []
     tracing = False  # from the conversation's start: not the Worker's start-up (migrations, seed)
     connect = sqlite3.connect
 
-    def tracing_connect(path: str | Path, *args: object, **kwargs: object) -> sqlite3.Connection:
-        conn = connect(path, *args, **kwargs)  # type: ignore[arg-type]
-        conn.set_trace_callback(lambda sql: tracing and statements.append((Path(path), sql)))
+    def tracing_connect(path: str | Path, *args: Any, **kwargs: Any) -> sqlite3.Connection:
+        conn = connect(path, *args, **kwargs)
+
+        def trace(sql: str) -> None:
+            if tracing:
+                statements.append((Path(path), sql))
+
+        conn.set_trace_callback(trace)
         return conn
 
     monkeypatch.setattr(sqlite3, "connect", tracing_connect)
-    settings = AgentSettings(_env_file=None, data_dir=tmp_path)  # type: ignore[call-arg]
+    settings = AgentSettings(_env_file=None, data_dir=tmp_path)
     threads = LocalThreadStore(database_for(settings))
     try:
         async with running_worker(client, settings, threads) as task_queue:
@@ -62,7 +75,7 @@ async def test_a_conversation_reads_no_table_whole(client, tmp_path, monkeypatch
         and not sql.lstrip().startswith(NOT_THE_AGENTS)
         and "schema_migrations" not in sql
     ]
-    tables_read = {re.search(r"FROM\s+(\w+)", sql).group(1) for _, sql in reads if "FROM" in sql}  # type: ignore[union-attr]
+    tables_read = {_table(sql) for _, sql in reads if "FROM" in sql}
     # The trace saw the stores a conversation reads: its order, the customer's history (orders and
     # the ledger's refunds), the live grant, its thread's posts.
     assert {"orders", "customers", "accounts", "refunds", "grants", "messages"} <= tables_read

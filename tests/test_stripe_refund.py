@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from pydantic import SecretStr
 from temporalio.exceptions import ApplicationError
 from temporalio.testing import ActivityEnvironment
 
@@ -38,9 +39,9 @@ def _lookups(settings: AgentSettings) -> LookupActivities:
 
 def _activities(stripe: FakeStripe, tmp_path) -> tuple[RefundActivities, AgentSettings]:
     settings = AgentSettings(
-        _env_file=None,  # type: ignore[call-arg]
+        _env_file=None,
         data_dir=tmp_path,
-        stripe_api_key=stripe.api_key,
+        stripe_api_key=SecretStr(stripe.api_key),
         stripe_api_base=stripe.url,
     )
     return RefundActivities(settings, Ledger(database_for(settings))), settings

@@ -9,10 +9,13 @@ import asyncio
 from datetime import timedelta
 
 from agent.history import what_survives
-from agent.models import Timing
-from agent.sayings import HOLD_RAN_OUT, NO_DECISION, NOT_HEARD_BACK
+from agent.models import Takeover, Timing
+from agent.sayings import HANDED_BACK, HOLD_RAN_OUT, NO_DECISION, NOT_HEARD_BACK, taken_over
 from agent.visibility import escalations_waiting
-from harness.conversation import LocalConversation
+from agent.workflow import RefundConversation
+from bot.local.thread_store import APPROVERS_MENTION
+from harness.conditions import wait_for
+from harness.conversation import SUPPORT, LocalConversation
 from harness.inproc import running_worker
 from harness.owner import refunds_made
 
@@ -77,12 +80,16 @@ async def test_an_undecided_escalation_reminds_the_approvers_once_then_closes(
         queued = [w for w in await escalations_waiting(client) if w.workflow_id == handle.id]
         assert [(w.order, w.amount_cents, w.reminded) for w in queued] == [("4500", 45000, False)]
         reminder = await conv.next_bot_message(timeout=20)
+        # The terminal's outbound half names the support agents in the reminder, and only there.
         assert reminder.text.startswith(
-            "Reminder for the refund approvers: order 4500 ($450.00) has waited"
+            f"{APPROVERS_MENTION} Reminder for the refund approvers: order 4500 ($450.00) has "
+            "waited"
         )
         outcome = await asyncio.wait_for(handle.result(), 30)
     assert outcome.status == "expired" and outcome.message == NO_DECISION
-    assert [m.text for m in await conv.bot_messages()][-1] == NO_DECISION
+    said = [m.text for m in await conv.bot_messages()]
+    assert said[-1] == NO_DECISION
+    assert [t for t in said if APPROVERS_MENTION in t] == [reminder.text]
     assert await refunds_made(agent_settings) == []
 
 
@@ -96,3 +103,29 @@ async def test_the_hold_before_the_refund_ends_and_no_refund_is_made(
         outcome = await asyncio.wait_for(handle.result(), 30)
     assert outcome.status == "expired" and outcome.message == HOLD_RAN_OUT
     assert await refunds_made(agent_settings) == []
+
+
+async def test_a_held_escalation_waits_silently_until_it_is_handed_back(
+    client, agent_settings, threads
+) -> None:
+    """While a person holds the conversation the agent neither reminds the approvers nor closes
+    the escalation: its clock stops (read from history: no timer but the age limit runs), and
+    starts again at the hand-back."""
+    async with running_worker(client, agent_settings, threads) as tq:
+        conv = LocalConversation(client, threads, tq)
+        handle = await conv.open("please refund order 4500", timing=SECONDS)
+        assert (await conv.answer_until_decided()).kind == "escalation"
+        await handle.signal(RefundConversation.takeover, Takeover(actor=SUPPORT, taken=True))
+        assert (await conv.next_bot_message()).text == taken_over(SUPPORT.label)
+
+        async def held() -> str | None:
+            deadline = (await what_survives(client, handle.id)).next_deadline or ""
+            return deadline if deadline.startswith("close: the conversation's age limit") else None
+
+        await wait_for(held, what="the escalation's clock stopped")
+        await handle.signal(RefundConversation.takeover, Takeover(actor=SUPPORT, taken=False))
+        assert (await conv.next_bot_message()).text == HANDED_BACK
+        reminder = await conv.next_bot_message(timeout=20)
+        assert "Reminder for the refund approvers" in reminder.text
+        outcome = await asyncio.wait_for(handle.result(), 30)
+    assert outcome.status == "expired" and outcome.message == NO_DECISION

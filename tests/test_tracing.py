@@ -18,7 +18,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -98,6 +98,18 @@ def named(trace: list[ReadableSpan], name: str) -> list[ReadableSpan]:
     return [s for s in trace if s.name == name]
 
 
+def attributes(span: ReadableSpan) -> Mapping[str, Any]:
+    """A finished span's attributes: the SDK gives every finished span its mapping."""
+    assert span.attributes is not None
+    return span.attributes
+
+
+def started(span: ReadableSpan) -> int:
+    """A finished span's start, in nanoseconds: every finished span was started."""
+    assert span.start_time is not None
+    return span.start_time
+
+
 def everything_said(span: ReadableSpan) -> list[str]:
     """Every value a span carries out of the process: attributes, events, status, links."""
     said = [str(v) for v in (span.attributes or {}).values()]
@@ -116,7 +128,7 @@ async def test_a_conversation_on_the_local_channel_is_one_connected_trace_per_me
     exporter.clear()
     caplog.set_level(logging.INFO)
     address = temporal_env.client.service_client.config.target_host
-    client = await connect(TemporalSettings(_env_file=None, address=address), keys=TEST_KEYS)  # type: ignore[call-arg]
+    client = await connect(TemporalSettings(_env_file=None, address=address), keys=TEST_KEYS)
     assert [type(i).__name__ for i in client.config()["interceptors"]] == ["ConversationTracing"]
     database = database_for(agent_settings)
     threads = LocalThreadStore(database)
@@ -139,7 +151,7 @@ async def test_a_conversation_on_the_local_channel_is_one_connected_trace_per_me
         out = io.StringIO()
         channel = LocalChannel(
             threads, router, RecordingCommands(), out=out, grants=GrantStore(database)
-        )  # type: ignore[arg-type]
+        )
 
         async def the_agent_says(count: int) -> None:
             async def posts() -> bool:
@@ -165,7 +177,7 @@ async def test_a_conversation_on_the_local_channel_is_one_connected_trace_per_me
 
     assert "Your refund is complete" in out.getvalue()
     spans = exporter.get_finished_spans()
-    by_root = {}
+    by_root: dict[str, list[tuple[ReadableSpan, list[ReadableSpan]]]] = {}
     for trace in traces(spans).values():
         root = root_of(trace)
         if root.name in ROOTS:
@@ -173,19 +185,24 @@ async def test_a_conversation_on_the_local_channel_is_one_connected_trace_per_me
     assert [len(by_root.get(name, [])) for name in ROOTS] == [3, 1, 1]
 
     (opening, opening_trace), (_, yes_trace), (seam, seam_trace) = sorted(
-        by_root["local.message"], key=lambda found: found[0].start_time
+        by_root["local.message"], key=lambda found: started(found[0])
     )
     # The opening message: the router starts the conversation with signal-with-start, and the
     # Worker's first steps (decide, post the first question) are in the same trace.
-    # The terminal keeps the message in its thread store (its SQL), then routes it.
+    # The terminal keeps the message in its thread store (its SQL), writes it ahead to the
+    # inbox, then routes it.
     first = children(opening_trace, opening)
-    assert first[-1] == "router.route" and {"INSERT threads", "SELECT threads"} >= set(first[:-1])
+    assert first[-2:] == ["router.keep", "router.route"]
+    assert {"INSERT threads", "SELECT threads"} >= set(first[:-2])
+    assert children(opening_trace, named(opening_trace, "router.keep")[0]) == ["INSERT inbox"]
     route = named(opening_trace, "router.route")[0]
-    assert route.attributes["refund_bot.routed"] == "started"
-    # Whether the inbox holds anything of this conversation first (order), then the Signal.
+    assert attributes(route)["refund_bot.routed"] == "started"
+    # Whether the inbox holds anything earlier of this conversation (order), the Signal, then
+    # the message written ahead is done with.
     assert children(opening_trace, route) == [
         "SELECT inbox",
         "SignalWithStartWorkflow:RefundConversation",
+        "DELETE inbox",
     ]
     for name in (
         "RunWorkflow:RefundConversation",
@@ -196,18 +213,18 @@ async def test_a_conversation_on_the_local_channel_is_one_connected_trace_per_me
     ):
         assert named(opening_trace, name), f"{name} missing from the opening message's trace"
     (post,) = named(opening_trace, "chat.post")
-    assert post.attributes["refund_bot.message_kind"] == "question"
+    assert attributes(post)["refund_bot.message_kind"] == "question"
     assert children(opening_trace, post) == ["INSERT threads"]
 
     # Each answer: a Signal, then the steps it causes and the agent's next post, one trace.
     for trace, kind in ((yes_trace, "question"), (seam_trace, "escalation")):
         route = named(trace, "router.route")[0]
-        assert route.attributes["refund_bot.routed"] == "signalled"
+        assert attributes(route)["refund_bot.routed"] == "signalled"
         (signal,) = named(trace, "SignalWorkflow:customer_message")
         assert {"HandleSignal:customer_message", "StartActivity:decide_next_step"} <= set(
             children(trace, signal)
         )
-        assert [p.attributes["refund_bot.message_kind"] for p in named(trace, "chat.post")] == [
+        assert [attributes(p)["refund_bot.message_kind"] for p in named(trace, "chat.post")] == [
             kind
         ]
         assert not named(trace, "RunWorkflow:RefundConversation")
@@ -215,13 +232,13 @@ async def test_a_conversation_on_the_local_channel_is_one_connected_trace_per_me
     # escalates.
     assert named(opening_trace, "RunActivity:lookup_order")
     assert named(opening_trace, "SELECT domain")
-    assert named(seam_trace, "chat.post")[0].attributes["refund_bot.round"] == 1
+    assert attributes(named(seam_trace, "chat.post")[0])["refund_bot.round"] == 1
 
     # The click: the approval Signal, the live grant read, the refund, the outcome, the edit.
     ((click, click_trace),) = by_root["local.click"]
-    assert click.attributes["refund_bot.decision"] == "approve"
-    assert click.attributes["refund_bot.round"] == 1
-    assert click.attributes["refund_bot.outcome"] == "signalled"
+    assert attributes(click)["refund_bot.decision"] == "approve"
+    assert attributes(click)["refund_bot.round"] == 1
+    assert attributes(click)["refund_bot.outcome"] == "signalled"
     for name in (
         "HandleSignal:approval",
         "RunActivity:authorize_refund",
@@ -232,12 +249,12 @@ async def test_a_conversation_on_the_local_channel_is_one_connected_trace_per_me
     ):
         assert named(click_trace, name), f"{name} missing from the click's trace"
     (refund,) = named(click_trace, "refund.ledger")
-    assert refund.attributes["refund_bot.amount_cents"] == 45000
-    assert refund.attributes["refund_bot.status"] == "succeeded"
-    assert named(click_trace, "chat.post")[0].attributes["refund_bot.message_kind"] == "outcome"
+    assert attributes(refund)["refund_bot.amount_cents"] == 45000
+    assert attributes(refund)["refund_bot.status"] == "succeeded"
+    assert attributes(named(click_trace, "chat.post")[0])["refund_bot.message_kind"] == "outcome"
 
     ((command, _),) = by_root["local.command"]
-    assert command.attributes["refund_bot.command"] == "/refund-status"
+    assert attributes(command)["refund_bot.command"] == "/refund-status"
 
     # No span, of any trace (the thread store's polling included), holds customer text.
     for span in spans:
@@ -249,7 +266,8 @@ async def test_a_conversation_on_the_local_channel_is_one_connected_trace_per_me
     # A log line of a message's handling names that message's trace: the Activity's, the
     # Workflow's (its current span is the last Signal's), and the router's in the bot.
     def trace_ids(fragment: str) -> set[str]:
-        return {r.otelTraceID for r in caplog.records if fragment in r.getMessage()}
+        # Set by agent.tracing's record factory; logging's formatters read it from __dict__ too.
+        return {r.__dict__["otelTraceID"] for r in caplog.records if fragment in r.getMessage()}
 
     opening_id, seam_id = f"{opening.context.trace_id:032x}", f"{seam.context.trace_id:032x}"
     assert opening_id in trace_ids("MEMORY COPY | lookup_order")
@@ -269,7 +287,7 @@ async def test_a_span_refuses_an_attribute_it_does_not_know_and_keeps_no_error_t
         raise ValueError("the customer wrote: my card is 4242")
     (failed,) = exporter.get_finished_spans()
     assert failed.status.description == "ValueError"
-    assert failed.attributes["error.type"] == "ValueError"
+    assert attributes(failed)["error.type"] == "ValueError"
     assert "4242" not in " ".join(everything_said(failed))
 
 

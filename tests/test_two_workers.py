@@ -5,6 +5,7 @@ server, real child processes (tests/support/dummy_worker.py, and `refund-bot wor
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import signal
 import socket
@@ -101,7 +102,8 @@ async def test_the_sticky_reset_after_a_death_takes_only_what_the_dead_worker_he
             handle = await client.start_workflow(
                 Echo.run, "hello", id=f"echo-{uuid.uuid4().hex[:8]}", task_queue=task_queue
             )
-            await wait_for(lambda h=handle: _completed_a_task(h), timeout=10, what="the first task")
+            completed = functools.partial(_completed_a_task, handle)
+            await wait_for(completed, timeout=10, what="the first task")
             held_by[identity] = handle
 
     async def listed() -> bool:

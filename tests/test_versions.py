@@ -130,14 +130,16 @@ async def test_a_worker_names_the_conversations_it_cannot_run_before_it_polls(
     caplog.set_level(logging.INFO, logger="worker.runner")
     from agent.settings import TemporalSettings
 
-    temporal = TemporalSettings(_env_file=None, task_queue=f"q-{uuid.uuid4().hex[:8]}")  # type: ignore[call-arg]
+    temporal = TemporalSettings(_env_file=None, task_queue=f"q-{uuid.uuid4().hex[:8]}")
     worker = asyncio.create_task(run_worker(client, temporal, agent_settings, {"local": threads}))
     try:
 
         def said() -> list[str]:
             return [r.getMessage() for r in caplog.records if r.name == "worker.runner"]
 
-        lines = await wait_for(lambda: any("polling" in m for m in said()) and said(), what="poll")
+        lines = await wait_for(
+            lambda: said() if any("polling" in m for m in said()) else None, what="poll"
+        )
     finally:
         worker.cancel()
         await asyncio.gather(worker, return_exceptions=True)

@@ -65,9 +65,10 @@ async def polling(sup: WorkerSupervisor, pid: int) -> bool:
     "path", sorted(HISTORIES.rglob("*.json")), ids=lambda p: str(p.relative_to(HISTORIES))
 )
 async def test_a_recorded_restart_replays(path: Path) -> None:
-    """before-pause/ was recorded before RestartWorker took a PauseRequest, restart_worker.json
-    while it still did: a /crash-worker running at the deploy must take the same command on the
-    new code."""
+    """before-pause/ was recorded before RestartWorker took a PauseRequest, before-orders/ before
+    a restart order expired (the restart on the Workflow's own queue, taken whenever), the others
+    with orders: a /crash-worker running at the deploy must take the same command on the new
+    code."""
     replayer = Replayer(
         workflows=[RestartWorker, PausedRestartWorker], data_converter=TEST_CONVERTER
     )

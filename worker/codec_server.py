@@ -24,6 +24,7 @@ from pydantic import SecretStr
 from temporalio.api.common.v1 import Payloads
 from temporalio.converter import PayloadCodec
 
+from agent import http_edge
 from agent.codec import AesGcmCodec, CodecError, CodecKey
 from agent.settings import CodecServerSettings, TemporalSettings
 
@@ -75,9 +76,7 @@ def codec_app(
                 response.headers["Access-Control-Allow-Methods"] = "POST, OPTIONS"
                 response.headers["Access-Control-Allow-Headers"] = _CORS_REQUEST_HEADERS
                 response.headers["Access-Control-Max-Age"] = "600"
-        elif expected is not None and not hmac.compare_digest(
-            request.headers.get("Authorization", "").encode(), expected
-        ):
+        elif expected is not None and not hmac.compare_digest(_raw_header(request), expected):
             response = web.Response(
                 status=401,
                 text="this codec server wants Authorization: Bearer <CODEC_SERVER_TOKEN>\n",
@@ -90,7 +89,8 @@ def codec_app(
         else:
             response = await handler(request)
         if cors:
-            response.headers["Access-Control-Allow-Origin"] = origin  # type: ignore[assignment]
+            assert origin is not None  # cors: the request named an allowed origin
+            response.headers["Access-Control-Allow-Origin"] = origin
             response.headers["Access-Control-Allow-Credentials"] = "true"
         response.headers["Vary"] = "Origin"
         return response
@@ -98,9 +98,9 @@ def codec_app(
     def endpoint(transform: Callable[[Payloads], Awaitable[None]]) -> Handler:
         async def handle(request: web.Request) -> web.Response:
             try:
-                payloads = json_format.Parse(await request.text(), Payloads())
-            except json_format.ParseError:
-                return web.Response(status=400, text='the body is not {"payloads": [...]}\n')
+                payloads = read_payloads(await http_edge.read_body(request, "codec server"))
+            except NotPayloads as err:
+                return web.Response(status=400, text=f"{err}\n")
             try:
                 await transform(payloads)
             except CodecError as err:
@@ -116,6 +116,35 @@ def codec_app(
     return app
 
 
+class NotPayloads(ValueError):
+    """A body that is not the protocol's `{"payloads": [...]}` in UTF-8 JSON (HTTP 400)."""
+
+
+def read_payloads(raw: bytes) -> Payloads:
+    """The body as the protocol's Payloads message, or NotPayloads saying why not.
+
+    Read as UTF-8 whatever charset the Content-Type names: JSON is UTF-8 (RFC 8259), and a
+    charset Python does not know, or bytes that are not in it, raised out of request.text().
+    """
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise NotPayloads("the body is not UTF-8") from None
+    try:
+        return json_format.Parse(text, Payloads())
+    except json_format.ParseError:
+        raise NotPayloads('the body is not {"payloads": [...]}') from None
+
+
+def _raw_header(request: web.Request) -> bytes:
+    # aiohttp keeps header bytes that are not UTF-8 as surrogates, which a plain encode() refuses:
+    # the bytes as received, compared with the token's.
+    try:
+        return request.headers.get("Authorization", "").encode("utf-8", "surrogateescape")
+    except UnicodeEncodeError:
+        return b""  # a surrogate no bytes decode to: matches no token
+
+
 async def serve(
     server: CodecServerSettings, keys: Sequence[CodecKey], temporal: TemporalSettings
 ) -> None:
@@ -127,7 +156,7 @@ async def serve(
         )
     origins = allowed_origins(server, temporal)
     app = codec_app(AesGcmCodec(keys), temporal.namespace, origins, server.token)
-    runner = web.AppRunner(app, access_log=None)
+    runner = http_edge.runner(app)
     await runner.setup()
     try:
         await web.TCPSite(runner, server.host, server.port).start()

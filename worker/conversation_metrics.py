@@ -1,20 +1,11 @@
 """What the Worker measures of each conversation, outside the Workflow's code: turns and endings.
 
     customer_message | approval Signal -> a turn starts (the workflow task's time)
-        -> the next post_to_thread carries that time in a header -> it succeeds
-        -> refund_bot_turn_duration_seconds{signal}     (the Activity's metric meter)
+        -> the next post_to_thread carries that time in a header -> refund_bot_turn_duration_seconds
     the run returns its outcome, or fails -> refund_bot_conversations_ended_total{outcome}
-                                                        (the Workflow's metric meter)
 
-A turn is what a customer waits for: from the workflow task that took their message (or a support
-agent's click) to the agent's next post having been made. Its start is the task's time
-(workflow.time_ns(): the server's clock when the Worker took the task, the same on every replay),
-its end the post Activity's return on this host's clock; the Signal's wait for that task is the
-SDK's temporal_workflow_task_schedule_to_start_latency. The first try of a post (inside the task)
-and the regular Activity that takes over when it fails carry the same message key, so both carry
-the turn and the one that succeeds counts it. Headers add no command: a replay is unchanged.
-
-Both are the SDK's replay-safe meters: nothing is counted while a Worker replays a conversation.
+A turn is what a customer waits for: from the workflow task that took their message to the
+agent's next post. Both are the SDK's replay-safe meters, and headers add no command.
 """
 
 from __future__ import annotations

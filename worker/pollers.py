@@ -1,31 +1,56 @@
-"""Who polls a task queue, asked of Temporal.
+"""Who polls a task queue, and who is alive there now, asked of Temporal.
 
-    DescribeTaskQueue -> workflow_pollers -> worker_is_polling | supervisor_hosts | other_workers
+    DescribeTaskQueue -> workflow_pollers -> worker_is_polling (a new child's first poll)
+    ListWorkers (each Worker's heartbeat) -> live_workers -> live_supervisors, supervisor_hosts
+                                                          | other_workers
 
 Temporal, not a process list, says whether a Worker can make progress: a child counts as ready
-only once a poller with its identity is listed, and a host has a supervisor only while its control
-Worker polls.
+only once a poller with its identity is listed. Whether a Worker is alive *now* is another
+question: Temporal keeps listing a poller for a minute or more after its process was SIGKILLed or
+its host lost, and an idle live poller is seen only once a minute (its long poll). So liveness is
+read from the Workers' own heartbeats, which every refund-bot process sends every second
+(agent.temporal_client.WORKER_HEARTBEAT): a Worker whose last heartbeat is older than
+HEARTBEAT_FRESH is gone, on whatever host it ran. A server that keeps no heartbeats (ListWorkers
+refused, or none recorded at all) leaves the poller list, as before; a restart request to a host
+that is gone is still refused within a second there (worker.control's schedule-to-start).
 """
 
 from __future__ import annotations
 
+import logging
 import re
 import socket
 import time
 from dataclasses import dataclass
 from datetime import timedelta
 
-from temporalio.api.enums.v1 import TaskQueueKind, TaskQueueType
+from temporalio.api.enums.v1 import TaskQueueKind, TaskQueueType, WorkerStatus
 from temporalio.api.taskqueue.v1 import PollerInfo, TaskQueue
-from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
+from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest, ListWorkersRequest
 from temporalio.client import Client
+from temporalio.service import RPCError, RPCStatusCode
 
 from worker.lifecycle import alive
 
+log = logging.getLogger(__name__)
+
 _DESCRIBE_TIMEOUT = timedelta(seconds=5)
 # Temporal lists a poller for minutes after its last poll; a live one polls again within about a
-# minute (the long-poll timeout), so one not seen for longer is gone.
+# minute (the long-poll timeout), so one not seen for longer is gone. Used only where Temporal
+# keeps no heartbeats.
 _POLLER_SEEN_WITHIN = 120.0
+# A live Worker's last heartbeat reads up to about 2 s old (one a second, and Temporal's record of
+# it lags); older than this, the process is dead, or its host lost or cut off.
+HEARTBEAT_FRESH = 4.0
+# Workers a ListWorkers page holds; a deployment has a handful per queue.
+_PAGE = 200
+# The server said it will not list Workers: it keeps no heartbeats (an older server, or a cluster
+# with them turned off).
+_NOT_KEPT = (
+    RPCStatusCode.UNIMPLEMENTED,
+    RPCStatusCode.PERMISSION_DENIED,
+    RPCStatusCode.FAILED_PRECONDITION,
+)
 # "refund-bot-worker-4242@host" (ours), "4242@host" (the SDKs' default identity).
 _IDENTITY = re.compile(r"(\d+)@([^@\s]+)")
 _SUPERVISOR = re.compile(r"^refund-bot-supervisor-\d+@([^@\s]+)$")
@@ -51,47 +76,115 @@ async def worker_is_polling(client: Client, namespace: str, task_queue: str, ide
     return any(poller.identity == identity for poller in pollers)
 
 
-async def supervisor_hosts(client: Client, namespace: str, control_task_queue: str) -> list[str]:
-    """The hosts whose Worker supervisors poll `control_task_queue` now, sorted."""
+async def live_workers(client: Client, namespace: str, task_queue: str) -> dict[str, float] | None:
+    """The Workers on `task_queue` whose heartbeat is fresh, running: identity -> seconds since
+    their last heartbeat. None when Temporal keeps no heartbeats to read (see the module)."""
+    query = f"TaskQueue = '{task_queue}'"
+    try:
+        response = await client.workflow_service.list_workers(
+            ListWorkersRequest(namespace=namespace, page_size=_PAGE, query=query),
+            timeout=_DESCRIBE_TIMEOUT,
+        )
+        if not response.workers_info:
+            # Nothing on this queue: none alive, or none recorded anywhere (heartbeats off)?
+            anywhere = await client.workflow_service.list_workers(
+                ListWorkersRequest(namespace=namespace, page_size=1), timeout=_DESCRIBE_TIMEOUT
+            )
+            if not anywhere.workers_info:
+                return None
+    except RPCError as err:
+        if err.status not in _NOT_KEPT:
+            raise
+        log.debug("Temporal lists no Worker heartbeats (%s): reading its pollers", err.message)
+        return None
     now = time.time()
-    hosts = set()
-    for poller in await workflow_pollers(client, namespace, control_task_queue):
-        match = _SUPERVISOR.match(poller.identity)
-        if match and now - poller.last_access_time.ToSeconds() <= _POLLER_SEEN_WITHIN:
-            hosts.add(match.group(1))
-    return sorted(hosts)
+    found: dict[str, float] = {}
+    for info in response.workers_info:
+        beat = info.worker_heartbeat
+        ago = max(0.0, now - beat.heartbeat_time.ToSeconds())
+        # Fresh for its own pace: refund-bot's Workers beat every second, another SDK's every
+        # minute by default (elapsed_since_last_heartbeat is the gap before the last one).
+        pace = beat.elapsed_since_last_heartbeat.ToTimedelta().total_seconds()
+        fresh = max(HEARTBEAT_FRESH, 3 * pace)
+        if beat.status == WorkerStatus.WORKER_STATUS_RUNNING and ago <= fresh:
+            found[beat.worker_identity] = min(ago, found.get(beat.worker_identity, ago))
+    return found
+
+
+async def live_supervisors(
+    client: Client, namespace: str, control_task_queue: str
+) -> dict[str, str] | None:
+    """Each host with a supervisor alive on `control_task_queue` now -> that supervisor's identity
+    (the freshest, should a replacement and its dead predecessor both still be listed); None when
+    Temporal keeps no heartbeats to read."""
+    live = await live_workers(client, namespace, control_task_queue)
+    if live is None:
+        return None
+    found: dict[str, str] = {}
+    for identity in sorted(live, key=live.__getitem__, reverse=True):  # the freshest last
+        if match := _SUPERVISOR.match(identity):
+            found[match.group(1)] = identity
+    return found
+
+
+async def supervisor_hosts(client: Client, namespace: str, control_task_queue: str) -> list[str]:
+    """The hosts whose Worker supervisors are alive on `control_task_queue` now, sorted."""
+    live = await live_supervisors(client, namespace, control_task_queue)
+    if live is not None:
+        return sorted(live)
+    now = time.time()
+    identities = [
+        poller.identity
+        for poller in await workflow_pollers(client, namespace, control_task_queue)
+        if now - poller.last_access_time.ToSeconds() <= _POLLER_SEEN_WITHIN
+    ]
+    return sorted({m.group(1) for i in identities if (m := _SUPERVISOR.match(i))})
 
 
 @dataclass(frozen=True)
 class OtherWorker:
-    """A Worker of another process on the task queue, as its poller identity names it."""
+    """A Worker of another process on the task queue, as its identity names it."""
 
     identity: str
     host: str | None
     pid: int | None
-    seconds_since_poll: float
+    # Since its last heartbeat (or, where Temporal keeps none, its last poll).
+    seconds_since_seen: float
 
     def __str__(self) -> str:
         where = f"pid {self.pid} on {self.host}" if self.pid is not None else "unknown pid"
-        return f"{where} ({self.identity!r}, polled {self.seconds_since_poll:.0f} s ago)"
+        return f"{where} ({self.identity!r}, seen {self.seconds_since_seen:.0f} s ago)"
 
 
 async def other_workers(
-    client: Client, namespace: str, task_queue: str, *, this_host: str | None = None
+    client: Client,
+    namespace: str,
+    task_queue: str,
+    *,
+    this_host: str | None = None,
 ) -> list[OtherWorker]:
-    """The Workers of other processes that poll `task_queue` now.
+    """The Workers of other processes alive on `task_queue` now: their heartbeat is fresh.
 
-    Temporal keeps listing a poller for minutes after it stopped, so a poller not seen lately, or
-    one on this host whose process is gone (an earlier run's Worker), does not count.
+    Where Temporal keeps no heartbeats, its poller list: a poller not seen lately does not count,
+    nor one whose process is gone on this machine (named by its hostname or `this_host`, this
+    process's REFUND_BOT_HOST); a dead Worker of another machine counts until its poll ages out.
     """
-    this_host = this_host or socket.gethostname()
+    live = await live_workers(client, namespace, task_queue)
+    if live is not None:
+        return [_other(identity, ago) for identity, ago in sorted(live.items())]
+    here = {socket.gethostname(), *([this_host] if this_host else [])}
     now = time.time()
     found = []
     for poller in await workflow_pollers(client, namespace, task_queue):
-        ago = max(0.0, now - poller.last_access_time.ToSeconds())
-        match = _IDENTITY.search(poller.identity)
-        pid, host = (int(match.group(1)), match.group(2)) if match else (None, None)
-        if ago > _POLLER_SEEN_WITHIN or (host == this_host and pid is not None and not alive(pid)):
+        worker = _other(poller.identity, max(0.0, now - poller.last_access_time.ToSeconds()))
+        gone_here = worker.host in here and worker.pid is not None and not alive(worker.pid)
+        if worker.seconds_since_seen > _POLLER_SEEN_WITHIN or gone_here:
             continue
-        found.append(OtherWorker(poller.identity, host, pid, ago))
+        found.append(worker)
     return found
+
+
+def _other(identity: str, ago: float) -> OtherWorker:
+    match = _IDENTITY.search(identity)
+    pid, host = (int(match.group(1)), match.group(2)) if match else (None, None)
+    return OtherWorker(identity, host, pid, ago)

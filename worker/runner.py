@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from datetime import timedelta
 
 from temporalio.client import Client
@@ -171,13 +171,13 @@ async def run_worker(
     grant_sources: Mapping[str, GrantSource] | None = None,
     *,
     host: str | None = None,
-    go: Awaitable[None] | None = None,
+    go: Callable[[], Awaitable[None]] | None = None,
     interceptors: Sequence[Interceptor] = (),
 ) -> None:
     """Run until cancelled, then shut down gracefully (in-flight Activities get 5 s).
 
-    `go`: a warm standby's signal. Everything slow (imports, the connection, the stores, the
-    workflow sandbox's checks) is done before it; polling starts the moment it completes.
+    `go`: a warm standby's signal, called once everything slow (imports, the connection, the
+    stores, the workflow sandbox's checks) is done; polling starts the moment it completes.
 
     `refund-bot worker` cancels it on SIGTERM, SIGHUP or SIGINT (worker.lifecycle.until_stopped);
     a SIGKILL is not graceful, and that is the drill.
@@ -203,7 +203,7 @@ async def run_worker(
             "standby %s ready; polls %s when told", worker_identity(host=host), temporal.task_queue
         )
         standby.set(1)
-        await go  # DURABLE WAIT (of a process): until the supervisor promotes this standby
+        await go()  # DURABLE WAIT (of a process): until the supervisor promotes this standby
     standby.set(0)
     async with worker:
         log.info("worker %s polling %s", worker_identity(host=host), temporal.task_queue)

@@ -36,6 +36,7 @@ from worker.lifecycle import (
     terminate,
     to_the_end,
 )
+from worker.settings import child_environment
 
 log = logging.getLogger(__name__)
 
@@ -237,6 +238,8 @@ class EmbeddedTemporal:
             self._proc = await spawn_child(
                 command,
                 on_parent_death=signal.SIGTERM,
+                # The server uses none of refund-bot's secrets: it is given none of them.
+                env=child_environment(),
                 stdout=log_file,
                 stderr=asyncio.subprocess.STDOUT,
             )

@@ -5,16 +5,61 @@ REFUND_BOT_WORKERS -> how many Worker processes the supervisor keeps polling
 METRICS_ADDRESS -> `refund-bot bot` / `run`: /healthz and /metrics
 WORKER_METRICS_ADDRESS -> `refund-bot worker`: /metrics (the SDK's exporter), its port plus the
     slot its supervisor gave it (`--metrics-slot`)
+SECRETS -> child_environment: what a child process is given of this one's secrets (what it needs)
 """
 
 from __future__ import annotations
 
+import os
 import socket
+from collections.abc import Collection, Mapping
 
 from pydantic import Field, ValidationInfo, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 OFF = "off"
+
+# Every setting that holds a secret (the SecretStr settings of refund_bot.config, and DATABASE_URL's
+# password). A child process is given only those it uses: a child's environment is readable by
+# anyone who may read its /proc/<pid>/environ, and is inherited by whatever it starts in turn.
+SECRETS = frozenset(
+    {
+        "SLACK_BOT_TOKEN",
+        "SLACK_APP_TOKEN",
+        "SLACK_SIGNING_SECRET",
+        "DISCORD_TOKEN",
+        "STRIPE_API_KEY",
+        "OPENAI_API_KEY",
+        "TEMPORAL_API_KEY",
+        "CODEC_KEYS",
+        "CODEC_SERVER_TOKEN",
+        "DATABASE_URL",
+    }
+)
+# What a Worker uses: the platforms' outbound halves post with the bot tokens, the refund and the
+# model take their keys, Temporal its API key, the payloads the codec's keys, the stores the
+# database. Never the inbound halves' secrets (Slack's app token and signing secret) nor the codec
+# server's token.
+WORKER_SECRETS = frozenset(
+    {
+        "SLACK_BOT_TOKEN",
+        "DISCORD_TOKEN",
+        "STRIPE_API_KEY",
+        "OPENAI_API_KEY",
+        "TEMPORAL_API_KEY",
+        "CODEC_KEYS",
+        "DATABASE_URL",
+    }
+)
+
+
+def child_environment(
+    needs: Collection[str] = (), environ: Mapping[str, str] | None = None
+) -> dict[str, str]:
+    """This process's environment (or `environ`) for a child, without the secrets it does not
+    `need`: everything else (PATH, the locale, SSL_CERT_FILE, the other settings) as it is."""
+    environ = os.environ if environ is None else environ
+    return {k: v for k, v in environ.items() if k not in SECRETS or k in needs}
 
 
 def parse_address(value: str) -> tuple[str, int]:

@@ -45,21 +45,26 @@ from typing import Any, Protocol
 
 from temporalio import activity
 from temporalio.client import Client
+from temporalio.service import RPCError, RPCStatusCode
 from temporalio.worker import Worker
 
 from agent.settings import TemporalSettings
 from agent.temporal_client import connect
 from worker.control import (
     RESTART_ACTIVITY,
+    RestartOrder,
     RestartReport,
     RestartWorker,
+    heartbeating,
     host_control_queue,
+    refuse_stale,
     reset_sticky_queues,
     supervisor_identity,
     worker_identity,
 )
 from worker.lifecycle import spawn_child, terminate, to_the_end
-from worker.pollers import other_workers, worker_is_polling, workflow_pollers
+from worker.pollers import live_workers, other_workers, worker_is_polling, workflow_pollers
+from worker.settings import WORKER_SECRETS, child_environment
 from worker.standby import WarmStandby
 
 log = logging.getLogger(__name__)
@@ -70,6 +75,13 @@ _DEATH_WINDOW = 60.0
 _BACKOFF_BASE = 0.5
 _BACKOFF_MAX = 10.0
 _POLL_INTERVAL = 0.1
+# The start-up report of other Workers asks this often when the server says it is busy.
+_REPORT_ATTEMPTS = 4
+_BUSY = (
+    RPCStatusCode.RESOURCE_EXHAUSTED,
+    RPCStatusCode.UNAVAILABLE,
+    RPCStatusCode.DEADLINE_EXCEEDED,
+)
 
 
 class WorkerStartError(RuntimeError):
@@ -94,8 +106,12 @@ class ControlActivities:
         self._supervisor = supervisor
 
     @activity.defn(name=RESTART_ACTIVITY)
-    async def restart_worker(self) -> RestartReport:
-        return await self._supervisor.restart(kill=True)
+    async def restart_worker(self, order: RestartOrder | None = None) -> RestartReport:
+        # None: a request from before orders expired (a bot of the previous release).
+        if order is not None:
+            refuse_stale(order, self._supervisor.host)
+        # Heartbeats say this host is still there while it restarts (worker.control).
+        return await heartbeating(self._supervisor.restart(kill=True))
 
 
 class WorkerSupervisor:
@@ -103,7 +119,8 @@ class WorkerSupervisor:
 
     `client` must use agent.temporal_client's data converter; without one, `start()` connects with
     `connect(settings)`. `env` is added to the child's environment on top of this process's
-    environment and the TEMPORAL_ADDRESS / _NAMESPACE / _TASK_QUEUE derived from `settings`.
+    environment (less the secrets a Worker does not use: worker.settings.WORKER_SECRETS) and the
+    TEMPORAL_ADDRESS / _NAMESPACE / _TASK_QUEUE derived from `settings`.
     `host` is the name this host goes by (REFUND_BOT_HOST; default the machine's hostname): in
     the child's identity, the host control queue and the restart reports. `workers`: how many
     children poll at once (REFUND_BOT_WORKERS); a restart replaces them all, a death only itself.
@@ -243,7 +260,9 @@ class WorkerSupervisor:
                 for _ in range(self.workers):
                     self._procs.append(await self._spawn())
                 procs = list(self._procs)
-                await asyncio.gather(*(self._wait_ready(proc) for proc in procs))
+                await asyncio.gather(
+                    *(self._wait_ready(proc) for proc in procs), self._wait_control_alive()
+                )
                 log.info(
                     "Worker pid %s polling %r (%.2f s)",
                     ", ".join(str(p.pid) for p in procs), self.settings.task_queue,
@@ -378,7 +397,9 @@ class WorkerSupervisor:
     async def _spawn(self, standby: bool = False) -> asyncio.subprocess.Process:
         slot = self._free_slot()
         env = {
-            **os.environ,
+            # Only the secrets a Worker uses: not the chat platforms' inbound ones, not the codec
+            # server's token (worker.settings).
+            **child_environment(WORKER_SECRETS),
             "TEMPORAL_ADDRESS": self.settings.address,
             "TEMPORAL_NAMESPACE": self.settings.namespace,
             "TEMPORAL_TASK_QUEUE": self.settings.task_queue,
@@ -433,6 +454,30 @@ class WorkerSupervisor:
                 )
             await asyncio.sleep(_POLL_INTERVAL)
 
+    async def _wait_control_alive(self) -> None:
+        """Until Temporal has this supervisor's first heartbeat, so that a /crash-worker made
+        once it started finds it alive (worker.pollers); a second at most. A server that keeps
+        no heartbeats, or one slow to record it, does not hold the start up: it is said."""
+        if not self.serve_control:
+            return
+        identity = supervisor_identity(self.host)
+        queue = self.settings.control_task_queue
+        deadline = time.monotonic() + self.ready_timeout
+        while time.monotonic() < deadline:
+            try:
+                live = await live_workers(self.client, self.settings.namespace, queue)
+            except Exception as err:  # a transient RPC failure is not a verdict
+                log.debug("ListWorkers failed: %s", err)
+            else:
+                if live is None or identity in live:
+                    return
+            await asyncio.sleep(_POLL_INTERVAL)
+        log.warning(
+            "Temporal has no heartbeat of this supervisor (%s) after %.0f s: /crash-worker may "
+            "not find it",
+            identity, self.ready_timeout,
+        )  # fmt: skip
+
     async def _ready_later(self, proc: asyncio.subprocess.Process) -> None:
         try:
             await self._wait_ready(proc)
@@ -443,13 +488,21 @@ class WorkerSupervisor:
 
     async def _report_other_workers(self) -> None:
         """Say so when this supervisor's Worker is about to join Workers of other processes."""
-        try:
-            others = await other_workers(
-                self.client, self.settings.namespace, self.settings.task_queue, this_host=self.host
-            )
-        except Exception as err:  # a report, not a precondition
-            log.debug("Could not list the pollers of %r: %s", self.settings.task_queue, err)
-            return
+        for attempt in range(_REPORT_ATTEMPTS):
+            try:
+                others = await other_workers(
+                    self.client, self.settings.namespace, self.settings.task_queue,
+                    this_host=self.host,
+                )  # fmt: skip
+                break
+            except RPCError as err:  # a busy server sheds load: ask again, briefly
+                if err.status not in _BUSY or attempt == _REPORT_ATTEMPTS - 1:
+                    log.debug("Could not list the Workers of %r: %s", self.settings.task_queue, err)
+                    return
+                await asyncio.sleep(0.5 * (attempt + 1))
+            except Exception as err:  # a report, not a precondition
+                log.debug("Could not list the Workers of %r: %s", self.settings.task_queue, err)
+                return
         if others:
             log.warning(
                 "Task queue %r already has %d Worker(s) of another process polling: %s. This "

@@ -17,6 +17,7 @@ import socket
 from temporalio.common import MetricMeter
 from temporalio.runtime import PrometheusConfig, Runtime, TelemetryConfig
 
+from agent.temporal_client import heartbeating_runtime
 from worker.conversation_metrics import TURN_BUCKETS, TURN_METRIC
 
 # refund-bot's own metrics, one prefix: refund_bot_<name>, counters with Prometheus' _total.
@@ -47,7 +48,8 @@ def prometheus_runtime(bind_address: str) -> Runtime:
         histogram_bucket_overrides={TURN_METRIC: TURN_BUCKETS},
     )
     try:
-        return Runtime(telemetry=TelemetryConfig(metrics=config))
+        # Its Workers heartbeat as every refund-bot process's do (agent.temporal_client).
+        return heartbeating_runtime(TelemetryConfig(metrics=config))
     except ValueError as err:  # "Failed starting Prometheus exporter: Address already in use"
         raise MetricsRefused(f"cannot serve metrics at {bind_address}: {err}") from None
 

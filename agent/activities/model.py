@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 
 import openai
+from openai.types.responses import FunctionToolParam
 from temporalio.exceptions import ApplicationError
 
 from agent import tracing
@@ -37,24 +38,28 @@ MAX_RATIONALE_CHARS = 500
 LOOKUPS = frozenset({"lookup_order", "lookup_customer_history", "check_refund_policy"})
 OUTCOMES = ("approve", "escalate", "deny")
 
-TOOLS = [
+# strict: the Responses API's default, stated because FunctionToolParam requires the key.
+TOOLS: list[FunctionToolParam] = [
     {
         "type": "function",
         "name": "lookup_order",
         "description": "Look up the order the customer wants refunded.",
         "parameters": {"type": "object", "properties": {}, "additionalProperties": False},
+        "strict": True,
     },
     {
         "type": "function",
         "name": "lookup_customer_history",
         "description": "Look up the customer's tenure, orders and prior refunds.",
         "parameters": {"type": "object", "properties": {}, "additionalProperties": False},
+        "strict": True,
     },
     {
         "type": "function",
         "name": "check_refund_policy",
         "description": "Check refund eligibility and whether a return is required.",
         "parameters": {"type": "object", "properties": {}, "additionalProperties": False},
+        "strict": True,
     },
     {
         "type": "function",
@@ -69,6 +74,7 @@ TOOLS = [
             "required": ["outcome", "rationale"],
             "additionalProperties": False,
         },
+        "strict": True,
     },
 ]
 
@@ -105,7 +111,7 @@ async def model_step(request: DecideInput, settings: AgentSettings) -> AgentStep
                     input=json.dumps(
                         {"request": request.opening_text, "observations": observations}
                     ),
-                    tools=TOOLS,  # type: ignore[arg-type]
+                    tools=TOOLS,
                     tool_choice="required",
                     store=False,
                 )

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
 from contextlib import AbstractAsyncContextManager, AbstractContextManager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -28,7 +28,18 @@ from agent import tracing
 
 log = logging.getLogger(__name__)
 
-Row = Mapping[str, Any]
+
+class Row(Protocol):
+    """A result row, read by column name or by position: a sqlite3.Row or an asyncpg.Record.
+    Not a Mapping: iterating either gives the values, not the names."""
+
+    def keys(self) -> Iterable[str]: ...
+
+    def __getitem__(self, key: str | int, /) -> Any: ...
+
+    def __iter__(self) -> Iterator[Any]: ...
+
+    def __len__(self) -> int: ...
 
 
 class DatabaseUnavailable(Exception):

@@ -76,6 +76,10 @@ class DecisionButton(discord.ui.DynamicItem[discord.ui.Button], template=CUSTOM_
     async def callback(self, interaction: discord.Interaction[Any]) -> None:
         # Only RefundBotClient registers this item, so interaction.client carries its parts.
         parts = parts_of(interaction.client)
+        if parts.router.seen(str(interaction.id)):
+            # Delivered again (a RESUME replays what it likes): it has had its answer, and
+            # Discord takes one per interaction.
+            return
         click = InboundClick(
             event_id=str(interaction.id),
             workflow_id=self.workflow_id,

@@ -1,32 +1,13 @@
 """The Discord gateway client: its set-up, its gateway events, and the entry points to run it.
 
-What happens where:
-
+    gateway event -> edge (MESSAGE_CREATE, INTERACTION_CREATE checked; kept if unreadable)
     customer message in the support channel or a thread -> customer_messages -> router.on_message
     Approve / Deny click (DecisionButton)               -> buttons -> bot.clicks -> router.on_click
     /crash-worker, /refund-… commands                   -> slash_commands    -> bot.commands
 
-The handlers are handed the few parts of refund-bot they use (bot.discord.parts.BotParts: the
-router, the commands, the settings, the click's grant check, the response budget), not this client.
-
-This module owns the client itself: the intents it asks for, the HTTP routing for `api_url`,
-the gateway connection (to `gateway_url` when set), registering buttons and commands at start,
-keeping each thread's messages in order, and `build_client` / `serve`.
-
-    serve -> bot.reconnect.keep_connected -> login (once) -> connect: IDENTIFY or RESUME -> events
-
-`api_url` (a proxy or harness.fakes.discord_api): the REST client is DiscordThreadPoster's
-RoutedHTTPClient. Interaction responses do not go through it: discord.py sends them with its
-webhook adapter, taken from the `async_context` ContextVar, so `login` sets a routed adapter in
-the calling task's context, which every event task then inherits. Nothing process-wide is changed.
-
-`gateway_url` (a proxy or harness.fakes.discord_gateway): `connect` below replaces discord.py's
-Client.connect, which always opens a new session at the class constant
-DiscordWebSocket.DEFAULT_GATEWAY (and falls back to it after an invalidated session), retries
-failures itself with a traceback in the log each time and waits of up to 17 minutes, and raises
-AttributeError when the very first connection fails. Here every connection, new or resumed, goes
-to `gateway_url` when it is set, and a failure goes up to keep_connected: one line, capped backoff,
-then a RESUME of the same session when Discord still has it (so no event is missed).
+The handlers get the few parts they use (bot.discord.parts.BotParts), not this client. This
+module owns the client: its intents, the REST and gateway addresses (`api_url`, `gateway_url`),
+registering buttons and commands at start, each thread's order, `build_client` and `serve`.
 """
 
 from __future__ import annotations
@@ -37,7 +18,6 @@ from typing import Any
 
 import discord
 import yarl
-from discord import app_commands
 from discord.gateway import DiscordWebSocket, ReconnectWebSocket
 from discord.http import Route
 from discord.utils import MISSING
@@ -46,11 +26,12 @@ from discord.webhook.async_ import AsyncWebhookAdapter, async_context
 from agent import tracing
 from agent.activities.authorize import GrantSource
 from bot.clicks import ApprovalCheck, approver_check
-from bot.commands import Commands
+from bot.commands import ChatCommands
 from bot.conversations import Router
 from bot.discord.buttons import DecisionButton
 from bot.discord.commands_spec import load_manifest, mismatches, register_commands
 from bot.discord.customer_messages import is_from_a_person, route_customer_message
+from bot.discord.edge import CheckedCommandTree, guard_parsers
 from bot.discord.outbound import RoutedHTTPClient
 from bot.discord.parts import BotParts
 from bot.discord.replies import NO_PINGS
@@ -86,7 +67,7 @@ class RefundBotClient(discord.Client):
         self,
         settings: DiscordSettings,
         router: Router,
-        commands: Commands,
+        commands: ChatCommands,
         can_approve: ApprovalCheck,
         *,
         sync_commands: bool = True,
@@ -106,6 +87,9 @@ class RefundBotClient(discord.Client):
         self.settings = settings
         self.support_channel_id: int = settings.support_channel_id
         self.parts = BotParts(router, commands, settings, settings.support_channel_id, can_approve)
+        # Before any event: what refund-bot reads of a message or an interaction is checked
+        # before discord.py parses it, and one that does not fit is kept (bot.discord.edge).
+        guard_parsers(self._connection.parsers, router)
         self._sync_commands = sync_commands
         self._in_arrival_order = KeyedLocks()
         # What the gateway last did; serve() and on_ready() keep it current.
@@ -118,7 +102,7 @@ class RefundBotClient(discord.Client):
             self.http = routed
             self._connection.http = routed
         # Built after the HTTP client is final: the tree keeps a reference to it.
-        self.tree = app_commands.CommandTree(self)
+        self.tree = CheckedCommandTree(self)
         self.tree.error(on_command_error)
         manifest = load_manifest()
         for command in build_commands(self.parts, manifest):
@@ -130,6 +114,9 @@ class RefundBotClient(discord.Client):
     # -- lifecycle ----------------------------------------------------------------------------
 
     async def login(self, token: str) -> None:
+        """Log in; with `api_url`, interaction responses go there too. discord.py sends them with
+        its webhook adapter, taken from the `async_context` ContextVar: set here, in the calling
+        task's context, every event task inherits it, and nothing process-wide changes."""
         if self.settings.api_url is not None:
             async_context.set(_RoutedWebhookAdapter(self.settings.api_url))
         await super().login(token)
@@ -142,6 +129,11 @@ class RefundBotClient(discord.Client):
         once (RESUME, or IDENTIFY for a new session) as long as the connection made progress; any
         other failure is raised to keep_connected, whose next call resumes the session.
         `reconnect` is ignored: retrying is keep_connected's.
+
+        This replaces discord.py's Client.connect, which always opens a new session at the class
+        constant DiscordWebSocket.DEFAULT_GATEWAY, retries failures itself with a traceback each
+        time and waits of up to 17 minutes, and raises AttributeError when the very first
+        connection fails. Here every connection goes to `gateway_url` when it is set.
         """
         while not self.is_closed():
             params = self._next_connection()
@@ -268,7 +260,7 @@ class _RoutedWebhookAdapter(AsyncWebhookAdapter):
 def build_client(
     settings: DiscordSettings,
     router: Router,
-    commands: Commands,
+    commands: ChatCommands,
     *,
     grants: GrantSource | None = None,
     can_approve: ApprovalCheck | None = None,

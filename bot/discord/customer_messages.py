@@ -11,6 +11,7 @@ deletions as other events, which the client does not listen to).
 from __future__ import annotations
 
 import logging
+from typing import TYPE_CHECKING
 
 import discord
 
@@ -21,14 +22,18 @@ from bot.discord.parts import BotParts
 from bot.discord.render import fit_content
 from bot.discord.replies import say
 
+if TYPE_CHECKING:  # discord.types is for type checkers: imported first, it is a circular import
+    from discord.types.threads import ThreadArchiveDuration
+
 log = logging.getLogger(__name__)
 
 # A message's channel when it may be a thread: cached (Thread) or not (PartialMessageable).
 MaybeThread = discord.Thread | discord.PartialMessageable
 
 # A week: an escalation can wait days for a person. A post into an archived thread reopens it.
-THREAD_ARCHIVE_MINUTES = 10080
+THREAD_ARCHIVE_MINUTES: ThreadArchiveDuration = 10080
 THREAD_ALREADY_EXISTS = 160004  # Discord's error code: this message already has a thread
+UNKNOWN_MESSAGE = 10008  # Discord's error code: no such message (deleted as soon as posted)
 HUMAN_MESSAGE_TYPES = frozenset({discord.MessageType.default, discord.MessageType.reply})
 
 
@@ -109,6 +114,10 @@ async def _open_thread(client: discord.Client, message: discord.Message) -> Mayb
             return client.get_partial_messageable(
                 message.id, guild_id=message.guild.id, type=discord.ChannelType.public_thread
             )
+        if err.code == UNKNOWN_MESSAGE:
+            # Deleted before its thread could open: nothing of it is left to answer, or to keep.
+            log.warning("message %s was gone before its thread opened", message.id)
+            return None
         log.error(
             "could not open a thread on message %s in the support channel (%s %s); the bot "
             "needs Create Public Threads and Send Messages in Threads there",

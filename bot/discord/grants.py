@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any
 
 import discord
 from discord.http import HTTPClient
@@ -87,7 +86,7 @@ class DiscordRoleGrants(MembershipGrants):
             return int(role) if int(role) in held else None
         # A name: look the guild's roles up now, so a renamed role stops matching at once. Names
         # are not unique in Discord; any role of that name counts, which is why an id is better.
-        roles: list[dict[str, Any]] = await http.get_roles(self._guild_id)
+        roles = await http.get_roles(self._guild_id)  # discord.types.role.Role payloads
         for guild_role in roles:
             if guild_role["name"] == role and int(guild_role["id"]) in held:
                 return int(guild_role["id"])

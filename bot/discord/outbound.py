@@ -90,13 +90,16 @@ class DiscordThreadPoster:
         api_url: str | None = None,
         max_ratelimit_wait: float = DEFAULT_MAX_RATELIMIT_WAIT,
         now: Callable[[], datetime] = _utcnow,
+        approver_role: str | None = None,
     ) -> None:
+        """`approver_role`: DISCORD_APPROVER_ROLE, which the approvers' reminder names."""
         if not token.get_secret_value():
             raise ValueError("DiscordThreadPoster needs a bot token")
         self._token = token
         self._api_url = api_url.rstrip("/") if api_url else None
         self._max_ratelimit_wait = max_ratelimit_wait
         self._now = now
+        self._approver_role = approver_role
         self._http: HTTPClient | None = None
         self._login_lock = asyncio.Lock()
         self._posted: OrderedDict[str, str] = OrderedDict()  # nonce -> message id, bounded
@@ -105,12 +108,12 @@ class DiscordThreadPoster:
     def from_settings(cls, settings: DiscordSettings) -> DiscordThreadPoster:
         if settings.token is None:
             raise ValueError("DISCORD_TOKEN is not set: Discord is not configured")
-        return cls(settings.token, api_url=settings.api_url)
+        return cls(settings.token, api_url=settings.api_url, approver_role=settings.approver_role)
 
     async def post(self, message: OutboundMessage) -> PostedMessage:
         channel_id = _thread_channel_id(message.thread.platform, message.thread.thread, message.key)
         try:
-            payload = payload_for(message)
+            payload = payload_for(message, self._approver_role)
         except ValueError as exc:
             _permanent(f"cannot render message {message.key} for Discord: {exc}", exc)
         nonce: str = payload["nonce"]

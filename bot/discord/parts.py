@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import discord
 
 from bot.clicks import ApprovalCheck
-from bot.commands import Commands
+from bot.commands import ChatCommands
 from bot.conversations import Router
 from bot.discord.replies import RESPONSE_BUDGET
 from bot.discord.settings import DiscordSettings
@@ -23,7 +23,7 @@ from bot.discord.settings import DiscordSettings
 @dataclass
 class BotParts:
     router: Router
-    commands: Commands
+    commands: ChatCommands
     settings: DiscordSettings
     support_channel_id: int
     can_approve: ApprovalCheck  # the click's live grant pre-check

@@ -129,12 +129,29 @@ def components_for(
     return [{"type": discord.ComponentType.action_row.value, "components": buttons}]
 
 
-def payload_for(message: OutboundMessage) -> dict[str, Any]:
+def mention_for(message: OutboundMessage, approver_role: str | None) -> tuple[str, list[str]]:
+    """(what the post opens with, the role ids it may ping). The approvers' reminder names
+    DISCORD_APPROVER_ROLE: a role id as `<@&id>`, which pings that role and no other; a role name
+    in bold, which pings nobody (a name cannot be mentioned). Every other post: ("", [])."""
+    role = (approver_role or "").strip()
+    if message.mention != "approvers" or not role:
+        return "", []
+    if role.isascii() and role.isdigit():  # all digits: an id, as bot.discord.grants reads it
+        return f"<@&{role}> ", [role]
+    return f"**{discord.utils.escape_markdown(role)}** ", []
+
+
+def payload_for(message: OutboundMessage, approver_role: str | None = None) -> dict[str, Any]:
     """The JSON body of POST /channels/{thread_id}/messages for one outbound message."""
+    lead, roles = mention_for(message, approver_role)
+    allowed: dict[str, Any] = {"parse": []}
+    if roles:
+        allowed["roles"] = roles  # the approver role, in its reminder: nothing else is parsed
     payload: dict[str, Any] = {
-        "content": fit_content(message.text),
-        # The text may quote a customer ("@everyone", "<@123>"): the bot never pings anyone.
-        "allowed_mentions": {"parse": []},
+        "content": fit_content(lead + message.text),
+        # The text may quote a customer ("@everyone", "<@123>"): the bot pings nobody, except
+        # the approver role it names itself in the approvers' reminder.
+        "allowed_mentions": allowed,
         # With enforce_nonce, Discord returns the earlier message for a repeated nonce (same author,
         # within a few minutes) instead of posting again: that is what makes a retry safe.
         "nonce": nonce_for(message.key),

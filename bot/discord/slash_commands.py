@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
 import discord
@@ -21,9 +21,10 @@ from discord import app_commands
 
 from agent import tracing
 from agent.models import Actor, ThreadRef
-from bot.commands import ChannelRef, CommandReply, DemoStage, DemoStages
+from bot.commands import ChannelRef, ChatCommands, CommandReply, Conversation, DemoStage, DemoStages
 from bot.discord.actors import actor_for
 from bot.discord.commands_spec import command_spec
+from bot.discord.edge import UNREADABLE_COMMAND
 from bot.discord.parts import BotParts
 from bot.discord.replies import FAILED, finished_within, tell_privately
 from bot.ids import workflow_id_for
@@ -38,7 +39,13 @@ WHICH_CONVERSATION = (
 )
 WHICH_CHANNEL = "Run /refund-demo in the support channel: its two threads open there."
 OUT_OF_DATE = "This command is out of date here; run `refund-bot discord sync-commands`."
-_LINK = re.compile(r"channels/(\d+)/(\d+)(?:/(\d+))?")
+_NOT_OURS = (
+    app_commands.CommandNotFound,
+    app_commands.CommandSignatureMismatch,
+    app_commands.TransformerError,
+)
+# Discord's ids are up to 20 digits; int() of a longer run of digits raised (past 4,300).
+_LINK = re.compile(r"channels/([0-9]{1,20})/([0-9]{1,20})(?:/([0-9]{1,20}))?")
 
 
 def build_commands(parts: BotParts, manifest: tuple[dict[str, Any], ...]) -> list[Command]:
@@ -115,7 +122,26 @@ def build_commands(parts: BotParts, manifest: tuple[dict[str, Any], ...]) -> lis
             defer=False,
         )
 
-    handlers: dict[str, Callable[..., Awaitable[None]]] = {
+    # The support team's: the escalations waiting, and a conversation taken over and back.
+    async def refund_queue(interaction: discord.Interaction) -> None:
+        actor = actor_for(interaction.user)
+        await _answer(parts, interaction, lambda: commands.refund_queue(actor), defer=True)
+
+    async def refund_takeover(
+        interaction: discord.Interaction, conversation: str | None = None
+    ) -> None:
+        await _answer_for_conversation(
+            parts, interaction, conversation, _taking(commands, True), defer=False
+        )
+
+    async def refund_handback(
+        interaction: discord.Interaction, conversation: str | None = None
+    ) -> None:
+        await _answer_for_conversation(
+            parts, interaction, conversation, _taking(commands, False), defer=False
+        )
+
+    handlers: dict[str, Callable[..., Coroutine[Any, Any, None]]] = {
         "crash-worker": crash_worker,
         "refund-status": refund_status,
         "refund-release": refund_release,
@@ -123,6 +149,9 @@ def build_commands(parts: BotParts, manifest: tuple[dict[str, Any], ...]) -> lis
         "refund-grant": refund_grant,
         "refund-revoke": refund_revoke,
         "refund-demo": refund_demo,
+        "refund-queue": refund_queue,
+        "refund-takeover": refund_takeover,
+        "refund-handback": refund_handback,
     }
     return [_command(command_spec(name, manifest), handler) for name, handler in handlers.items()]
 
@@ -132,11 +161,18 @@ async def on_command_error(
 ) -> None:
     """The command tree's error handler: log it, and tell the caller."""
     # CommandNotFound / CommandSignatureMismatch: Discord holds definitions other than the
-    # manifest's (run sync-commands). Anything else is a bug; either way the caller hears.
-    log.error("Discord command failed: %s", error, exc_info=error)
+    # manifest's (run sync-commands); a TransformerError: an option Discord sent does not fit
+    # the handler's. One line each. Anything else is a bug, with its traceback; either way the
+    # caller hears.
+    if isinstance(error, _NOT_OURS):
+        log.warning("Discord command refused: %s: %s", type(error).__name__, error)
+    else:
+        log.error("Discord command failed: %s", error, exc_info=error)
     text = FAILED
     if isinstance(error, app_commands.CommandNotFound | app_commands.CommandSignatureMismatch):
         text = OUT_OF_DATE
+    elif isinstance(error, app_commands.TransformerError):
+        text = UNREADABLE_COMMAND
     try:
         await tell_privately(interaction, text)
     except discord.HTTPException:
@@ -207,16 +243,29 @@ async def _answer_for_conversation(
     parts: BotParts,
     interaction: discord.Interaction,
     given: str | None,
-    work: Callable[[Actor, str], Awaitable[CommandReply]],
+    work: Callable[[Actor, Conversation], Awaitable[CommandReply]],
     *,
     defer: bool,
 ) -> None:
-    workflow_id = conversation_for(interaction, given, parts.support_channel_id)
-    if workflow_id is None:
-        await tell_privately(interaction, WHICH_CONVERSATION)
-        return
+    async def named() -> str | CommandReply:
+        # Read by Commands once the caller's role allows the command, not before.
+        workflow_id = conversation_for(interaction, given, parts.support_channel_id)
+        return workflow_id or CommandReply(ok=False, text=WHICH_CONVERSATION)
+
     actor = actor_for(interaction.user)
-    await _answer(parts, interaction, lambda: work(actor, workflow_id), defer=defer)
+    await _answer(parts, interaction, lambda: work(actor, named), defer=defer)
+
+
+def _taking(
+    commands: ChatCommands, taken: bool
+) -> Callable[[Actor, Conversation], Awaitable[CommandReply]]:
+    """/refund-takeover (taken) or /refund-handback, for the conversation the command names
+    (read once the caller's role allows it)."""
+
+    async def work(actor: Actor, conversation: Conversation) -> CommandReply:
+        return await commands.refund_takeover(actor, conversation, taken)
+
+    return work
 
 
 def _workflow_id(guild: str, thread: str, support_channel_id: int) -> str:
@@ -227,7 +276,7 @@ def _workflow_id(guild: str, thread: str, support_channel_id: int) -> str:
     )
 
 
-def _command(spec: dict[str, Any], callback: Callable[..., Awaitable[None]]) -> Command:
+def _command(spec: dict[str, Any], callback: Callable[..., Coroutine[Any, Any, None]]) -> Command:
     """One discord.py command from its manifest entry and its handler."""
     options = spec.get("options") or []
     if options:

@@ -12,6 +12,8 @@ mid-conversation still appears, once.
 from __future__ import annotations
 
 import asyncio
+import inspect
+import logging
 import shlex
 import sys
 from collections.abc import Callable
@@ -22,11 +24,14 @@ from agent import tracing
 from agent.activities.authorize import GrantSource
 from agent.models import Actor, ThreadRef
 from bot.clicks import APPROVER_ROLE, approver_check, decided_line, on_click
-from bot.commands import ChannelRef, CommandReply, Commands, DemoStage, DemoStages
-from bot.conversations import NOTICES, InboundClick, InboundMessage, Routed, Router
+from bot.commands import ChannelRef, ChatCommands, CommandReply, DemoStage, DemoStages
+from bot.conversations import NOT_KEPT, NOTICES, InboundClick, InboundMessage, Routed, Router
 from bot.ids import workflow_id_for
 from bot.local.markup import plain
 from bot.local.thread_store import LOCAL_WORKSPACE, LocalMessage, LocalThreadStore
+from bot.reconnect import one_line
+
+log = logging.getLogger(__name__)
 
 CHANNEL = "support"
 PEOPLE: dict[str, Actor] = {
@@ -46,6 +51,9 @@ Type a message to post it as the current person. A message outside a thread open
   /crash-worker [host]                    SIGKILL a Worker (that host's) and start a new one
   /refund-status [thread]                 what survives, read from Event History
   /refund-release [thread]                release a refund held for the demo
+  /refund-queue                           the escalations waiting for a decision, oldest first
+  /refund-takeover [thread]               take a conversation over: the agent stays quiet there
+  /refund-handback [thread]               hand it back: the agent carries on
   /refund-hold on|off                     whether new conversations hold before the refund
   /refund-demo [next|auto [s]|crash|stop] the same crash without and with Temporal, side by side
   /refund-grant @user role [limit]        roles: refund_approver, presenter, admin
@@ -130,7 +138,7 @@ class LocalChannel:
         self,
         threads: LocalThreadStore,
         router: Router,
-        commands: Commands,
+        commands: ChatCommands,
         out: TextIO = sys.stdout,
         *,
         grants: GrantSource | None = None,
@@ -204,7 +212,11 @@ class LocalChannel:
             line = "/approve" if line == "1" else "/deny"
         if not line.startswith("/"):
             with tracing.span("local.message", "server", platform="local"):
-                await self._post(line)
+                try:
+                    await self._post(line)
+                except Exception as err:  # the thread store cannot take it: nothing was kept
+                    log.warning("could not keep a local message: %s", one_line(err))
+                    self.say(f"! {NOT_KEPT}")
             return True
         try:
             name, *args = shlex.split(line)
@@ -215,10 +227,21 @@ class LocalChannel:
         if handler is None:
             self.say(f"! unknown command {name}; /help lists them")
             return True
-        if name in _TERMINAL_ONLY:  # the terminal's own (who am I, which thread): no trace
-            return await handler(*args) is not False
-        with tracing.span("local.command", "server", platform="local", command=name):
-            return await handler(*args) is not False
+        try:
+            inspect.signature(handler).bind(*args)
+        except TypeError:  # `/quit now`, `/as a b`: words the command does not take
+            self.say(f"! {name} does not take {' '.join(args) or 'nothing'}; /help shows its words")
+            return True
+        try:
+            if name in _TERMINAL_ONLY:  # the terminal's own (who am I, which thread): no trace
+                return await handler(*args) is not False
+            with tracing.span("local.command", "server", platform="local", command=name):
+                return await handler(*args) is not False
+        except Exception as err:
+            # Temporal or a store not answering: said here, and the channel carries on.
+            log.warning("local command %s failed: %s", name, one_line(err))
+            self.say(f"! {name} failed on our side ({one_line(err)})")
+            return True
 
     async def _post(self, text: str) -> None:
         if self.thread is None:
@@ -227,7 +250,13 @@ class LocalChannel:
             self.say(f"[{self.thread}] {self.me.label} opened a thread: {text}")
         else:
             message = await self._threads.add_reply(self.thread, self.me.user_id, text)
-        routed = await self._router.on_message(inbound(message, self.me))
+        try:
+            routed = await self._router.on_message(inbound(message, self.me))
+        except Exception as err:
+            # The router keeps what it cannot deliver; this is it failing to keep it.
+            log.warning("could not route local message %s: %s", message.message_id, one_line(err))
+            self.say(f"[{message.thread_id}] refund-bot (notice): {NOT_KEPT}")
+            return
         if notice := FINISHED if routed == Routed.CLOSED else NOTICES.get(routed):
             self.say(f"[{message.thread_id}] refund-bot (notice): {notice}")
         elif routed == Routed.UNKNOWN:
@@ -330,6 +359,22 @@ class LocalChannel:
             self.say("! which thread? /refund-release t1")
             return
         self._reply(await self._commands.refund_release(self.me, workflow_id))
+
+    async def cmd_refund_queue(self) -> None:
+        self._reply(await self._commands.refund_queue(self.me))
+
+    async def cmd_refund_takeover(self, thread: str | None = None) -> None:
+        await self._take_over(thread, taken=True)
+
+    async def cmd_refund_handback(self, thread: str | None = None) -> None:
+        await self._take_over(thread, taken=False)
+
+    async def _take_over(self, thread: str | None, *, taken: bool) -> None:
+        workflow_id = self._workflow_id(thread)
+        if workflow_id is None:
+            self.say(f"! which thread? /refund-{'takeover' if taken else 'handback'} t1")
+            return
+        self._reply(await self._commands.refund_takeover(self.me, workflow_id, taken))
 
     async def cmd_refund_demo(self, *words: str) -> None:
         def stage(stages: DemoStages) -> DemoStage:

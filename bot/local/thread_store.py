@@ -72,6 +72,8 @@ _SELECT = (
 
 LOCAL_WORKSPACE = "local"
 BOT_AUTHOR = "refund-bot"
+# How the approvers' reminder names them in the terminal, where support agents read the thread.
+APPROVERS_MENTION = "@support-agents"
 
 
 class LocalMessage(BaseModel):
@@ -161,7 +163,11 @@ class LocalThreadStore:
             return await _add_message(db, thread_id, BOT_AUTHOR, kind, text, by_bot=True)
 
     async def post(self, message: OutboundMessage) -> PostedMessage:
-        """ThreadPoster.post for the local platform: at most one row per message key."""
+        """ThreadPoster.post for the local platform: at most one row per message key. The
+        approvers' reminder opens with APPROVERS_MENTION."""
+        text = message.text
+        if message.mention == "approvers":
+            text = f"{APPROVERS_MENTION} {text}"
         async with self.database.connect(SCHEMA) as db, db.transaction():
             # A retried post with the same key inserts nothing (on PostgreSQL it waits for the
             # first to commit, then finds its row).
@@ -173,7 +179,7 @@ class LocalThreadStore:
                 str(message.key),
                 BOT_AUTHOR,
                 message.kind,
-                message.text,
+                text,
                 json.dumps(message.actions),
                 _now(),
             )

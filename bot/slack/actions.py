@@ -3,9 +3,11 @@
     Approve / Deny button -> ack -> bot.clicks.on_click -> router.on_click -> `approval` Signal
 
 The listener acks first (everything after may wait on Slack, the grants or Temporal), reads the
-click from the block_actions payload, and hands bot.clicks its Slack surface: the clicked message,
-changed with chat.update (its blocks, the buttons replaced by who decided what), and the clicker,
-told with an ephemeral message. The steps themselves, and why they are safe, are bot.clicks'.
+click from the block_actions payload as the edge typed it (bot.slack.requests), and hands
+bot.clicks its Slack surface: the clicked message, changed with chat.update (its blocks, the
+buttons replaced by who decided what), and the clicker, told with an ephemeral message. The steps
+themselves, and why they are safe, are bot.clicks'. A click that reached the listener without
+passing the edge and does not read is kept in the inbox as a dead letter: Slack has had its ack.
 """
 
 from __future__ import annotations
@@ -14,8 +16,10 @@ import logging
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from pydantic import ValidationError
 from slack_bolt.async_app import AsyncApp
 from slack_bolt.context.ack.async_ack import AsyncAck
+from slack_bolt.context.async_context import AsyncBoltContext
 from slack_bolt.context.respond.async_respond import AsyncRespond
 from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
@@ -23,7 +27,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 from agent.activities.authorize import GrantSource
 from agent.models import Actor
 from bot.clicks import APPROVER_ROLE, approver_check, decided_line, on_click
-from bot.conversations import InboundClick, Router
+from bot.conversations import InboundClick, Router, keep_unreadable
 from bot.slack.links import conversation_prefix, thread_workflow_id
 from bot.slack.render import (
     APPROVE_ACTION_ID,
@@ -33,6 +37,7 @@ from bot.slack.render import (
     parse_button_value,
 )
 from bot.slack.replies import post_ephemeral
+from bot.slack.requests import BlockActions, MalformedRequest, typed
 
 log = logging.getLogger(__name__)
 
@@ -49,14 +54,23 @@ def register_decision_actions(app: AsyncApp, router: Router, grants: GrantSource
     may_approve = approver_check(grants) if grants is not None else None
 
     async def on_decision(
-        ack: AsyncAck, body: dict[str, Any], client: AsyncWebClient, respond: AsyncRespond
+        ack: AsyncAck,
+        body: dict[str, Any],
+        context: AsyncBoltContext,
+        client: AsyncWebClient,
+        respond: AsyncRespond | None,
     ) -> None:
         await ack()  # first: everything below may wait on Slack, the grants or Temporal
-        click = inbound_click(body)
-        where = _click_location(body)
+        try:
+            pressed = typed(BlockActions, context, body)
+            click = inbound_click(pressed)
+        except (MalformedRequest, ValidationError) as err:
+            await keep_unreadable(router, "slack", "click", body, str(err).splitlines()[0])
+            return
+        where = click_location(pressed)
         if click is None or where is None:
             return
-        surface = ClickedMessage(client, respond, body, where, click)
+        surface = ClickedMessage(client, respond, pressed, where, click)
         await on_click(click, may_approve, router, surface)
 
     for action_id in DECISION_ACTIONS:
@@ -70,7 +84,7 @@ class ClickedMessage:
 
     client: AsyncWebClient
     respond: AsyncRespond | None
-    body: dict[str, Any]
+    pressed: BlockActions
     where: tuple[str, str, str | None]  # channel, message ts, thread root ts
     click: InboundClick
     approval_needs: str = APPROVER_ROLE
@@ -81,29 +95,28 @@ class ClickedMessage:
         await post_ephemeral(self.client, self.respond, channel, user, thread_ts, escape(text))
 
     async def checking(self) -> None:
-        await _update_clicked(self.client, self.body, decided_blocks(self.body, self.click))
+        await _update_clicked(self.client, self.pressed, decided_blocks(self.pressed, self.click))
 
     async def restore(self) -> None:
-        await _update_clicked(
-            self.client, self.body, (self.body.get("message") or {}).get("blocks")
-        )
+        message = self.pressed.message
+        await _update_clicked(self.client, self.pressed, message.blocks if message else None)
 
     async def conclude(self, outcome: str) -> None:
         await _update_clicked(
-            self.client, self.body, decided_blocks(self.body, self.click, outcome)
+            self.client, self.pressed, decided_blocks(self.pressed, self.click, outcome)
         )
 
 
-def inbound_click(body: dict[str, Any]) -> InboundClick | None:
+def inbound_click(pressed: BlockActions) -> InboundClick | None:
     """An Approve / Deny block_actions payload -> InboundClick, or None if it is not ours."""
-    actions = [a for a in body.get("actions") or [] if a.get("action_id") in _DECISIONS]
-    user = body.get("user") or {}
-    if len(actions) != 1 or not user.get("id"):
+    actions = [a for a in pressed.actions if a.action_id in _DECISIONS]
+    user = pressed.user
+    if len(actions) != 1 or not user.id:
         return None
     action = actions[0]
-    workflow_id, round = parse_button_value(str(action.get("value") or ""))
-    where = _click_location(body)
-    team_id = (body.get("team") or {}).get("id") or user.get("team_id") or ""
+    workflow_id, round = parse_button_value(action.value or "")
+    where = click_location(pressed)
+    team_id = (pressed.team.id if pressed.team else None) or user.team_id or ""
     if where is not None and where[2] is not None:
         # The button's value names the conversation; it must be the thread the button sits in.
         expected = thread_workflow_id(team_id, where[0], where[2])
@@ -112,16 +125,16 @@ def inbound_click(body: dict[str, Any]) -> InboundClick | None:
             return None
     elif not workflow_id.startswith(conversation_prefix(team_id)):
         return None
-    click_id = str(action.get("action_ts") or body.get("trigger_id") or "")
+    click_id = action.action_ts or pressed.trigger_id or ""
     return InboundClick(
         # trigger_id is unique per interaction; the router drops a repeat of the same one.
-        event_id=f"slack-click-{body.get('trigger_id') or click_id}",
+        event_id=f"slack-click-{pressed.trigger_id or click_id}",
         workflow_id=workflow_id,
-        decision=_DECISIONS[action["action_id"]],
+        decision=_DECISIONS[action.action_id],
         actor=Actor(
             platform="slack",
-            user_id=user["id"],
-            display_name=user.get("username") or user.get("name") or user["id"],
+            user_id=user.id,
+            display_name=user.username or user.name or user.id,
         ),
         click_id=click_id,
         round=round,
@@ -129,14 +142,13 @@ def inbound_click(body: dict[str, Any]) -> InboundClick | None:
 
 
 def decided_blocks(
-    body: dict[str, Any], click: InboundClick, outcome: str | None = None
+    pressed: BlockActions, click: InboundClick, outcome: str | None = None
 ) -> list[dict[str, Any]]:
     """The clicked message's blocks with the buttons replaced by who decided what: "checking
     authorization" until there is an `outcome`."""
+    blocks = (pressed.message.blocks if pressed.message else None) or []
     kept = [
-        b
-        for b in (body.get("message") or {}).get("blocks") or []
-        if b.get("type") != "actions" and b.get("block_id") != DECISION_BLOCK_ID
+        b for b in blocks if b.get("type") != "actions" and b.get("block_id") != DECISION_BLOCK_ID
     ]
     shown = None if outcome is None else escape(outcome)
     line = decided_line(click, shown, who=f"<@{click.actor.user_id}>")
@@ -150,32 +162,31 @@ def decided_blocks(
     ]
 
 
-def _click_location(body: dict[str, Any]) -> tuple[str, str, str | None] | None:
+def click_location(pressed: BlockActions) -> tuple[str, str, str | None] | None:
     """(channel, message ts, thread root ts) of the message whose button was clicked."""
-    container = body.get("container") or {}
-    message = body.get("message") or {}
-    channel = container.get("channel_id") or (body.get("channel") or {}).get("id")
-    ts = container.get("message_ts") or message.get("ts")
+    container, message = pressed.container, pressed.message
+    channel = (container.channel_id if container else None) or (
+        pressed.channel.id if pressed.channel else None
+    )
+    ts = (container.message_ts if container else None) or (message.ts if message else None)
     if not channel or not ts:
         return None
-    return channel, ts, container.get("thread_ts") or message.get("thread_ts")
+    thread = (container.thread_ts if container else None) or (
+        message.thread_ts if message else None
+    )
+    return channel, ts, thread
 
 
 async def _update_clicked(
-    client: AsyncWebClient, body: dict[str, Any], blocks: list[dict[str, Any]] | None
+    client: AsyncWebClient, pressed: BlockActions, blocks: list[dict[str, Any]] | None
 ) -> None:
     # A failed update does not stop the click: the Workflow takes one decision at a time and
     # drops a repeated click id.
-    where = _click_location(body)
+    where = click_location(pressed)
     if where is None or blocks is None:
         return
-    message = body.get("message") or {}
+    text = (pressed.message.text if pressed.message else None) or "Refund decision"
     try:
-        await client.chat_update(
-            channel=where[0],
-            ts=where[1],
-            text=message.get("text") or "Refund decision",
-            blocks=blocks,
-        )
+        await client.chat_update(channel=where[0], ts=where[1], text=text, blocks=blocks)
     except SlackApiError as err:
         log.warning("could not update the clicked message: %s", err.response.get("error"))

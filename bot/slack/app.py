@@ -1,32 +1,12 @@
 """The Slack inbound half: a slack-bolt AsyncApp for the support channel, its buttons and commands.
 
-Every request is acknowledged before any slow work. In HTTP mode the aiohttp handler itself
-answers the requests whose ack is an empty 200 (message events, the buttons, the commands and
-shortcuts), once their signature and shape are checked, and hands them to bolt in the background:
-bolt's middleware and listener matching (about a millisecond each) stay off the ack path, so a
-burst of requests is answered at the rate aiohttp can answer them. Anything else (URL
-verification, a request no listener handles) is bolt's to answer, as before. In Socket Mode bolt
-acks Events API envelopes itself before the listener runs (process_before_response stays False),
-and every other listener calls `ack()` first. The router call, which may wait on Temporal, always
-happens after the HTTP 200 (or the envelope ack) has gone back to Slack.
+    customer message -> bot.slack.events -> router.keep (committed) -> ack -> router.deliver
+    Approve / Deny   -> bot.slack.actions -> bot.clicks -> router.on_click -> `approval` Signal
+    /refund-… command or message shortcut -> bot.slack.commands -> Commands -> ephemeral answer
 
-    HTTP POST -> signature (401) -> shape (400) -> 200 -> after the burst: bolt -> listener
-
-    customer message in the support channel -> router.on_message            -> Signal(-with-start)
-    Approve / Deny button                    -> bot.clicks -> router.on_click -> `approval` Signal
-    /refund-… commands, message shortcuts    -> Commands                     -> ephemeral answer
-
-This module builds the app and runs it; the listeners live in bot.slack.events (messages),
-bot.slack.actions (the buttons) and bot.slack.commands (commands and shortcuts).
-
-    serve -> bot.reconnect.keep_connected -> auth.test (SLACK_BOT_TOKEN)
-          -> Socket Mode: apps.connections.open (SLACK_APP_TOKEN) -> websocket ... closed -> again
-          -> HTTP mode: listen on SLACK_PORT
-
-A token Slack refuses, or a port that cannot be bound, is one line and Slack shown down; anything
-else is one line and a retry with capped backoff. In Socket Mode the reconnecting is this loop's,
-not the SDK's: the SDK retries a failed connection every ping interval for ever, with a traceback
-each time, and cannot tell a refused token from an outage.
+This module builds the app and serves it, over HTTP or Socket Mode (`serve`). Every request is
+acknowledged before any slow work; a customer's message is committed to the inbox first, and is
+the only thing that is.
 """
 
 from __future__ import annotations
@@ -38,32 +18,45 @@ import gc
 import logging
 import os
 from collections.abc import Callable
-from typing import Any
 
 from aiohttp import web
-from slack_bolt.adapter.aiohttp import to_aiohttp_response
 from slack_bolt.async_app import AsyncApp
 from slack_bolt.request.async_request import AsyncBoltRequest
 from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
+from agent import http_edge
 from agent.activities.authorize import GrantSource
-from bot.commands import Commands
+from bot.commands import ChatCommands
 from bot.conversations import Router
 from bot.platform_health import PlatformHealth
-from bot.reconnect import DEFAULT_BACKOFF, Backoff, ConnectionLost, Refused, keep_connected
+from bot.reconnect import (
+    DEFAULT_BACKOFF,
+    Backoff,
+    ConnectionLost,
+    Refused,
+    keep_connected,
+    one_line,
+)
 from bot.slack.actions import DECISION_ACTIONS, register_decision_actions
 from bot.slack.commands import COMMANDS, SHORTCUTS, register_commands
-from bot.slack.events import register_message_events
+from bot.slack.events import inbound_message, register_message_events
 from bot.slack.handover import Handovers
 from bot.slack.links import FindByOrder
 from bot.slack.requests import (
+    BlockActions,
     Checked,
     CheckedSocketModeHandler,
     MalformedRequest,
+    MessageEventCallback,
+    MessageShortcut,
+    SlackRequest,
+    SlashCommand,
+    UrlVerification,
+    bolt_context,
     bolt_request,
-    check_shape,
     parse_body,
+    read_request,
     signature_valid,
 )
 from bot.slack.settings import SlackSettings
@@ -96,15 +89,23 @@ TOKEN_REFUSED = frozenset(
 _SOCKET_MODE_LOG = logging.getLogger(__name__ + ".socket_mode")
 
 
+class SlackApp(AsyncApp):
+    """The bolt app, the router its edges write customer messages ahead to (and hand what they
+    cannot read), and the support channel those messages come from."""
+
+    router: Router
+    support_channel: str
+
+
 def build_app(
     settings: SlackSettings,
     router: Router,
-    commands: Commands,
+    commands: ChatCommands,
     *,
     client: AsyncWebClient | None = None,
     find_by_order: FindByOrder | None = None,
     grants: GrantSource | None = None,
-) -> AsyncApp:
+) -> SlackApp:
     """The bolt app with every listener registered; run it with `serve` (or `http_web_app`).
 
     `find_by_order(team_id, order_number)` lets /refund-status and /refund-release take an order
@@ -131,7 +132,7 @@ def build_app(
             token=settings.bot_token.get_secret_value(), base_url=settings.api_url
         )
     secret = settings.signing_secret.get_secret_value() if settings.signing_secret else ""
-    app = AsyncApp(
+    app = SlackApp(
         name="refund-bot",
         client=client,
         signing_secret=secret,
@@ -141,32 +142,63 @@ def build_app(
     register_message_events(app, router, settings.support_channel)
     register_decision_actions(app, router, grants)
     register_commands(app, commands, find_by_order)
+    app.router = router
+    app.support_channel = settings.support_channel
     return app
+
+
+async def kept_ahead(app: SlackApp, request: SlackRequest) -> bool:
+    """Write a customer's message ahead to the inbox, before Slack hears "ok" (its listener then
+    delivers it): False when it could not be kept, and must not be acknowledged, so that Slack
+    sends it again. Anything else needs no keeping."""
+    if not isinstance(request, MessageEventCallback):
+        return True
+    inbound = inbound_message(request, app.support_channel)
+    if inbound is None:
+        return True
+    try:
+        await app.router.keep(inbound)
+    except Exception as err:
+        log.warning(
+            "slack: event %s could not be kept (%s); not acknowledged, Slack sends it again",
+            inbound.event_id,
+            one_line(err),
+        )
+        return False
+    return True
 
 
 async def checked_request(request: web.Request, signing_secret: str) -> Checked | web.Response:
     """The request, if Slack signed it and shaped it as Slack sends; otherwise the answer to
     give: 401 for a bad signature (checked before parsing), 400."""
-    raw = await request.read()
+    # A body that does not decode is a 400 before the signature: the bytes signed are the
+    # decoded ones, and these never decode.
+    raw = await http_edge.read_body(request, "slack")
     if not signature_valid(signing_secret, raw, request.headers):
         return web.json_response({"error": "invalid request"}, status=401)
     try:
         body = parse_body(raw, request.content_type)
-        context = check_shape(body)
+        typed = read_request(body)
+        # Built here only for what bolt will see; the rest never reaches it.
+        context = bolt_context(typed, body) if handled(typed) else None
     except MalformedRequest as err:
         log.warning("slack: refused a signed but malformed request: %s", err)
         return web.json_response({"error": "malformed request"}, status=400)
-    return Checked(raw, body, context)
+    return Checked(raw, body, typed, context)
 
 
-def http_web_app(app: AsyncApp, signing_secret: str) -> web.Application:
+def http_web_app(app: SlackApp, signing_secret: str) -> web.Application:
     """An aiohttp application serving POST /slack/events (Events API, interactivity, commands).
 
-    The signature is checked before the body is parsed (401), the body's shape before bolt sees
-    it (400): see bot.slack.requests. A request whose ack is an empty 200 (`acked_at_once`) is
-    answered then and there and handed to bolt once the burst it came in is answered
-    (bot.slack.handover); bolt answers the others. On shutdown, requests already answered are
-    given HANDOVER_TIMEOUT to reach their listener.
+        POST -> signature (401) -> shape (400) -> kept ahead (503) -> 200 -> after the burst: bolt
+
+    The signature is checked before the body is parsed, the body's shape before bolt sees it
+    (bot.slack.requests). A request refund-bot handles (`handled`) is answered here with the
+    empty 200 its listener's `ack()` would send, and handed to bolt once the burst it came in is
+    answered (bot.slack.handover): bolt's middleware and listener matching (about a millisecond a
+    request) stay off the ack path. URL verification gets its challenge; anything else an empty
+    200 and nothing more, since Slack retries a request answered otherwise. On shutdown, requests
+    already answered are given HANDOVER_TIMEOUT to reach their listener.
     """
     handovers = Handovers()
 
@@ -175,9 +207,14 @@ def http_web_app(app: AsyncApp, signing_secret: str) -> web.Application:
         checked = await checked_request(request, signing_secret)
         if isinstance(checked, web.Response):
             return checked
+        if isinstance(checked.request, UrlVerification):
+            return web.json_response({"challenge": checked.request.challenge})
+        if checked.context is None:
+            log.debug("slack: ignored %s", checked.request)
+            return web.Response()  # acknowledged, so that Slack does not send it again
+        if not await kept_ahead(app, checked.request):
+            return web.Response(status=503)  # not kept: Slack retries what it got no 200 for
         bolt = functools.partial(bolt_request, checked, request.query_string, request.headers)
-        if not acked_at_once(checked.body):
-            return await to_aiohttp_response(await app.async_dispatch(bolt()))
         handovers.hand_over(functools.partial(_hand_over, app, bolt))
         return web.Response()  # what bolt's ack() sends for these: 200, no body
 
@@ -190,18 +227,20 @@ def http_web_app(app: AsyncApp, signing_secret: str) -> web.Application:
     return web_app
 
 
-def acked_at_once(body: dict[str, Any]) -> bool:
-    """Whether this (checked) request's ack is an empty 200 whatever bolt does next: a message
-    event (bolt acks events before their listener), one of our buttons, commands or shortcuts
-    (each listener's first line is `ack()`). Anything else goes through bolt to be answered."""
-    kind = body.get("type")
-    if kind == "event_callback":
-        return body["event"]["type"] == "message"
-    if kind == "block_actions":
-        return body["actions"][0]["action_id"] in DECISION_ACTIONS
-    if kind == "message_action":
-        return body["callback_id"] in SHORTCUTS
-    return kind is None and body.get("command") in COMMANDS
+def handled(request: SlackRequest) -> bool:
+    """Whether the app has a listener for this (typed) request, whose ack is an empty 200
+    whatever bolt does next: a message event (bolt acks events before their listener), one of
+    our buttons, commands or shortcuts (each listener's first line is `ack()`)."""
+    match request:
+        case MessageEventCallback():
+            return True
+        case BlockActions():
+            return request.actions[0].action_id in DECISION_ACTIONS
+        case MessageShortcut():
+            return request.callback_id in SHORTCUTS
+        case SlashCommand():
+            return request.command in COMMANDS
+    return False
 
 
 async def _hand_over(app: AsyncApp, request: Callable[[], AsyncBoltRequest]) -> None:
@@ -216,7 +255,7 @@ async def _hand_over(app: AsyncApp, request: Callable[[], AsyncBoltRequest]) -> 
 
 
 async def serve(
-    app: AsyncApp,
+    app: SlackApp,
     settings: SlackSettings,
     health: PlatformHealth | None = None,
     *,
@@ -225,7 +264,15 @@ async def serve(
 ) -> None:
     """Serve Slack until cancelled: Socket Mode with SLACK_APP_TOKEN, else HTTP on SLACK_PORT.
 
-    Never raises into the stack and keeps `health` current (see the module's docstring).
+        auth.test -> Socket Mode: apps.connections.open -> websocket ... closed -> again
+                  -> HTTP mode: listen on SLACK_PORT
+
+    Never raises into the stack and keeps `health` current. A token Slack refuses, or a port that
+    cannot be bound, is one line and Slack shown down; anything else is one line and a retry with
+    capped backoff. Socket Mode's reconnecting is this loop's, not the SDK's: the SDK retries a
+    failed connection every ping interval for ever, a traceback each time, and cannot tell a
+    refused token from an outage. In Socket Mode bolt acks Events API envelopes itself before
+    the listener runs (process_before_response stays False) and every other listener acks first.
     """
     health = health or PlatformHealth("slack")
     _freeze_startup_heap()
@@ -257,9 +304,9 @@ def _freeze_startup_heap() -> None:
     gc.freeze()
 
 
-async def _http_mode(app: AsyncApp, port: int, signing_secret: str, health: PlatformHealth) -> None:
+async def _http_mode(app: SlackApp, port: int, signing_secret: str, health: PlatformHealth) -> None:
     await _check_bot_token(app.client)
-    runner = web.AppRunner(http_web_app(app, signing_secret), access_log=None)
+    runner = http_edge.runner(http_web_app(app, signing_secret))
     await runner.setup()
     try:
         try:
@@ -278,7 +325,7 @@ async def _http_mode(app: AsyncApp, port: int, signing_secret: str, health: Plat
 
 
 async def _socket_mode(
-    app: AsyncApp, app_token: str, health: PlatformHealth, ping_interval: float
+    app: SlackApp, app_token: str, health: PlatformHealth, ping_interval: float
 ) -> None:
     await _check_bot_token(app.client)
     try:
@@ -293,7 +340,13 @@ async def _socket_mode(
             ) from None
         raise
     handler = CheckedSocketModeHandler(
-        app, app_token, logger=_SOCKET_MODE_LOG, ping_interval=ping_interval
+        app,
+        app_token,
+        handles=handled,
+        router=app.router,
+        kept_ahead=functools.partial(kept_ahead, app),
+        logger=_SOCKET_MODE_LOG,
+        ping_interval=ping_interval,
     )
     client = handler.client
     client.default_auto_reconnect_enabled = client.auto_reconnect_enabled = False

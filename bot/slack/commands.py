@@ -3,26 +3,32 @@
     /refund-… commands, message shortcuts -> Commands -> ephemeral answer
 
 A slash command names its conversation in its text (a thread link, an order number or a Workflow
-ID: `resolve_conversation`); a message shortcut is run on a message, whose thread is the
-conversation. Every listener acks first, and the answer is seen only by whoever asked.
+ID: `resolve_conversation`, run by bot.commands once the caller's role allows the command); a
+message shortcut is run on a message, whose thread is the conversation. Every listener acks
+first, reads the request as the edge typed it (bot.slack.requests), and the answer is seen only by
+whoever asked.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
+import aiohttp
 from slack_bolt.async_app import AsyncApp
 from slack_bolt.context.ack.async_ack import AsyncAck
+from slack_bolt.context.async_context import AsyncBoltContext
 from slack_bolt.context.respond.async_respond import AsyncRespond
+from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
 from agent import tracing
 from agent.codec import CodecError
 from agent.models import Actor
-from bot.commands import ChannelRef, CommandReply, Commands, DemoStage, DemoStages
+from bot.commands import ChannelRef, ChatCommands, CommandReply, Conversation, DemoStage, DemoStages
 from bot.slack.links import (
     FindByOrder,
     conversation_prefix,
@@ -33,6 +39,7 @@ from bot.slack.links import (
 )
 from bot.slack.render import escape, unescape
 from bot.slack.replies import post_ephemeral
+from bot.slack.requests import MalformedRequest, MessageShortcut, SlashCommand, typed
 
 log = logging.getLogger(__name__)
 
@@ -44,9 +51,15 @@ REFUND_HOLD = "/refund-hold"
 REFUND_GRANT = "/refund-grant"
 REFUND_REVOKE = "/refund-revoke"
 REFUND_DEMO = "/refund-demo"
+# The support team's: the escalations waiting, and a conversation taken over and handed back.
+REFUND_QUEUE = "/refund-queue"
+REFUND_TAKEOVER = "/refund-takeover"
+REFUND_HANDBACK = "/refund-handback"
 # Message shortcuts' callback ids.
 STATUS_SHORTCUT = "refund_status"
 RELEASE_SHORTCUT = "refund_release"
+TAKEOVER_SHORTCUT = "refund_takeover"
+HANDBACK_SHORTCUT = "refund_handback"
 # Everything registered here: each listener acks with an empty 200 before its work.
 COMMANDS = frozenset(
     {
@@ -57,9 +70,12 @@ COMMANDS = frozenset(
         REFUND_GRANT,
         REFUND_REVOKE,
         REFUND_DEMO,
+        REFUND_QUEUE,
+        REFUND_TAKEOVER,
+        REFUND_HANDBACK,
     }
 )
-SHORTCUTS = frozenset({STATUS_SHORTCUT, RELEASE_SHORTCUT})
+SHORTCUTS = frozenset({STATUS_SHORTCUT, RELEASE_SHORTCUT, TAKEOVER_SHORTCUT, HANDBACK_SHORTCUT})
 
 _FAILED = "That command failed on our side; the bot's log has the details."
 _WHICH_CONVERSATION = (
@@ -83,24 +99,24 @@ CommandWork = Callable[[Actor, str, Where], Awaitable[CommandReply]]
 ShortcutWork = Callable[[Actor, str], Awaitable[CommandReply]]
 
 
-def register_commands(app: AsyncApp, commands: Commands, find_by_order: FindByOrder | None) -> None:
+def register_commands(
+    app: AsyncApp, commands: ChatCommands, find_by_order: FindByOrder | None
+) -> None:
     """Answer every slash command and message shortcut through `commands`.
 
     `find_by_order(team_id, order_number)` lets /refund-status and /refund-release take an order
     number; without it they take a thread link or a Workflow ID only.
     """
 
+    def named(text: str, where: Where, command: str) -> Conversation:
+        # Found only once Commands has checked the caller's role.
+        return functools.partial(resolve_conversation, text, where.team_id, command, find_by_order)
+
     async def status(actor: Actor, text: str, where: Where) -> CommandReply:
-        target = await resolve_conversation(text, where.team_id, REFUND_STATUS, find_by_order)
-        if isinstance(target, CommandReply):
-            return target
-        return await commands.refund_status(actor, target)
+        return await commands.refund_status(actor, named(text, where, REFUND_STATUS))
 
     async def release(actor: Actor, text: str, where: Where) -> CommandReply:
-        target = await resolve_conversation(text, where.team_id, REFUND_RELEASE, find_by_order)
-        if isinstance(target, CommandReply):
-            return target
-        return await commands.refund_release(actor, target)
+        return await commands.refund_release(actor, named(text, where, REFUND_RELEASE))
 
     async def crash(actor: Actor, text: str, where: Where) -> CommandReply:
         words = text.split()
@@ -161,6 +177,46 @@ def register_commands(app: AsyncApp, commands: Commands, find_by_order: FindByOr
     app.message_shortcut(STATUS_SHORTCUT)(_shortcut_listener(STATUS_SHORTCUT, shortcut_status))
     app.message_shortcut(RELEASE_SHORTCUT)(_shortcut_listener(RELEASE_SHORTCUT, shortcut_release))
 
+    register_support_commands(app, commands, find_by_order)
+
+
+def register_support_commands(
+    app: AsyncApp, commands: ChatCommands, find_by_order: FindByOrder | None
+) -> None:
+    """The support team's commands: /refund-queue, and /refund-takeover and /refund-handback
+    (a thread link, an order number or a Workflow ID, as /refund-status takes them; or, in the
+    thread, the message shortcuts **Take over** and **Hand back**)."""
+
+    async def queue(actor: Actor, text: str, where: Where) -> CommandReply:
+        if text.strip():
+            return CommandReply(ok=False, text=f"Usage: {REFUND_QUEUE}")
+        return await commands.refund_queue(actor)
+
+    def taking(command: str, taken: bool) -> CommandWork:
+        async def work(actor: Actor, text: str, where: Where) -> CommandReply:
+            # Found only once Commands has checked the caller's role.
+            named = functools.partial(
+                resolve_conversation, text, where.team_id, command, find_by_order
+            )
+            return await commands.refund_takeover(actor, named, taken)
+
+        return work
+
+    def taking_here(taken: bool) -> ShortcutWork:
+        async def work(actor: Actor, workflow_id: str) -> CommandReply:
+            return await commands.refund_takeover(actor, workflow_id, taken)
+
+        return work
+
+    for name, work in (
+        (REFUND_QUEUE, queue),
+        (REFUND_TAKEOVER, taking(REFUND_TAKEOVER, True)),
+        (REFUND_HANDBACK, taking(REFUND_HANDBACK, False)),
+    ):
+        app.command(name)(_command_listener(name, work))
+    for callback_id, taken in ((TAKEOVER_SHORTCUT, True), (HANDBACK_SHORTCUT, False)):
+        app.message_shortcut(callback_id)(_shortcut_listener(callback_id, taking_here(taken)))
+
 
 def parse_grant_args(text: str) -> tuple[Actor, str, str | None] | None:
     """`<@U123|sam> refund_approver 500` -> (Actor, role text, limit text or None)."""
@@ -207,42 +263,68 @@ async def resolve_conversation(
 
 def _command_listener(name: str, work: CommandWork) -> Callable[..., Awaitable[None]]:
     async def listener(
-        ack: AsyncAck, command: dict[str, Any], respond: AsyncRespond, client: AsyncWebClient
+        ack: AsyncAck,
+        body: dict[str, Any],
+        context: AsyncBoltContext,
+        respond: AsyncRespond | None,
+        client: AsyncWebClient,
     ) -> None:
         await ack()  # first: the work below may take seconds (a Worker restart, a history read)
+        try:
+            command = typed(SlashCommand, context, body)
+        except MalformedRequest as err:
+            # Only a request that skipped the edge: nothing in it can be trusted to answer to.
+            log.warning("slack command %s could not be read (%s); not answered", name, err)
+            return
         actor = Actor(
-            platform="slack",
-            user_id=command["user_id"],
-            display_name=command.get("user_name") or "",
+            platform="slack", user_id=command.user_id, display_name=command.user_name or ""
         )
         # Slack sends the text with `&`, `<` and `>` escaped (a link's `&thread_ts=` arrives as
         # `&amp;thread_ts=`); its own markup (`<@U…|name>`, `<https://…>`) is not.
-        text = unescape(command.get("text") or "")
-        where = Where(command.get("team_id") or "", command.get("channel_id") or "", client)
+        text = unescape(command.text)
+        where = Where(command.team_id or "", command.channel_id or "", client)
         with tracing.span("slack.command", "server", platform="slack", command=name) as span:
             reply = await _reply_or_failure(f"command {name}", work(actor, text, where))
             span.set(outcome="ok" if reply.ok else "refused")
             # Escaped: replies can quote customer text (answers), which must not ping anyone.
-            await respond(text=escape(reply.shown()), response_type="ephemeral")
+            await _respond(respond, name, escape(reply.shown()))
 
     listener.__name__ = f"command_{name.strip('/').replace('-', '_')}"
     return listener
 
 
+async def _respond(respond: AsyncRespond | None, name: str, text: str) -> None:
+    """The answer, by the command's response_url: a failure to deliver it is one line."""
+    if respond is None:
+        log.warning("slack command %s has no response_url; its answer went nowhere", name)
+        return
+    try:
+        await respond(text=text, response_type="ephemeral")
+    except (SlackApiError, aiohttp.ClientError, TimeoutError, ValueError) as err:
+        log.warning("could not answer slack command %s: %s: %s", name, type(err).__name__, err)
+
+
 def _shortcut_listener(name: str, work: ShortcutWork) -> Callable[..., Awaitable[None]]:
     async def listener(
-        ack: AsyncAck, shortcut: dict[str, Any], client: AsyncWebClient, respond: AsyncRespond
+        ack: AsyncAck,
+        body: dict[str, Any],
+        context: AsyncBoltContext,
+        client: AsyncWebClient,
+        respond: AsyncRespond | None,
     ) -> None:
         await ack()
-        user = shortcut.get("user") or {}
-        channel = (shortcut.get("channel") or {}).get("id") or ""
-        message = shortcut.get("message") or {}
-        root = message.get("thread_ts") or message.get("ts") or ""
-        team_id = (shortcut.get("team") or {}).get("id") or user.get("team_id") or ""
+        try:
+            shortcut = typed(MessageShortcut, context, body)
+        except MalformedRequest as err:
+            log.warning("slack shortcut %s could not be read (%s); not answered", name, err)
+            return
+        user = shortcut.user
+        channel = (shortcut.channel.id if shortcut.channel else None) or ""
+        message = shortcut.message
+        root = ((message.thread_ts or message.ts) if message else None) or ""
+        team_id = (shortcut.team.id if shortcut.team else None) or user.team_id or ""
         actor = Actor(
-            platform="slack",
-            user_id=user.get("id") or "",
-            display_name=user.get("username") or user.get("name") or "",
+            platform="slack", user_id=user.id, display_name=user.username or user.name or ""
         )
         workflow_id = thread_workflow_id(team_id, channel, root)
         with tracing.span(

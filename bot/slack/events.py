@@ -4,7 +4,10 @@
 
 `inbound_message` is the filter (pure: other channels, bots, edits and system notices are
 dropped); `register_message_events` adds the listener that routes what passes, one thread at a
-time, and posts the router's notice (if any) in the thread.
+time, and posts the router's notice (if any) in the thread. The listener reads the event as the
+edge typed it (bot.slack.requests), so nothing in it can fail on a field's type; an event that
+reached it without passing the edge and does not read is kept in the inbox as a dead letter,
+since Slack has had its ack and will not send it again.
 """
 
 from __future__ import annotations
@@ -12,14 +15,17 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from pydantic import ValidationError
 from slack_bolt.async_app import AsyncApp
+from slack_bolt.context.async_context import AsyncBoltContext
 from slack_sdk.web.async_client import AsyncWebClient
 
 from agent import tracing
 from agent.models import Actor, ThreadRef
-from bot.conversations import NOT_KEPT, NOTICES, InboundMessage, Router
+from bot.conversations import NOT_KEPT, NOTICES, InboundMessage, Router, keep_unreadable
 from bot.keyed_locks import KeyedLocks
 from bot.slack.replies import post_notice
+from bot.slack.requests import MalformedRequest, MessageEvent, MessageEventCallback, typed
 
 log = logging.getLogger(__name__)
 
@@ -35,9 +41,13 @@ def register_message_events(app: AsyncApp, router: Router, support_channel: str)
 
     @app.event("message")
     async def on_message(
-        body: dict[str, Any], event: dict[str, Any], client: AsyncWebClient
+        body: dict[str, Any], context: AsyncBoltContext, client: AsyncWebClient
     ) -> None:
-        inbound = inbound_message(body, event, support_channel)
+        try:
+            inbound = inbound_message(typed(MessageEventCallback, context, body), support_channel)
+        except (MalformedRequest, ValidationError) as err:
+            await keep_unreadable(router, "slack", "message", body, str(err).splitlines()[0])
+            return
         if inbound is None:
             return
         with tracing.span("slack.message", "server", platform="slack", event_id=inbound.event_id):
@@ -57,38 +67,33 @@ def register_message_events(app: AsyncApp, router: Router, support_channel: str)
                 await post_notice(client, inbound.thread.channel, inbound.thread.thread, notice)
 
 
-def inbound_message(
-    body: dict[str, Any], event: dict[str, Any], support_channel: str
-) -> InboundMessage | None:
+def inbound_message(request: MessageEventCallback, support_channel: str) -> InboundMessage | None:
     """A message event the agent should see, or None (other channels, bots, edits, notices)."""
-    if event.get("type") != "message" or event.get("channel") != support_channel:
+    event = request.event
+    if event.channel != support_channel:
         return None
-    subtype = event.get("subtype")
-    if subtype is not None and subtype not in HUMAN_SUBTYPES:
+    if event.subtype is not None and event.subtype not in HUMAN_SUBTYPES:
         return None
-    user, ts = event.get("user"), event.get("ts")
-    if event.get("bot_id") or event.get("bot_profile") or not user or not ts:
+    user, ts = event.user, event.ts
+    if event.bot_id or event.bot_profile or not user or not ts:
         return None
-    team_id = body.get("team_id") or event.get("team") or ""
-    thread_ts = event.get("thread_ts")
-    opens = thread_ts is None or thread_ts == ts
+    team_id = request.team_id or event.team or ""
+    root = event.thread_ts or ts
+    opens = root == ts
     return InboundMessage(
-        event_id=str(body.get("event_id") or f"{support_channel}-{ts}"),
-        thread=ThreadRef(
-            platform="slack",
-            workspace=team_id,
-            channel=support_channel,
-            thread=ts if opens else thread_ts,
-        ),
+        event_id=request.event_id or f"{support_channel}-{ts}",
+        thread=ThreadRef(platform="slack", workspace=team_id, channel=support_channel, thread=root),
         message_id=ts,
         author=Actor(platform="slack", user_id=user, display_name=_display_name(event)),
-        text=event.get("text") or "",
+        text=event.text or "",
         opens_thread=opens,
     )
 
 
-def _display_name(event: dict[str, Any]) -> str:
+def _display_name(event: MessageEvent) -> str:
     # Message events from people usually carry `user_profile`; no users.info call (or the
     # users:read scope) just for a name. The id stands in when it is absent.
-    profile = event.get("user_profile") or {}
-    return profile.get("display_name") or profile.get("real_name") or event.get("user") or ""
+    profile = event.user_profile
+    if profile is not None and (profile.display_name or profile.real_name):
+        return profile.display_name or profile.real_name or ""
+    return event.user or ""

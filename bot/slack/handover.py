@@ -3,23 +3,10 @@
     handler: arrived() -> checks -> 200 -> hand_over(work) -> (quiet, or waited long) -> task
     arrived() -> cyclic garbage collector held -> (quiet, or held long) -> released
 
-In HTTP mode the aiohttp handler answers Slack, then hands the request to bolt. Started at once,
-bolt's work for one request (its middleware, listener matching and the listener's first step:
-about a millisecond) would run in front of the acks of the requests still arriving in a burst,
-and the hundredth request of a burst would wait for ninety-nine of them. Started after the burst,
-it costs the acks nothing, and the work itself (a Signal to Temporal) is a few milliseconds later.
-
-So handed-over work waits until no request has arrived for QUIET seconds, and never more than
-MAX_WAIT after it was handed over, so a steady stream of requests cannot hold it back. It starts
-in the order it was handed over, one piece per turn of the event loop.
-
-Python's cyclic garbage collector waits the same way. A burst's requests each leave their parsed
-body and their bolt work queued here, so collections start in the middle of a burst, and a
-young-generation collection walks every request bolt has in flight (thousands of objects when
-Temporal is slow to answer): 1-8 ms, in front of every ack still to be sent (measured in
-docs/benchmarks.md). Held from a burst's first request until the quiet (at most MAX_WAIT), the
-collector runs after the acks, with bolt's work. Reference counting frees most garbage meanwhile;
-the collector is only what finds cycles, and a 50 ms pause in finding them costs nothing.
+Started at once, bolt's work for one request (about a millisecond) would run in front of the
+acks still to be sent in a burst; started after it, it costs them nothing. So handed-over work
+waits until no request has arrived for QUIET seconds, never more than MAX_WAIT, and starts in
+the order it was handed over. The garbage collector waits the same way (`arrived`).
 """
 
 from __future__ import annotations
@@ -54,7 +41,12 @@ class Handovers:
         self._running: set[asyncio.Task[None]] = set()
 
     def arrived(self) -> None:
-        """A request came in: handed-over work, and the garbage collector, wait a little longer."""
+        """A request came in: handed-over work, and the garbage collector, wait a little longer.
+
+        A burst's requests each leave their parsed body and bolt work queued here, so a
+        young-generation collection in mid-burst walks every request in flight (1-8 ms, in front
+        of every ack still to be sent; docs/benchmarks.md). Held until the quiet, it runs after
+        the acks; reference counting frees most garbage meanwhile."""
         loop = asyncio.get_running_loop()
         self._last_arrival = loop.time()
         if self._holding_gc_since is None and gc.isenabled():

@@ -63,10 +63,14 @@ def parse_thread_link(text: str, team_id: str) -> ThreadRef | None:
         https://acme.slack.com/archives/C0SUPPORT/p1732860000000200?thread_ts=1732860000.000100&cid=C0SUPPORT
 
     A reply's permalink carries its thread's root in `thread_ts`; a root's is the message itself.
-    The link names no team, so the caller gives the team the command ran in.
+    The link names no team, so the caller gives the team the command ran in. Anything else,
+    however malformed (`https://[::1/…`), is None.
     """
-    parts = urlsplit(_unwrap(text))
-    host = (parts.hostname or "").lower()
+    try:
+        parts = urlsplit(_unwrap(text))
+        host = (parts.hostname or "").lower()
+    except ValueError:  # an unclosed IPv6 bracket, a port that is not a number
+        return None
     if parts.scheme != "https" or not (host == "slack.com" or host.endswith(".slack.com")):
         return None
     path = [p for p in parts.path.split("/") if p]

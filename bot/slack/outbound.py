@@ -126,7 +126,10 @@ class SlackThreadPoster:
         timeout_seconds: int = 10,
         max_rate_limit_retries: int = 5,
         max_retry_after_seconds: int = 10,
+        approver_group: str | None = None,
     ) -> None:
+        """`approver_group`: SLACK_APPROVER_GROUP, the group the approvers' reminder mentions."""
+        self._approver_group = approver_group
         secret = token if isinstance(token, SecretStr) else SecretStr(token)
         handlers: list[AsyncRetryHandler] = [
             BoundedRateLimitRetryHandler(
@@ -148,6 +151,7 @@ class SlackThreadPoster:
     def from_settings(cls, settings: SlackSettings, **kwargs: Any) -> SlackThreadPoster:
         if settings.bot_token is None:
             raise ValueError("SLACK_BOT_TOKEN is not set; Slack outbound cannot be built")
+        kwargs.setdefault("approver_group", settings.approver_group)
         return cls(settings.bot_token, settings.api_url, **kwargs)
 
     async def close(self) -> None:
@@ -184,12 +188,13 @@ class SlackThreadPoster:
             self._client.chat_postMessage(
                 channel=thread.channel,
                 thread_ts=thread.thread,  # always a reply, never a top-level post
-                text=fallback_text(message),
-                blocks=blocks_for(message),
+                text=fallback_text(message, self._approver_group),
+                blocks=blocks_for(message, self._approver_group),
                 metadata=metadata_for(message),
                 unfurl_links=False,
                 unfurl_media=False,
-                # Explicitly off: the text is escaped and must never turn into a group mention.
+                # Explicitly off: the text is escaped and must never turn into a group mention;
+                # the one mention a post may carry (the approvers' group) is explicit markup.
                 link_names=False,
             ),
         )

@@ -5,6 +5,7 @@ Pure functions, no I/O, so the inbound adapter and the tests can import the same
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from agent.models import MessageEdit, OutboundMessage
@@ -25,6 +26,9 @@ METADATA_EVENT_TYPE = "refund_bot_message"
 SECTION_TEXT_LIMIT = 3000
 MAX_TEXT_SECTIONS = 10
 FALLBACK_TEXT_LIMIT = 3900
+
+# A user group's id as Slack gives it (S…): nothing else is ever written into a mention.
+_USER_GROUP_ID = re.compile(r"^S[A-Z0-9]{2,}$")
 
 _ESCAPES = {"&": "&amp;", "<": "&lt;", ">": "&gt;"}
 _BUTTONS: dict[str, tuple[str, str, str]] = {
@@ -65,34 +69,49 @@ def _escaped_chunks(text: str, limit: int) -> list[str]:
     return chunks
 
 
-def fallback_text(message: OutboundMessage) -> str:
-    """The top-level `text`: notifications and screen readers use it when blocks are present."""
-    chunks = _escaped_chunks(message.text, FALLBACK_TEXT_LIMIT)
-    text = chunks[0] if len(chunks) == 1 else chunks[0] + "…"
+def mention_for(message: OutboundMessage, approver_group: str | None) -> str:
+    """What the post opens with: the approvers' user group, `<!subteam^S…> `, in their reminder
+    when SLACK_APPROVER_GROUP is set; "" for every other post, and when no group is set."""
+    group = (approver_group or "").strip()
+    if message.mention != "approvers" or not _USER_GROUP_ID.match(group):
+        return ""
+    return f"<!subteam^{group}> "
+
+
+def fallback_text(message: OutboundMessage, approver_group: str | None = None) -> str:
+    """The top-level `text`: notifications and screen readers use it when blocks are present, so
+    a group mention goes here too (it is what notifies the group)."""
+    lead = mention_for(message, approver_group)
+    chunks = _escaped_chunks(message.text, FALLBACK_TEXT_LIMIT - len(lead))
+    text = lead + (chunks[0] if len(chunks) == 1 else chunks[0] + "…")
     if message.actions:
         text += " (approve or deny in the thread)"
     return text
 
 
-def _text_blocks(text: str) -> list[dict[str, Any]]:
-    chunks = _escaped_chunks(text, SECTION_TEXT_LIMIT)
+def _text_blocks(text: str, lead: str = "") -> list[dict[str, Any]]:
+    # `lead` is markup of ours (a group mention), put before the escaped text, never escaped.
+    chunks = _escaped_chunks(text, SECTION_TEXT_LIMIT - len(lead))
     if len(chunks) > MAX_TEXT_SECTIONS:
         chunks = [*chunks[: MAX_TEXT_SECTIONS - 1], "…"]
+    chunks[0] = lead + chunks[0]
     return [
         {
             "type": "section",
             "block_id": f"{TEXT_BLOCK_ID_PREFIX}{i}",
             # verbatim: Slack would otherwise auto-link channel names and parse some mentions
-            # in the text; escaped customer text must reach the reader exactly as typed.
+            # in the text; escaped customer text must reach the reader exactly as typed. Our own
+            # `<!subteam^…>` is markup, which Slack still reads with verbatim on.
             "text": {"type": "mrkdwn", "text": chunk or " ", "verbatim": True},
         }
         for i, chunk in enumerate(chunks)
     ]
 
 
-def blocks_for(message: OutboundMessage) -> list[dict[str, Any]]:
-    """Section block(s) with the escaped text, then Approve / Deny buttons when requested."""
-    blocks = _text_blocks(message.text)
+def blocks_for(message: OutboundMessage, approver_group: str | None = None) -> list[dict[str, Any]]:
+    """Section block(s) with the escaped text (after the approvers' mention, in their reminder),
+    then Approve / Deny buttons when requested."""
+    blocks = _text_blocks(message.text, mention_for(message, approver_group))
     if message.actions:
         value = button_value(message.key.workflow_id, message.round)
         blocks.append(

@@ -1,14 +1,19 @@
-"""Slack's requests, checked before bolt parses them: forged is 401, malformed is 400, never 500.
+"""Slack's requests, checked before bolt sees them: forged is 401, malformed is 400, never 500.
 
-    HTTP POST   -> signature over the raw bytes (401) -> parse_body, check_shape (400) -> bolt
-    Socket Mode -> check_shape (acked, logged and dropped) -> bolt
+    HTTP POST   -> signature over the raw bytes (401) -> parse_body, read_request (400) -> typed
+    Socket Mode -> read_request (acked; an event or click kept as a dead letter) -> typed
+    typed -> a kind refund-bot handles -> bolt -> listener, which reads the typed request
+          -> URL verification -> its challenge, answered here
+          -> anything else -> 200, ignored (a 4xx or 404 would make Slack retry it)
 
 Bolt's own HTTP path parses the body in `AsyncBoltRequest.__init__`, before its RequestVerification
 middleware looks at the signature, so a forged request with a malformed body raised a
-JSONDecodeError (HTTP 500) instead of being refused; and a body of the wrong shape (`actions` a
-string, `event` a list) raised inside bolt's listener matchers (500 again). Here the signature is
-checked first, on the bytes as received, then the body is parsed and its shape checked against
-what Slack sends, and only then does bolt see it (its own signature check still runs: harmless).
+JSONDecodeError (HTTP 500) instead of being refused; a body of the wrong shape raised inside bolt's
+middleware and listener matchers (500 again), or reached a listener after the ack and raised
+there, so a customer's message was acknowledged and lost. Here the signature is checked first, on
+the bytes as received; then the body is read, once, into the typed models below, strict in every
+field a listener or bolt reads; only a request that fits reaches bolt, carrying its typed form in
+bolt's context (`typed`), and the listeners read that, never the dict.
 """
 
 from __future__ import annotations
@@ -16,25 +21,35 @@ from __future__ import annotations
 import hmac
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, TypeVar
 
 import pydantic_core
-from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, ValidationError
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
 from slack_bolt.adapter.socket_mode.async_handler import AsyncSocketModeHandler
+from slack_bolt.adapter.socket_mode.async_internals import send_async_response
+from slack_bolt.adapter.socket_mode.internals import build_headers
+from slack_bolt.async_app import AsyncApp
 from slack_bolt.context.async_context import AsyncBoltContext
 from slack_bolt.request.async_internals import build_async_context
 from slack_bolt.request.async_request import AsyncBoltRequest
 from slack_sdk.socket_mode.async_client import AsyncBaseSocketModeClient
 from slack_sdk.socket_mode.request import SocketModeRequest
 from slack_sdk.socket_mode.response import SocketModeResponse
-from yarl import query_to_pairs
+from yarl import URL, query_to_pairs
+
+from bot.conversations import Router, keep_unreadable
 
 log = logging.getLogger(__name__)
 
 # Slack's documented replay window for a signed request.
 MAX_REQUEST_AGE_SECONDS = 5 * 60
+# A Unix time in seconds has 10 digits until the year 2286; int() of a longer string is refused
+# past 4,300 digits (ValueError), and any past 12 is no timestamp Slack sends.
+_MAX_TIMESTAMP_DIGITS = 12
+# Where the typed request rides in bolt's context, for the listeners.
+TYPED = "refund_bot_request"
 
 
 class MalformedRequest(ValueError):
@@ -52,7 +67,9 @@ def signature_valid(
     """
     timestamp = headers.get("X-Slack-Request-Timestamp") or ""
     signature = headers.get("X-Slack-Signature") or ""
-    if not timestamp.isascii() or not timestamp.isdigit():
+    if len(timestamp) > _MAX_TIMESTAMP_DIGITS or not timestamp.isascii():
+        return False
+    if not timestamp.isdigit():
         return False
     if abs((time.time() if now is None else now) - int(timestamp)) > MAX_REQUEST_AGE_SECONDS:
         return False
@@ -92,133 +109,238 @@ def parse_body(raw: bytes, content_type: str | None) -> dict[str, Any]:
 
 
 # ---------------------------------------------------------------------------------------------
-# The shape Slack sends, as far as bolt's matchers and refund-bot's listeners read it. Only the
-# kinds refund-bot handles are checked closely: another event type or interaction (an operator
-# may subscribe to more) passes, because a 4xx to a genuine event makes Slack back off.
+# What Slack sends, as far as bolt and refund-bot's listeners read it: every field read has its
+# type here, so nothing past the check can raise on one. Fields not named are Slack's to add:
+# neither checked nor copied.
 # ---------------------------------------------------------------------------------------------
 
 
+def _usable_url(url: str) -> str:
+    # Bolt's `respond` posts to it: a relative, schemeless or unparsable URL raised there.
+    try:
+        parsed = URL(url)
+        usable = parsed.scheme in ("https", "http") and bool(parsed.host)
+    except (ValueError, TypeError):
+        usable = False
+    if not usable:
+        raise ValueError("not an absolute http(s) URL")
+    return url
+
+
+ResponseUrl = Annotated[str, AfterValidator(_usable_url)]
+
+
 class _Shape(BaseModel):
-    # Fields not named here are Slack's to add: neither checked nor copied (the checked body,
-    # not these models, is what bolt gets).
-    model_config = ConfigDict(extra="ignore", strict=True)
+    model_config = ConfigDict(extra="ignore", strict=True, frozen=True)
 
 
-class _Event(_Shape):
-    type: str
+class Profile(_Shape):
+    display_name: str | None = None
+    real_name: str | None = None
 
 
-class _MessageEvent(_Event):
+class MessageEvent(_Shape):
+    type: Literal["message"]
     subtype: str | None = None
     channel: str | None = None
+    channel_type: str | None = None
     user: str | None = None
     text: str | None = None
     ts: str | None = None
     thread_ts: str | None = None
     bot_id: str | None = None
+    bot_profile: dict[str, Any] | None = None
     team: str | None = None
-    user_profile: dict[str, Any] | None = None
+    user_profile: Profile | None = None
+    # Read by bolt (message_changed and message_deleted carry the message in these).
     message: dict[str, Any] | None = None
     previous_message: dict[str, Any] | None = None
 
 
-def _event_kind(event: Any) -> str:
-    return "message" if isinstance(event, dict) and event.get("type") == "message" else "other"
+class _Authorization(_Shape):
+    enterprise_id: str | None = None
+    team_id: str | None = None
+    user_id: str | None = None
+    is_bot: bool | None = None
+    is_enterprise_install: bool | None = None
 
 
-class _EventCallback(_Shape):
+class MessageEventCallback(_Shape):
+    """An Events API `message` event: a customer's words, maybe."""
+
     type: Literal["event_callback"]
-    # A message event is checked field by field, any other event for its type only.
-    event: Annotated[
-        Annotated[_MessageEvent, Tag("message")] | Annotated[_Event, Tag("other")],
-        Discriminator(_event_kind),
-    ]
+    event: MessageEvent
     event_id: str | None = None
     team_id: str | None = None
-    authorizations: list[dict[str, Any]] | None = None
+    enterprise_id: str | None = None
+    authorizations: list[_Authorization] | None = None
 
 
-class _User(_Shape):
+class _AnyEvent(_Shape):
+    type: str
+
+
+class _AnyEventCallback(_Shape):
+    type: Literal["event_callback"]
+    event: _AnyEvent
+
+
+class Ref(_Shape):
+    """`team` or `channel` in an interaction: an object with an id."""
+
+    id: str | None = None
+
+
+class User(_Shape):
     id: str
     username: str | None = None
     name: str | None = None
     team_id: str | None = None
 
 
-class _Action(_Shape):
+class Container(_Shape):
+    channel_id: str | None = None
+    message_ts: str | None = None
+    thread_ts: str | None = None
+
+
+class PostedMessage(_Shape):
+    """The message a button or shortcut was used on, as the interaction carries it."""
+
+    ts: str | None = None
+    thread_ts: str | None = None
+    text: str | None = None
+    blocks: list[dict[str, Any]] | None = None
+
+
+class Action(_Shape):
     action_id: str
     block_id: str | None = None
     value: str | None = None
     action_ts: str | None = None
 
 
-class _Interaction(_Shape):
-    type: str
-    user: _User
-    team: dict[str, Any] | None = None
-    channel: dict[str, Any] | None = None
-    message: dict[str, Any] | None = None
-    response_url: str | None = None
-    trigger_id: str | None = None
+class BlockActions(_Shape):
+    """A button pressed."""
 
-
-class _BlockActions(_Interaction):
     type: Literal["block_actions"]
-    actions: list[_Action] = Field(min_length=1)
-    container: dict[str, Any] | None = None
+    user: User
+    actions: list[Action] = Field(min_length=1)
+    team: Ref | None = None
+    channel: Ref | None = None
+    container: Container | None = None
+    message: PostedMessage | None = None
+    trigger_id: str | None = None
+    response_url: ResponseUrl | None = None
 
 
-class _MessageAction(_Interaction):
+class MessageShortcut(_Shape):
+    """A message shortcut run on a message."""
+
     type: Literal["message_action"]
     callback_id: str
+    user: User
+    team: Ref | None = None
+    channel: Ref | None = None
+    message: PostedMessage | None = None
+    trigger_id: str | None = None
+    response_url: ResponseUrl | None = None
 
 
-class _SlashCommand(_Shape):
+class SlashCommand(_Shape):
+    """A slash command: a form, all strings. Its answer goes to its response_url."""
+
     command: str
     text: str = ""
     user_id: str
+    user_name: str | None = None
     team_id: str | None = None
+    channel_id: str | None = None
+    response_url: ResponseUrl
 
 
-def check_shape(body: dict[str, Any]) -> AsyncBoltContext:
-    """Raise MalformedRequest when a field that bolt or a listener reads has the wrong type.
+class UrlVerification(_Shape):
+    """Slack checking the Request URL: answered with its challenge, by the HTTP handler."""
 
-    Returns the context bolt derives from the body: building it is the last check, and the request
-    handed to bolt afterwards (bolt_request) carries it rather than building it again."""
-    kind = body.get("type")
-    model: type[_Shape] | None = None
-    if kind == "event_callback":
-        model = _EventCallback
-    elif kind == "block_actions":
-        model = _BlockActions
-    elif kind == "message_action":
-        model = _MessageAction
-    elif "command" in body:
-        model = _SlashCommand
-    elif kind is not None and not isinstance(kind, str):
-        raise MalformedRequest("`type` is not a string")
+    type: Literal["url_verification"]
+    challenge: str
+
+
+@dataclass(frozen=True, slots=True)
+class Ignored:
+    """A request refund-bot does not handle (another event type, `app_rate_limited`, a form
+    without a command): acknowledged, so that Slack does not retry it, and dropped."""
+
+    kind: str
+
+
+SlackRequest = (
+    MessageEventCallback | BlockActions | MessageShortcut | SlashCommand | UrlVerification | Ignored
+)
+_Typed = TypeVar("_Typed", bound=BaseModel)
+
+
+def _read(model: type[_Typed], body: dict[str, Any]) -> _Typed:
     try:
-        if model is not None:
-            model.model_validate(body)
+        return model.model_validate(body)
     except ValidationError as err:
-        first = err.errors()[0]
+        first = err.errors(include_url=False, include_input=False)[0]
         where = ".".join(str(part) for part in first["loc"]) or "body"
-        raise MalformedRequest(f"`{where}`: {first['msg']}") from err
+        raise MalformedRequest(f"`{where}`: {first['msg']}") from None
+
+
+def read_request(body: dict[str, Any]) -> SlackRequest:
+    """The body as the request it is, typed; MalformedRequest when a field that bolt or a
+    listener reads has the wrong type. Kinds refund-bot does not handle come back Ignored."""
+    kind = body.get("type")
+    if kind is not None and not isinstance(kind, str):
+        raise MalformedRequest("`type` is not a string")
+    if kind == "url_verification":
+        return _read(UrlVerification, body)
+    if kind == "event_callback":
+        event_type = _read(_AnyEventCallback, body).event.type
+        if event_type != "message":
+            return Ignored(f"event {event_type}")
+        return _read(MessageEventCallback, body)
+    if kind == "block_actions":
+        return _read(BlockActions, body)
+    if kind == "message_action":
+        return _read(MessageShortcut, body)
+    if kind is None and "command" in body:
+        return _read(SlashCommand, body)
+    return Ignored(kind or "a request without a type or command")
+
+
+def bolt_context(request: SlackRequest, body: dict[str, Any]) -> AsyncBoltContext:
+    """The context bolt derives from the body, carrying the typed request: building it is the
+    last check (bolt reads ids out of any payload, and a wrong type there raises)."""
     try:
-        # Bolt reads ids out of any payload to build its context: a wrong type there raises.
-        return build_async_context(AsyncBoltContext({}), body)
+        return build_async_context(AsyncBoltContext({TYPED: request}), body)
     except (TypeError, KeyError, AttributeError, IndexError, ValueError) as err:
         raise MalformedRequest(f"bolt cannot read the payload's ids ({err!r})") from err
 
 
+def typed(model: type[_Typed], context: AsyncBoltContext, body: dict[str, Any]) -> _Typed:
+    """A listener's request, as read at the edge (from bolt's context); read here when bolt was
+    handed a request that did not pass the edge (a test dispatching to the app directly).
+    Raises MalformedRequest when it is not a `model`."""
+    request = context.get(TYPED)
+    if request is None:
+        request = read_request(body)
+    if not isinstance(request, model):
+        raise MalformedRequest(f"not a {model.__name__}")
+    return request
+
+
 @dataclass(slots=True)
 class Checked:
-    """A request Slack signed and shaped as Slack sends: its bytes, their parsed form, and the
-    context bolt derives from that (check_shape's)."""
+    """A request Slack signed and shaped as Slack sends: its bytes, their parsed form, the typed
+    request, and (for a kind bolt handles) the context bolt derives from the body."""
 
     raw: bytes
     body: dict[str, Any]
-    context: AsyncBoltContext
+    request: SlackRequest
+    context: AsyncBoltContext | None
 
 
 def bolt_request(checked: Checked, query: str, headers: Mapping[str, str]) -> AsyncBoltRequest:
@@ -230,24 +352,96 @@ def bolt_request(checked: Checked, query: str, headers: Mapping[str, str]) -> As
     request = AsyncBoltRequest(body="", query=query, headers=dict(headers))
     request.raw_body = checked.raw.decode("utf-8")  # bolt's own signature check reads this
     request.body = checked.body
-    request.context = checked.context
+    request.context = checked.context or bolt_context(checked.request, checked.body)
     return request
 
 
-class CheckedSocketModeHandler(AsyncSocketModeHandler):
-    """Socket Mode with the same shape check: an envelope whose payload bolt cannot read is
-    acknowledged (so Slack does not redeliver it for ever) and dropped with one log line, instead
-    of bolt answering 500 and leaving it unacknowledged."""
+# Whether the app has a listener for a (typed) request: bot.slack.app's `handled`.
+Handles = Callable[[SlackRequest], bool]
+# Write a customer message ahead to the inbox before its ack: False if it could not be kept.
+KeptAhead = Callable[[SlackRequest], Awaitable[bool]]
+# Socket Mode envelopes that carry a customer's message or a click, maybe: kept if unreadable.
+_KEPT_AS: dict[str, Literal["message", "click"]] = {"events_api": "message", "interactive": "click"}
 
-    async def handle(  # type: ignore[override]
-        self, client: AsyncBaseSocketModeClient, req: SocketModeRequest
+
+class CheckedSocketModeHandler(AsyncSocketModeHandler):
+    """Socket Mode with the same checks. Every envelope is acknowledged, whatever becomes of it,
+    so that Slack does not redeliver it for ever: one that does not fit is logged in one line,
+    and kept as a dead letter when it was an event or an interaction (a message or a click,
+    maybe); one the app does not handle is dropped; a customer message is written ahead to the
+    inbox before its ack (not acknowledged when it cannot be: Slack sends it again); the rest
+    goes to bolt, typed."""
+
+    def __init__(
+        self,
+        app: AsyncApp,
+        app_token: str,
+        *,
+        handles: Handles,
+        router: Router,
+        kept_ahead: KeptAhead,
+        **kwargs: Any,
     ) -> None:
+        super().__init__(app, app_token, **kwargs)
+        self._handles = handles
+        self._router = router
+        self._kept_ahead = kept_ahead
+        self.client.message_listeners.append(self._unwrappable)
+
+    async def _unwrappable(
+        self, client: AsyncBaseSocketModeClient, message: dict[str, Any], _: str | None
+    ) -> None:
+        """An envelope whose payload the SDK cannot wrap (a list, a number, null): it raises
+        before `handle` sees it, logging an error and never acknowledging it. Acked and kept here,
+        and its payload taken out so that the SDK passes it over."""
+        if "envelope_id" not in message or "payload" not in message:
+            return
+        payload = message["payload"]
+        if isinstance(payload, dict | str):  # what the SDK wraps (a string as {"text": …})
+            return
+        del message["payload"]
+        kind = message.get("type")
+        log.warning("slack: a %s envelope whose payload is not an object", kind)
+        await self._ack(client, str(message["envelope_id"]))
+        if isinstance(kind, str) and kind in _KEPT_AS:
+            reason = "the payload is not a JSON object"
+            await keep_unreadable(self._router, "slack", _KEPT_AS[kind], payload, reason)
+
+    async def handle(self, client: AsyncBaseSocketModeClient, req: SocketModeRequest) -> None:
+        start = time.time()
         try:
             if not isinstance(req.payload, dict):
                 raise MalformedRequest("the payload is not a JSON object")
-            check_shape(req.payload)
+            request = read_request(req.payload)
+            context = bolt_context(request, req.payload) if self._handles(request) else None
         except MalformedRequest as err:
-            log.warning("slack: dropped a malformed %s envelope: %s", req.type, err)
-            await client.send_socket_mode_response(SocketModeResponse(envelope_id=req.envelope_id))
+            log.warning("slack: a malformed %s envelope: %s", req.type, err)
+            await self._ack(client, req.envelope_id)
+            if req.type in _KEPT_AS:
+                await keep_unreadable(
+                    self._router, "slack", _KEPT_AS[req.type], req.payload, str(err)
+                )
             return
-        await super().handle(client, req)
+        if context is None:
+            log.debug("slack: ignored a %s envelope (%s)", req.type, _kind(request))
+            await self._ack(client, req.envelope_id)
+            return
+        if not await self._kept_ahead(request):
+            return  # not acknowledged: Slack sends the envelope again
+        bolt = AsyncBoltRequest(
+            mode="socket_mode", body=req.payload, headers=build_headers(req), context=context
+        )
+        response = await self.app.async_dispatch(bolt)
+        if response.status != 200:
+            log.warning("slack: bolt answered %s to a %s envelope", response.status, req.type)
+            await self._ack(client, req.envelope_id)
+            return
+        await send_async_response(client, req, response, start)
+
+    @staticmethod
+    async def _ack(client: AsyncBaseSocketModeClient, envelope_id: str) -> None:
+        await client.send_socket_mode_response(SocketModeResponse(envelope_id=envelope_id))
+
+
+def _kind(request: SlackRequest) -> str:
+    return request.kind if isinstance(request, Ignored) else type(request).__name__

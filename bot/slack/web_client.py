@@ -2,20 +2,10 @@
 
     first call -> one aiohttp session, opened in the running loop -> every later call reuses it
 
-slack_sdk's AsyncWebClient, given no session, opens one for each call and closes it after: a TCP
-connect and a TLS handshake per call, two extra round trips to Slack on every one. A post into a
-thread is two calls (the read for an earlier attempt, then chat.postMessage), and the live
-authorization read before a refund is another. bench.slack_post measures the difference.
-
-The session is opened by the first call, not by the constructor, so a client can be built before
-its event loop runs; `close()` ends it with the process. A call after `close()` still works, on a
-session of its own (the SDK's behaviour when it has none).
-
-A connection Slack closed while it was idle is not reused: aiohttp drops it from the pool (and
-closes its own idle ones after 15 s, sooner than a load balancer's idle timeout). One that closes
-just as a call goes out fails that call with a connection error, as a new connection can: the
-caller's retry covers it (Temporal's, for the Worker's posts, whose read for an earlier attempt
-makes a repeat safe).
+slack_sdk's AsyncWebClient, given no session, opens one per call: a TCP connect and a TLS
+handshake each time, and a post into a thread is two calls (bench.slack_post measures it). A
+connection Slack closed while idle is not reused; one that closes as a call goes out fails that
+call, which the caller's retry covers (the post reads for an earlier attempt first).
 """
 
 from __future__ import annotations

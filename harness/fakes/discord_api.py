@@ -54,6 +54,7 @@ import json
 import math
 import re
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -977,7 +978,7 @@ class FakeDiscordAPI:
         name: str,
         channel_id: int,
         user_id: int,
-        options: dict[str, str | int | bool] | None = None,
+        options: Mapping[str, str | int | bool] | None = None,
     ) -> dict[str, Any]:
         """A member runs a registered slash command: INTERACTION_CREATE type 2.
 

@@ -164,7 +164,7 @@ class FakeOpenAI(LoopbackFake):
             return "issue_refund_now", json.dumps({"amount": 500000})
         if behaviour == "malformed_arguments":
             return "submit_decision", '{"outcome": "approve", "rationale": '
-        lookups = ("lookup_order", "lookup_customer_history")
+        lookups: tuple[str, ...] = ("lookup_order", "lookup_customer_history")
         if behaviour == "approve_after_lookups":
             lookups += ("check_refund_policy",)
         for tool in lookups:

@@ -182,7 +182,7 @@ class FakeSlackApi:
             "api_url": self.url,
             **overrides,
         }
-        return SlackSettings(_env_file=None, **values)  # type: ignore[call-arg]
+        return SlackSettings(_env_file=None, **values)
 
     def add_message(
         self, channel: str, text: str, *, user: str = "U0CUSTOMER", thread_ts: str | None = None
@@ -267,6 +267,7 @@ class FakeSlackApi:
             status, payload, headers = 500, {"ok": False, "error": "internal_error"}, {}
         else:
             status, payload, headers = self._dispatch(method, params, request, body_token)
+        assert request.transport is not None  # the connection is open while it is answered
         self.calls.append(
             RecordedCall(
                 method=method,
@@ -676,12 +677,14 @@ def signed_headers(
     from slack_sdk.signature import SignatureVerifier
 
     ts = str(int(time.time()) if timestamp is None else timestamp)
+    signature = SignatureVerifier(signing_secret).generate_signature(
+        timestamp=ts, body=delivery.body
+    )
+    assert signature is not None  # None only without a timestamp or a body
     headers = {
         "Content-Type": delivery.content_type,
         "X-Slack-Request-Timestamp": ts,
-        "X-Slack-Signature": SignatureVerifier(signing_secret).generate_signature(
-            timestamp=ts, body=delivery.body
-        ),
+        "X-Slack-Signature": signature,
     }
     if retry_num is not None:
         headers["X-Slack-Retry-Num"] = str(retry_num)
@@ -899,7 +902,7 @@ class SlackSender:
         }
         if stored.thread_ts:
             container["thread_ts"] = stored.thread_ts
-        payload = {
+        payload: JsonDict = {
             "type": "block_actions",
             "user": self._user(user, name),
             "api_app_id": self.slack.app_id,

@@ -20,6 +20,15 @@ from aiohttp import web
 from harness.fakes.loopback import LoopbackFake
 
 
+async def _form(request: web.Request) -> dict[str, str]:
+    """A POST's fields. The SDK sends form-encoded bodies, as Stripe takes: strings, no files."""
+    params = {}
+    for name, value in dict(await request.post()).items():
+        assert isinstance(value, str), name
+        params[name] = value
+    return params
+
+
 @dataclass
 class RecordedRequest:
     method: str
@@ -67,9 +76,9 @@ class FakeStripe(LoopbackFake):
         return request.headers.get("Authorization") == f"Bearer {self.api_key}"
 
     async def _create(self, request: web.Request) -> web.Response:
-        params = dict(await request.post())  # the SDK sends form-encoded bodies, as Stripe takes
+        params = await _form(request)
         key = request.headers.get("Idempotency-Key")
-        self.requests.append(RecordedRequest("POST", request.path, params, key))  # type: ignore[arg-type]
+        self.requests.append(RecordedRequest("POST", request.path, params, key))
         if not self._authorized(request):
             return self._error(401, "invalid_request_error", "Invalid API Key provided")
         if self.take_failure():
@@ -89,7 +98,7 @@ class FakeStripe(LoopbackFake):
             return self._error(400, "invalid_request_error", message, code, param)
         if (refused := self._beyond_payment(params)) is not None:
             return refused
-        refund = {
+        refund: dict[str, Any] = {
             "id": f"re_fake_{next(self._ids)}",
             "object": "refund",
             "amount": int(params["amount"]),
@@ -106,7 +115,7 @@ class FakeStripe(LoopbackFake):
         }
         self.refunds[refund["id"]] = refund
         if key:
-            self._by_key[key] = (params, refund)  # type: ignore[assignment]
+            self._by_key[key] = (params, refund)
         return web.json_response(refund)
 
     def _beyond_payment(self, params: dict[str, str]) -> web.Response | None:
@@ -134,14 +143,14 @@ class FakeStripe(LoopbackFake):
         return None
 
     async def _payment_intent(self, request: web.Request) -> web.Response:
-        params = dict(await request.post())
+        params = await _form(request)
         key = request.headers.get("Idempotency-Key")
-        self.requests.append(RecordedRequest("POST", request.path, params, key))  # type: ignore[arg-type]
+        self.requests.append(RecordedRequest("POST", request.path, params, key))
         if not self._authorized(request):
             return self._error(401, "invalid_request_error", "Invalid API Key provided")
         if key and key in self._by_key:
             return web.json_response(self._by_key[key][1], headers={"Idempotent-Replayed": "true"})
-        intent = {
+        intent: dict[str, Any] = {
             "id": f"pi_fake_{next(self._ids)}",
             "object": "payment_intent",
             "amount": int(params["amount"]),
@@ -151,7 +160,7 @@ class FakeStripe(LoopbackFake):
         }
         self.payment_intents[intent["id"]] = intent
         if key:
-            self._by_key[key] = (params, intent)  # type: ignore[assignment]
+            self._by_key[key] = (params, intent)
         return web.json_response(intent)
 
     async def _list(self, request: web.Request) -> web.Response:

@@ -22,6 +22,7 @@ from temporalio.client import WorkflowFailureError, WorkflowHandle
 
 from agent.models import Actor
 from agent.settings import AgentSettings
+from agent.stores.sqlite import SqliteDatabase
 from harness.conversation import SUPPORT, LocalConversation
 from harness.fakes.openai_api import Behaviour, FakeOpenAI
 from harness.inproc import standalone_agent
@@ -150,10 +151,17 @@ async def stale_click(conv: LocalConversation) -> WorkflowHandle:
     return handle
 
 
+def _data_dir(conv: LocalConversation) -> Path:
+    """The conversation's data directory: standalone_agent's stores are SQLite files in it."""
+    database = conv.threads.database
+    assert isinstance(database, SqliteDatabase)
+    return database.directory
+
+
 async def refund_failed(conv: LocalConversation) -> WorkflowHandle:
     """The owner refuses the refund (a payment it never saw): one plain sentence in the thread."""
-    data_dir = conv.threads.database.directory  # type: ignore[attr-defined]
-    settings = AgentSettings(_env_file=None, data_dir=data_dir)  # type: ignore[call-arg]
+    data_dir = _data_dir(conv)
+    settings = AgentSettings(_env_file=None, data_dir=data_dir)
     await place_order(settings, "6060", paid=False)
     handle = await conv.open("please refund order 6060")
     await _answer(conv)
@@ -164,8 +172,8 @@ async def refund_failed(conv: LocalConversation) -> WorkflowHandle:
 async def late_message(conv: LocalConversation) -> WorkflowHandle:
     """The customer writes "thanks!" while the outcome is being posted: the conversation answers
     that it has finished (its own Worker, whose outcome post waits for that message)."""
-    data_dir = conv.threads.database.directory  # type: ignore[attr-defined]
-    settings = AgentSettings(_env_file=None, data_dir=data_dir)  # type: ignore[call-arg]
+    data_dir = _data_dir(conv)
+    settings = AgentSettings(_env_file=None, data_dir=data_dir)
     gate = OutcomeGate(conv.threads)
     queue = conv.task_queue + "-gated"
     async with await build_worker(conv.client, queue, settings, {"local": gate}):

@@ -40,7 +40,7 @@ class Echo:
 async def main() -> None:
     # Only the environment the supervisor gave us: a developer's .env must not redirect a test.
     settings = TemporalSettings(_env_file=None)
-    host = ProcessSettings(_env_file=None).host  # type: ignore[call-arg]
+    host = ProcessSettings(_env_file=None).host
     client = await connect(settings)
     stop = asyncio.Event()
     asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)

@@ -18,7 +18,7 @@ from worker.server import EmbeddedTemporal, temporal_answers
 
 
 async def main(data_dir: Path, address: str, ui_port: int) -> None:
-    settings = TemporalSettings(_env_file=None, address=address, ui_port=ui_port)  # type: ignore[call-arg]
+    settings = TemporalSettings(_env_file=None, address=address, ui_port=ui_port)
     server = EmbeddedTemporal(settings, data_dir)
     argv = server.command()
     with server.log_path.open("ab") as log:

@@ -14,6 +14,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from pydantic import SecretStr
+
 from agent.models import OrderDetails
 from agent.settings import AgentSettings
 from agent.stores.databases import database_for
@@ -29,9 +31,9 @@ class SharedDatabase:
 
     def settings(self) -> AgentSettings:
         return AgentSettings(
-            _env_file=None,  # type: ignore[call-arg]
+            _env_file=None,
             data_dir=self.data_dir,
-            database_url=self.env["DATABASE_URL"],
+            DATABASE_URL=SecretStr(self.env["DATABASE_URL"]),
         )
 
     async def place_order(self, like: SeedOrder) -> OrderDetails:

@@ -26,7 +26,14 @@ from agent.models import Actor
 from agent.settings import DEMO_CUSTOMER
 from agent.stores.databases import database_for
 from agent.stores.grants import GrantStore
-from bot.conversations import ConversationRouter, InboundClick, InboundMessage, Routed
+from bot.conversations import (
+    ConversationRouter,
+    InboundClick,
+    InboundMessage,
+    Kept,
+    Routed,
+    UnreadableEvent,
+)
 from bot.slack.app import build_app, http_web_app
 from bot.slack.links import order_finder
 from harness import NO_PROXY
@@ -53,6 +60,9 @@ class CountingRouter:
     clicks: list[InboundClick] = field(default_factory=list)
     results: dict[str, list[Routed]] = field(default_factory=dict)  # event id -> what happened
 
+    async def keep(self, message: InboundMessage) -> Kept | Routed:
+        return await self.inner.keep(message)
+
     async def on_message(self, message: InboundMessage) -> Routed:
         self.messages.append(message)
         routed = await self.inner.on_message(message)
@@ -65,6 +75,9 @@ class CountingRouter:
 
     def seen(self, event_id: str) -> bool:
         return self.inner.seen(event_id)
+
+    async def keep_unreadable(self, event: UnreadableEvent) -> None:
+        await self.inner.keep_unreadable(event)
 
 
 @dataclass
