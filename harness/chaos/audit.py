@@ -119,7 +119,7 @@ def _outcome(events: list[Any]) -> ConversationOutcome | None:
                 event.workflow_execution_completed_event_attributes.result.payloads,
                 [ConversationOutcome],
             )
-            return outcome  # type: ignore[no-any-return]
+            return outcome
     return None
 
 

@@ -197,7 +197,7 @@ async def build(
         run = service("run", ["-v", "run"], SLACK_PORT=str(port), REFUND_BOT_HOST=WORKER_HOST)
         bots = [Bot(run, port)]
         supervisor = run
-        settings = AgentSettings(_env_file=None, data_dir=root / "run")  # type: ignore[call-arg]
+        settings = AgentSettings(_env_file=None, data_dir=root / "run")
     else:
         bots = []
         for name in ("bot-1", "bot-2"):

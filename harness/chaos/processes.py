@@ -78,7 +78,7 @@ class TemporalServer:
 
     def __init__(self, data_dir: Path, env: Mapping[str, str]) -> None:
         self.settings = TemporalSettings(
-            _env_file=None,  # type: ignore[call-arg]
+            _env_file=None,
             address=f"127.0.0.1:{free_port()}",
             ui_port=free_port(),
         )

@@ -263,6 +263,9 @@ class FakeSlackApi:
             if request.transport is not None:
                 request.transport.close()
             raise web.HTTPServiceUnavailable
+        status: int
+        payload: JsonDict
+        headers: dict[str, str]
         if self._outage == "error":
             status, payload, headers = 500, {"ok": False, "error": "internal_error"}, {}
         else:
