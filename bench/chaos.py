@@ -16,7 +16,7 @@ without a live grant, no question asked twice, the inbox empty, no process left 
 per violation; exit status 1 if there is any. docs/benchmarks.md, "Chaos drill", quotes it.
 
     uv run python -m bench.chaos [--backend sqlite|postgresql] [--conversations 60]
-        [--seconds 600] [--seed 1] [--outage-seconds 120] [--quick] [--spare-known-losses]
+        [--seconds 600] [--seed 1] [--outage-seconds 120] [--quick]
 """
 
 from __future__ import annotations
@@ -53,7 +53,7 @@ def config_from(args: argparse.Namespace) -> ChaosConfig:
         )
         if value is not None
     }
-    return dataclasses.replace(base, seed=args.seed, spare=args.spare_known_losses, **given)
+    return dataclasses.replace(base, seed=args.seed, **given)
 
 
 if __name__ == "__main__":
@@ -73,10 +73,4 @@ if __name__ == "__main__":
         help="REFUND_QUICK_RETRY in seconds, default 30, the product's (--quick: 5)",
     )
     parser.add_argument("--quick", action="store_true", help="a few conversations and faults")
-    parser.add_argument(
-        "--spare-known-losses",
-        action="store_true",
-        help="the mix today's code survives: a bot SIGKILLed only once it has handed on every "
-        "message it acknowledged, the database never out while Slack is",
-    )
     run_benchmark(main(config_from(parser.parse_args())))

@@ -68,9 +68,6 @@ class ChaosConfig:
     pause: tuple[float, float] = (2.0, 8.0)  # a SIGSTOP's length
     down: tuple[float, float] = (3.0, 10.0)  # Temporal killed, PostgreSQL restarted: until back
     think: tuple[float, float] = (1.0, 6.0)  # a person's pause before each message or click
-    # Spare the moments in which today's code loses an acknowledged message (faults.Faults):
-    # the mix it survives. Off, the drill finds them.
-    spare: bool = False
     restart_after: float = 2.0  # the service manager's (the systemd units' RestartSec=2)
     step_timeout: float | None = None  # how long a person waits for the agent's next step
 
@@ -92,8 +89,7 @@ class ChaosConfig:
 
     @classmethod
     def small(cls, backend: Backend, seed: int = 1) -> ChaosConfig:
-        """The test suite's: every fault kind once or so in about half a minute, in the mix
-        today's code survives (`spare`)."""
+        """The test suite's: every fault kind once or so in about half a minute."""
         return cls(
             backend=backend,
             conversations=10,
@@ -105,7 +101,6 @@ class ChaosConfig:
             pause=(0.8, 1.6),
             down=(1.0, 2.0),
             think=(0.1, 0.5),
-            spare=True,
             restart_after=1.0,
             step_timeout=90.0,
         )
@@ -122,7 +117,7 @@ class ChaosConfig:
         return (
             f"{self.backend}, seed {self.seed}, {self.conversations} conversations, fault phase "
             f"{self.phase:.0f} s, outages {self.outage_seconds:g} s, REFUND_QUICK_RETRY="
-            f"{self.quick_retry:g}s, {'known losses spared' if self.spare else 'every fault mix'}"
+            f"{self.quick_retry:g}s"
         )
 
 
@@ -278,7 +273,7 @@ async def _drill(
     )
 
     edge = SlackEdge(deployment.bots, http, random.Random(config.seed + 1), deployment.slack)
-    faults = Faults(deployment, edge, config.spare, random.Random(config.seed + 2), say)
+    faults = Faults(deployment, random.Random(config.seed + 2), say)
     customers = Customers(
         deployment,
         edge,

@@ -31,11 +31,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Literal
 
-from agent.workflow import LOCAL_POST_TIMEOUT
-from harness.chaos.deployment import Backend, Bot, Deployment
-from harness.chaos.edge import SlackEdge
+from harness.chaos.deployment import Backend, Deployment
 from harness.chaos.processes import pause, resume
-from harness.fakes.slack_api import SlackSender
 
 KILLS = ("worker_kill", "standby_kill", "bot_kill", "temporal_kill")
 PAUSES = ("worker_pause", "standby_pause", "bot_pause", "temporal_pause")
@@ -101,7 +98,7 @@ class FaultRecord:
     started: float | None = None  # seconds since the phase began
     ended: float | None = None
     target: str = ""
-    seconds: float = 0.0  # how long it lasted (the schedule's length, or less when spared)
+    seconds: float = 0.0  # how long it lasted
     skipped: str | None = None
     error: str | None = None
 
@@ -118,23 +115,13 @@ class FaultRecord:
         return f"+{self.started:6.1f}s {what}, {self.ended - self.started:.1f}s"  # type: ignore[operator]
 
 
-# Spared, a Slack that does not answer and a paused Worker last less than this: less than the 5 s
-# a post is first tried for inside its workflow task, so no local step times out.
-SPARED_STALL = LOCAL_POST_TIMEOUT.total_seconds() - 1.5
-
-
 @dataclass
 class Faults:
-    """`spare`: spare the mixes today's code does not survive (docs/benchmarks.md, "Chaos
-    drill"). A bot is killed only once it has handed on every event it acknowledged, and Slack
-    stays up until the restarted bot has authorized with it; the database never fails while Slack
-    does (the bot can then neither keep a message nor say it could not); a Slack that does not
-    answer and a paused Worker last under SPARED_STALL (a local step that timed out makes the
-    conversation fail its replay)."""
+    """Every fault at its time, whatever else is down: a bot may be killed holding acknowledged
+    events not yet delivered, Slack and the database may fail together, a Slack that does not
+    answer or a paused Worker may outlast a post's local try."""
 
     deployment: Deployment
-    edge: SlackEdge
-    spare: bool
     rng: random.Random
     say: Callable[[str], None]
     started_at: float = 0.0
@@ -161,11 +148,28 @@ class Faults:
             tasks.append(asyncio.create_task(self._apply(record)))
         try:
             await asyncio.gather(*tasks)
+            await self._make_up()
         finally:
             for task in tasks:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
             self.restore()
+
+    async def _make_up(self) -> None:
+        """A kind whose every fault found nothing to take (a standby not started again yet after
+        a run of Worker kills, a bot still restarting) is applied once more now, once: each kind
+        is meant to hit the deployment at least once."""
+        missed = {}
+        for record in self.records:
+            if record.skipped and record.fault.kind not in missed:
+                missed[record.fault.kind] = record.fault.seconds
+        for record in self.records:
+            if record.done:
+                missed.pop(record.fault.kind, None)
+        for kind, seconds in missed.items():
+            again = FaultRecord(Fault(round(self.now(), 1), kind, seconds))
+            self.records.append(again)
+            await self._apply(again)
 
     def restore(self) -> None:
         """Whatever is still paused or out is given back (after a failure or a cancellation)."""
@@ -180,20 +184,11 @@ class Faults:
             taken = {"slack"}
         if kind in DATABASE_FAULTS:
             taken = {"database"}
-        if self.spare and kind in (*SLACK_FAULTS, *DATABASE_FAULTS):
-            taken.add("slack or database")
-        if self.spare and kind == "bot_kill":
-            taken.add("slack")  # Slack stays up until the restarted bot has authorized
         return sorted(taken)
-
-    def _length(self, fault: Fault) -> float:
-        if self.spare and fault.kind in ("slack_silent", "worker_pause"):
-            return min(fault.seconds, SPARED_STALL)
-        return fault.seconds
 
     async def _apply(self, record: FaultRecord) -> None:
         kind = record.fault.kind
-        record.seconds = self._length(record.fault)
+        record.seconds = record.fault.seconds
         try:
             async with contextlib.AsyncExitStack() as taken:
                 for component in self._components(kind):
@@ -267,46 +262,8 @@ class Faults:
         if bot.service.pid is None:
             record.skipped = f"{bot.name} not running"
             return
-        # Spared: never while the bot holds an acknowledged event in memory only (edge.py).
-        if self.spare and not await self.edge.quiet(bot.name, 60.0):
-            self.edge.reopen()
-            record.skipped = f"{bot.name} never quiet within 60 s"
-            return
-        try:
-            killed_at = time.monotonic()
-            pid = bot.service.kill()
-            record.target = f"{bot.name} pid {pid}"
-        finally:
-            self.edge.reopen()
-        if self.spare:
-            await self._authorized_again(bot, killed_at)
-
-    async def _authorized_again(self, bot: Bot, since: float) -> None:
-        """Spared: the restarted bot has authorized with Slack before Slack may fail. Bolt calls
-        auth.test on a bot's first request, after the HTTP 200 went back: if that call fails,
-        the request is dropped, acknowledged (docs/benchmarks.md, "Chaos drill"). A message in
-        another channel (which the bot ignores) makes that first request."""
-        slack = self.deployment.slack
-
-        def authorized() -> int:
-            return sum(
-                1
-                for call in slack.calls_to("auth.test")
-                if call.at > since and call.status == 200 and call.error is None
-            )
-
-        deadline = time.monotonic() + 90.0
-        while time.monotonic() < deadline and authorized() < 2:
-            if bot.service.pid is not None and authorized() >= 1:  # serving: its own auth.test
-                warm_up = SlackSender(slack).post("C0GENERAL", "warm-up", user="U0WARMUP")
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(
-                        self.edge.deliver(
-                            warm_up, kind="message", key="warm-up", to=bot, record=False
-                        ),
-                        10.0,
-                    )
-            await asyncio.sleep(0.5)
+        pid = bot.service.kill()
+        record.target = f"{bot.name} pid {pid}"
 
     async def _bot_pause(self, record: FaultRecord) -> None:
         bot = self.rng.choice(self.deployment.bots)
