@@ -342,8 +342,10 @@ class ConversationRouter:
     async def _keep(self, event_id: str, kind: str, payload: BaseModel) -> Kept | Routed:
         """Write an event ahead once: a redelivery of one kept is a duplicate (or, while the
         first is not yet handed to deliver, that same Kept); one that arrives while the first is
-        being written waits for it."""
-        if (first := self._in_flight.get(event_id)) is not None:
+        being written waits for it. Several waiting on a write that failed: the first of them
+        to wake writes it again, the others wait for that (a loop, not one wait: two writes of
+        one event at once would each end the other's entry)."""
+        while (first := self._in_flight.get(event_id)) is not None:
             await asyncio.wait({first})
         if (kept := self._kept.get(event_id)) is not None:
             return kept

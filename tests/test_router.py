@@ -418,6 +418,36 @@ async def test_a_redelivery_during_the_first_delivery_waits_for_its_verdict(
     assert [c[2] for c in temporal.calls] == ["customer_message", "customer_message"]  # start + 1
 
 
+async def test_redeliveries_waiting_on_a_failed_keep_write_it_once(router) -> None:
+    """The inbox cannot commit the first delivery (its database locked) while Slack's two retries
+    wait for it: the first keep fails as the database said, the retries write the event once
+    and both get that entry (each used to delete the other's in-flight mark: a KeyError, so a
+    503 for an event kept)."""
+    release = asyncio.Event()
+    original = router._inbox.put
+    calls = 0
+
+    async def put(kind: str, payload: Any, workflow_id: str) -> int:
+        nonlocal calls
+        calls += 1
+        if calls == 1:
+            await release.wait()
+            raise sqlite3.OperationalError("database is locked")
+        return await original(kind, payload, workflow_id)
+
+    router._inbox.put = put
+    first = asyncio.create_task(router.keep(message("e3", "Yes")))
+    retries = [asyncio.create_task(router.keep(message("e3", "Yes"))) for _ in range(2)]
+    await asyncio.sleep(0)  # all three reach the router before the write fails
+    release.set()
+    with pytest.raises(sqlite3.OperationalError):
+        await first
+    kept = [await retry for retry in retries]
+    assert isinstance(kept[0], Kept) and kept[1] == kept[0], kept
+    assert calls == 2  # written once more, not once per retry
+    assert len(await router._inbox.pending()) == 1
+
+
 async def test_an_event_an_adapter_cannot_read_is_kept_as_a_dead_letter(
     router, temporal, tmp_path, caplog: pytest.LogCaptureFixture
 ) -> None:
