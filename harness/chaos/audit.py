@@ -124,15 +124,33 @@ def _outcome(events: list[Any]) -> ConversationOutcome | None:
 
 
 def _authorizations_before_refund(events: list[Any]) -> list[AuthorizationDecision]:
-    """The authorize_refund result recorded last before each issue_refund was scheduled."""
+    """The authorize_refund result recorded last before each issue_refund was scheduled: a local
+    try's, or, when the try failed (the grant store out), the regular Activity's that outlasted
+    the outage."""
     last: AuthorizationDecision | None = None
     found = []
+    regular: set[int] = set()  # the authorize_refund Activities' scheduled event ids
     for event in events:
         marker = local_activity(event)
         if marker is not None and marker.get("activity_type") == "authorize_refund":
-            payloads = event.marker_recorded_event_attributes.details["result"].payloads
+            result = event.marker_recorded_event_attributes.details.get("result")
+            if result is not None and result.payloads:  # a failed try records no result
+                (last,) = TEST_CONVERTER.payload_converter.from_payloads(
+                    result.payloads, [AuthorizationDecision]
+                )
+        elif (
+            event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
+            and event.activity_task_scheduled_event_attributes.activity_type.name
+            == "authorize_refund"
+        ):
+            regular.add(event.event_id)
+        elif (
+            event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED
+            and event.activity_task_completed_event_attributes.scheduled_event_id in regular
+        ):
             (last,) = TEST_CONVERTER.payload_converter.from_payloads(
-                payloads, [AuthorizationDecision]
+                event.activity_task_completed_event_attributes.result.payloads,
+                [AuthorizationDecision],
             )
         elif (
             event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
