@@ -316,9 +316,10 @@ class Customers:
             for element in block.get("elements") or []
         )
 
-    def _failed_for(self, user: str, after: int) -> bool:
+    def _failed_for(self, user: str, after: int, thread: str) -> bool:
+        """A failure notice to `user` since `after`, in `thread` when the notice says where."""
         return any(
-            e["user"] == user and e["text"] == CLICK_FAILED
+            e["user"] == user and e["text"] == CLICK_FAILED and e.get("thread_ts") in (None, thread)
             for e in self.deployment.slack.ephemerals[after:]
         )
 
@@ -351,7 +352,7 @@ class Customers:
                 posted = steps(self.deployment, story.thread)
                 if len(posted) > seen:
                     return posted[seen]
-                if self._failed_for(who[0], ephemerals):
+                if self._failed_for(who[0], ephemerals, story.thread):
                     story.note(self.phase_started, f"{who[1]} read {CLICK_FAILED!r}")
                     break  # "could not be handled just now": try again
                 if time.monotonic() - clicked > 30 and self._has_buttons(escalation["ts"]):
@@ -362,6 +363,15 @@ class Customers:
                 await asyncio.sleep(0.25)
             story.clicks_repeated += 1
             await self._again(story.clicks_repeated)
+            # The same approver clicks in several threads: a failure notice may be another
+            # thread's while this click is still being handled (its buttons gone until it fails
+            # and the bot puts them back). Click again only on buttons that are there.
+            while not self._has_buttons(escalation["ts"]):
+                if len(steps(self.deployment, story.thread)) > seen:
+                    break  # the click went through after all: the loop reads the next step
+                if time.monotonic() > deadline:
+                    raise Stalled(f"{story.stage}: the buttons never came back after the click")
+                await asyncio.sleep(0.25)
 
     # -- the admin's part ------------------------------------------------------------------------
 
