@@ -285,6 +285,10 @@ class ConversationRouter:
         # Their entries, and when they were kept: `deliver` takes them right after the ack; the
         # loop leaves them alone for KEPT_GRACE (then takes any a handler never delivered).
         self._kept_seqs: dict[int, float] = {}
+        # Entries delivered whose removal failed (the database out just then): removed, not
+        # delivered again, when next seen. After a restart one is delivered again, a duplicate the
+        # conversation drops (it ignores a message or click id it has seen).
+        self._delivered: set[int] = set()
         self._conversations = KeyedLocks()  # one delivery at a time per conversation
         self._wake = asyncio.Event()
         self._delivery_lock = asyncio.Lock()
@@ -402,6 +406,8 @@ class ConversationRouter:
     async def _deliver_entry(self, pending: Pending, workflow_id: str) -> Routed | None:
         """Deliver one inbox entry and remove it; None (the entry stays, its failure recorded)
         when it could not be delivered now. Raises _Unreachable when Temporal cannot be used."""
+        if pending.seq in self._delivered:
+            return Routed.DUPLICATE if await self._remove(pending.seq) else None
         payload = _decode(pending)
         try:
             routed = await self._deliver(pending.kind, payload)
@@ -417,8 +423,26 @@ class ConversationRouter:
             await self._failed(pending, workflow_id, err)
             return None
         log.info("inbox entry %d delivered to %s: %s", pending.seq, workflow_id, routed)
-        await self._inbox.remove(pending.seq)
+        # Delivered: whatever the removal meets, this is the event's verdict (a failure here is
+        # not a message lost: the sender must not be told to send it again).
+        await self._remove(pending.seq)
         return routed
+
+    async def _remove(self, seq: int) -> bool:
+        """Remove a delivered entry; False (to be removed when next seen) if it cannot be now."""
+        try:
+            await self._inbox.remove(seq)
+        except Exception as err:
+            self._delivered.add(seq)
+            self._wake.set()
+            log.warning(
+                "inbox entry %d delivered but not removed (%s); removed when next seen",
+                seq,
+                one_line(err),
+            )
+            return False
+        self._delivered.discard(seq)
+        return True
 
     # ------------------------------------------------------------------------------------------
     # To Temporal
@@ -556,6 +580,8 @@ class ConversationRouter:
                     retry = await self._inbox.first_for(workflow_id)
                     if retry is not None and retry.retry_at is not None:
                         next_retry_at = _earliest(next_retry_at, retry.retry_at)
+                    elif pending.seq in self._delivered:  # its removal: again in a second
+                        next_retry_at = _earliest(next_retry_at, time.time() + 1.0)
                     continue
                 delivered += 1
         return _Round(delivered, False, next_retry_at)

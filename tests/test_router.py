@@ -448,6 +448,27 @@ async def test_redeliveries_waiting_on_a_failed_keep_write_it_once(router) -> No
     assert len(await router._inbox.pending()) == 1
 
 
+async def test_a_delivered_message_whose_entry_cannot_be_removed_is_not_refused(
+    router, temporal
+) -> None:
+    """Delivered, then the database goes before its inbox entry is removed: the verdict stands
+    (the bot must not ask the customer to send it again), and the entry is removed when next
+    seen, not delivered a second time."""
+    await router.on_message(message("e4", "refund 1234", opens=True))
+    original = router._inbox.remove
+
+    async def database_gone(seq: int) -> None:
+        raise sqlite3.OperationalError("database is locked")
+
+    router._inbox.remove = database_gone
+    assert await router.on_message(message("e5", "Yes")) == Routed.SIGNALLED
+    assert len(await router._inbox.pending()) == 1  # still there: it could not be removed
+    router._inbox.remove = original
+    assert await router.deliver_pending() == 1  # removed, not delivered again
+    assert await router._inbox.pending() == []
+    assert [c[2] for c in temporal.calls] == ["customer_message", "customer_message"]  # start + 1
+
+
 async def test_an_event_an_adapter_cannot_read_is_kept_as_a_dead_letter(
     router, temporal, tmp_path, caplog: pytest.LogCaptureFixture
 ) -> None:
