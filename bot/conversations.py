@@ -626,10 +626,21 @@ class ConversationRouter:
         depth = await self._inbox.depth()
         if depth.dead:
             log.warning("inbox: %s (see the dead_letters table of the inbox database)", depth)
-        unreachable = 0
+        unreachable = failures = 0
         while True:
             self._wake.clear()
-            round_ = await self._delivery_round()
+            try:
+                round_ = await self._delivery_round()
+            except Exception as err:
+                # The inbox's own database out (stopped, restarting): this task is the only one
+                # that delivers what was kept, so it outlives the outage and tries again.
+                failures += 1
+                wait = self._unreachable_retry.delay(failures)
+                log.warning("inbox: cannot read it (%s); again in %.1fs", one_line(err), wait)
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._wake.wait(), timeout=wait)
+                continue
+            failures = 0
             unreachable = unreachable + 1 if round_.unreachable else 0
             wait: float | None = None
             if round_.unreachable:

@@ -330,6 +330,34 @@ async def test_the_delivery_task_retries_until_temporal_is_back(temporal, tmp_pa
         delivery.cancel()
 
 
+async def test_the_delivery_task_outlives_its_database_going_away(temporal, tmp_path) -> None:
+    """The inbox's database cannot be read for a while (a PostgreSQL restart, say): the delivery
+    task tries again and delivers what was kept once it can; it used to end at the first error,
+    and nothing was delivered from the inbox again."""
+    router = quick_router(temporal, tmp_path)
+    temporal.down = True
+    assert await router.on_message(message("e1", "refund 1234", opens=True)) == Routed.QUEUED
+    temporal.down = False
+    original = router._inbox.pending
+    reads = 0
+
+    async def database_gone() -> list[Any]:
+        nonlocal reads
+        reads += 1
+        if reads <= 3:
+            raise sqlite3.OperationalError("unable to open database file")
+        return await original()
+
+    router._inbox.pending = database_gone
+    delivery = asyncio.create_task(router.run_delivery())
+    try:
+        await wait_for(lambda: bool(temporal.calls), what="the kept opening delivered")
+        assert reads > 3 and not delivery.done()
+        assert await wait_for(lambda: _empty(tmp_path), what="the inbox empty")
+    finally:
+        delivery.cancel()
+
+
 async def test_an_inbox_from_an_older_version_is_read_and_delivered(temporal, tmp_path) -> None:
     path = tmp_path / "inbox.sqlite"
     start = ConversationStart(
