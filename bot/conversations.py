@@ -635,10 +635,10 @@ class ConversationRouter:
                 # The inbox's own database out (stopped, restarting): this task is the only one
                 # that delivers what was kept, so it outlives the outage and tries again.
                 failures += 1
-                wait = self._unreachable_retry.delay(failures)
-                log.warning("inbox: cannot read it (%s); again in %.1fs", one_line(err), wait)
+                pause = self._unreachable_retry.delay(failures)
+                log.warning("inbox: cannot read it (%s); again in %.1fs", one_line(err), pause)
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._wake.wait(), timeout=wait)
+                    await asyncio.wait_for(self._wake.wait(), timeout=pause)
                 continue
             failures = 0
             unreachable = unreachable + 1 if round_.unreachable else 0

@@ -330,7 +330,9 @@ async def test_the_delivery_task_retries_until_temporal_is_back(temporal, tmp_pa
         delivery.cancel()
 
 
-async def test_the_delivery_task_outlives_its_database_going_away(temporal, tmp_path) -> None:
+async def test_the_delivery_task_outlives_its_database_going_away(
+    temporal, tmp_path, monkeypatch
+) -> None:
     """The inbox's database cannot be read for a while (a PostgreSQL restart, say): the delivery
     task tries again and delivers what was kept once it can; it used to end at the first error,
     and nothing was delivered from the inbox again."""
@@ -348,7 +350,7 @@ async def test_the_delivery_task_outlives_its_database_going_away(temporal, tmp_
             raise sqlite3.OperationalError("unable to open database file")
         return await original()
 
-    router._inbox.pending = database_gone
+    monkeypatch.setattr(router._inbox, "pending", database_gone)
     delivery = asyncio.create_task(router.run_delivery())
     try:
         await wait_for(lambda: bool(temporal.calls), what="the kept opening delivered")
