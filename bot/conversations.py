@@ -364,6 +364,10 @@ class ConversationRouter:
                 seq = await self._inbox.put(kind, payload, workflow_id)
             kept = self._kept[event_id] = Kept(event_id, seq, workflow_id)
             self._kept_seqs[seq] = time.monotonic()
+            # Its handler delivers it right after the ack, unless the handler never runs (Bolt
+            # drops an acknowledged request whose authorization call fails): the delivery task
+            # looks again once the grace is over, with nothing else to wake it.
+            asyncio.get_running_loop().call_later(KEPT_GRACE + 0.1, self._wake.set)
             self._recent.accept(event_id)
             return kept
         finally:

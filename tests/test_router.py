@@ -360,6 +360,25 @@ async def test_the_delivery_task_outlives_its_database_going_away(
         delivery.cancel()
 
 
+async def test_a_kept_message_its_handler_never_delivers_is_delivered_by_the_inbox(
+    temporal, tmp_path, monkeypatch
+) -> None:
+    """Kept at the ack, then its handler never runs (Bolt drops a request whose authorization
+    call fails): with nothing else arriving, the delivery task delivers it once the grace for its
+    handler is over."""
+    monkeypatch.setattr("bot.conversations.KEPT_GRACE", 0.2)
+    router = quick_router(temporal, tmp_path)
+    delivery = asyncio.create_task(router.run_delivery())
+    try:
+        await wait_for(lambda: _empty(tmp_path), what="the delivery task idle")
+        kept = await router.keep(message("e1", "refund 1234", opens=True))
+        assert isinstance(kept, Kept)  # acknowledged; the handler that would deliver it is gone
+        await wait_for(lambda: bool(temporal.calls), what="the kept opening delivered")
+        assert await wait_for(lambda: _empty(tmp_path), what="the inbox empty")
+    finally:
+        delivery.cancel()
+
+
 async def test_an_inbox_from_an_older_version_is_read_and_delivered(temporal, tmp_path) -> None:
     path = tmp_path / "inbox.sqlite"
     start = ConversationStart(
