@@ -26,6 +26,7 @@ from typing import Any, TypeVar, cast
 from temporalio import workflow
 from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError, RetryState
+from temporalio.exceptions import TimeoutError as TimeoutFailure
 
 with workflow.unsafe.imports_passed_through():
     from agent.activities.authorize import AuthorizeActivities
@@ -187,12 +188,20 @@ async def _local_activity(
     retry_policy: RetryPolicy,
     schedule_to_close: timedelta | None = None,
 ) -> T:
-    """A local activity that fails as a regular Activity does, with an ActivityError.
+    """A local activity that fails as a regular Activity does, with an ActivityError, whether it
+    runs or replays.
 
-    The SDK raises a local activity's own ApplicationError when it fails for good (only its
-    timeout is an ActivityError); to this conversation both are a step that failed, permanently
-    when the error says no retry can fix it (_permanent), and the customer is told so.
+    The SDK does not raise what a regular Activity raises, nor the same on replay as on its first
+    run (temporalio 1.35, its core's local activity machine):
+        fails for good                  -> its own ApplicationError (run and replay alike)
+        times out (start- or schedule-  -> run:    ActivityError, the TimeoutError its cause
+        to-close), first run               replay: the bare TimeoutError the marker recorded
+    To this conversation each is a step that failed: permanently when the error says no retry
+    can fix it (_permanent), and the customer is told so; a timeout is an outage to wait out.
+    Caught here, in one place, a replay takes the path its first run took and emits the same
+    commands (a bare TimeoutError would fail the Workflow on replay: a nondeterminism error).
     """
+    name = getattr(activity, "__name__", str(activity))
     try:
         return await workflow.execute_local_activity(
             activity,
@@ -202,18 +211,28 @@ async def _local_activity(
             retry_policy=retry_policy,
         )
     except ApplicationError as err:
-        name = getattr(activity, "__name__", str(activity))
-        raise ActivityError(
-            f"{name} failed: {err.message}",
-            scheduled_event_id=0,
-            started_event_id=0,
-            identity="",
-            activity_type=name,
-            activity_id="",
-            retry_state=RetryState.NON_RETRYABLE_FAILURE
+        retry = (
+            RetryState.NON_RETRYABLE_FAILURE
             if err.non_retryable
-            else RetryState.MAXIMUM_ATTEMPTS_REACHED,
-        ) from err
+            else RetryState.MAXIMUM_ATTEMPTS_REACHED
+        )
+        raise _failed(name, err.message, retry) from err
+    except TimeoutFailure as err:
+        raise _failed(name, err.message, RetryState.TIMEOUT) from err
+
+
+def _failed(name: str, message: str, retry_state: RetryState) -> ActivityError:
+    """The ActivityError a regular Activity's failure would raise (raised from the local one's,
+    which becomes its cause: _cause reads it)."""
+    return ActivityError(
+        f"{name} failed: {message}",
+        scheduled_event_id=0,
+        started_event_id=0,
+        identity="",
+        activity_type=name,
+        activity_id="",
+        retry_state=retry_state,
+    )
 
 
 def _permanent(err: ActivityError) -> bool:

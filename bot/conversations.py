@@ -308,6 +308,10 @@ class ConversationRouter:
         # Their entries, and when they were kept: `deliver` takes them right after the ack; the
         # loop leaves them alone for KEPT_GRACE (then takes any a handler never delivered).
         self._kept_seqs: dict[int, float] = {}
+        # Entries delivered whose removal failed (the database out just then): removed, not
+        # delivered again, when next seen. After a restart one is delivered again, a duplicate the
+        # conversation drops (it ignores a message or click id it has seen).
+        self._delivered: set[int] = set()
         self._conversations = KeyedLocks()  # one delivery at a time per conversation
         self._wake = asyncio.Event()
         self._delivery_lock = asyncio.Lock()
@@ -365,8 +369,10 @@ class ConversationRouter:
     async def _keep(self, event_id: str, kind: str, payload: BaseModel) -> Kept | Routed:
         """Write an event ahead once: a redelivery of one kept is a duplicate (or, while the
         first is not yet handed to deliver, that same Kept); one that arrives while the first is
-        being written waits for it."""
-        if (first := self._in_flight.get(event_id)) is not None:
+        being written waits for it. Several waiting on a write that failed: the first of them
+        to wake writes it again, the others wait for that (a loop, not one wait: two writes of
+        one event at once would each end the other's entry)."""
+        while (first := self._in_flight.get(event_id)) is not None:
             await asyncio.wait({first})
         if (kept := self._kept.get(event_id)) is not None:
             return kept
@@ -381,6 +387,10 @@ class ConversationRouter:
                 seq = await self._inbox.put(kind, payload, workflow_id)
             kept = self._kept[event_id] = Kept(event_id, seq, workflow_id)
             self._kept_seqs[seq] = time.monotonic()
+            # Its handler delivers it right after the ack, unless the handler never runs (Bolt
+            # drops an acknowledged request whose authorization call fails): the delivery task
+            # looks again once the grace is over, with nothing else to wake it.
+            asyncio.get_running_loop().call_later(KEPT_GRACE + 0.1, self._wake.set)
             self._recent.accept(event_id)
             return kept
         finally:
@@ -428,6 +438,8 @@ class ConversationRouter:
         """Deliver one inbox entry and remove it; None (the entry stays, its failure recorded)
         when it could not be delivered now. Raises _Unreachable when Temporal cannot be used.
         `prompt`: right after its ack, a customer's message goes as an Update first."""
+        if pending.seq in self._delivered:
+            return Routed.DUPLICATE if await self._remove(pending.seq) else None
         payload = _decode(pending)
         try:
             routed = await self._deliver(pending.kind, payload, prompt=prompt)
@@ -443,8 +455,26 @@ class ConversationRouter:
             await self._failed(pending, workflow_id, err)
             return None
         log.info("inbox entry %d delivered to %s: %s", pending.seq, workflow_id, routed)
-        await self._inbox.remove(pending.seq)
+        # Delivered: whatever the removal meets, this is the event's verdict (a failure here is
+        # not a message lost: the sender must not be told to send it again).
+        await self._remove(pending.seq)
         return routed
+
+    async def _remove(self, seq: int) -> bool:
+        """Remove a delivered entry; False (to be removed when next seen) if it cannot be now."""
+        try:
+            await self._inbox.remove(seq)
+        except Exception as err:
+            self._delivered.add(seq)
+            self._wake.set()
+            log.warning(
+                "inbox entry %d delivered but not removed (%s); removed when next seen",
+                seq,
+                one_line(err),
+            )
+            return False
+        self._delivered.discard(seq)
+        return True
 
     # ------------------------------------------------------------------------------------------
     # To Temporal
@@ -634,6 +664,8 @@ class ConversationRouter:
                     retry = await self._inbox.first_for(workflow_id)
                     if retry is not None and retry.retry_at is not None:
                         next_retry_at = _earliest(next_retry_at, retry.retry_at)
+                    elif pending.seq in self._delivered:  # its removal: again in a second
+                        next_retry_at = _earliest(next_retry_at, time.time() + 1.0)
                     continue
                 delivered += 1
         return _Round(delivered, False, next_retry_at)
@@ -678,10 +710,21 @@ class ConversationRouter:
         depth = await self._inbox.depth()
         if depth.dead:
             log.warning("inbox: %s (see the dead_letters table of the inbox database)", depth)
-        unreachable = 0
+        unreachable = failures = 0
         while True:
             self._wake.clear()
-            round_ = await self._delivery_round()
+            try:
+                round_ = await self._delivery_round()
+            except Exception as err:
+                # The inbox's own database out (stopped, restarting): this task is the only one
+                # that delivers what was kept, so it outlives the outage and tries again.
+                failures += 1
+                pause = self._unreachable_retry.delay(failures)
+                log.warning("inbox: cannot read it (%s); again in %.1fs", one_line(err), pause)
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._wake.wait(), timeout=pause)
+                continue
+            failures = 0
             unreachable = unreachable + 1 if round_.unreachable else 0
             wait: float | None = None
             if round_.unreachable:

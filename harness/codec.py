@@ -20,6 +20,7 @@ from temporalio.client import WorkflowHistory
 from agent.codec import CodecKey
 from agent.settings import AgentSettings
 from agent.temporal_client import data_converter
+from worker.conversation_metrics import TURN_HEADER
 
 TEST_KEY = CodecKey("tests-1", hashlib.sha256(b"refund-bot tests: not a secret").digest())
 TEST_KEYS = [TEST_KEY]
@@ -72,6 +73,16 @@ def codec_payloads(event: HistoryEvent) -> Iterator[Payload]:
         without.workflow_execution_started_event_attributes.ClearField("search_attributes")
         yield from all_payloads(without)
         return
+    if event.HasField("activity_task_scheduled_event_attributes"):
+        header = event.activity_task_scheduled_event_attributes.header
+        if TURN_HEADER in header.fields:
+            # The Worker's turn clock (worker/conversation_metrics.py): when the turn began and
+            # which Signal began it, written plain by design (a header is not the codec's).
+            without = HistoryEvent()
+            without.CopyFrom(event)
+            del without.activity_task_scheduled_event_attributes.header.fields[TURN_HEADER]
+            yield from all_payloads(without)
+            return
     if event.HasField("marker_recorded_event_attributes"):
         for key, payloads in event.marker_recorded_event_attributes.details.items():
             if key not in _CORE_DETAILS:

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import date, timedelta
 
-from agent.models import Actor
+from agent.models import Actor, Platform
 from agent.settings import AgentSettings
 from agent.stores import domain
 from agent.stores.databases import database_for
@@ -39,13 +39,15 @@ async def place_crowd(
     first_order: int = 500000,
     amount_cents: int = 2500,
     final_sale: bool = False,
+    platform: Platform = "local",
 ) -> list[Shopper]:
-    """`count` customers (user ids `<prefix><i>`), each with one delivered order bought three
-    days ago, paid in the offline ledger: $25 by default (the agent approves it alone)."""
+    """`count` customers (user ids `<prefix><i>` on `platform`), each with one delivered order
+    bought three days ago, paid in the offline ledger: $25 by default (the agent approves it
+    alone)."""
     today = date.today()
     shoppers = [
         Shopper(
-            Actor(platform="local", user_id=f"{prefix}{i}", display_name=f"{prefix} {i}"),
+            Actor(platform=platform, user_id=f"{prefix}{i}", display_name=f"{prefix} {i}"),
             str(first_order + i),
             amount_cents,
             final_sale,
@@ -59,8 +61,8 @@ async def place_crowd(
             [(f"cus_{s.actor.user_id}", s.actor.display_name, "2024-01-01") for s in shoppers],
         )
         await db.executemany(
-            "INSERT INTO accounts VALUES ('local', ?, ?)",
-            [(s.actor.user_id, f"cus_{s.actor.user_id}") for s in shoppers],
+            "INSERT INTO accounts VALUES (?, ?, ?)",
+            [(platform, s.actor.user_id, f"cus_{s.actor.user_id}") for s in shoppers],
         )
         await db.executemany(
             "INSERT INTO orders VALUES (?, ?, 'desk fan', ?, 'usd', 'delivered', ?, ?, ?)",

@@ -5,6 +5,7 @@
                      (or create_password_database: a user who must give a password, and its URL)
     session end   -> SIGINT (PostgreSQL's fast shutdown) -> the directory removed (by the keeper
                      too, so a SIGKILLed pytest leaves nothing behind)
+    the chaos drill -> take_down() ... bring_up() (the same data), pause() ... resume()
 
 Nothing is downloaded: `make test` installs pgserver (PostgreSQL 16) from the lock file like any
 other dependency. Only its binaries are used, started here rather than through pgserver's own
@@ -20,6 +21,7 @@ nothing on the machine is created or re-permissioned (no new user, no chmod of t
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import importlib.util
 import os
 import pwd
@@ -35,6 +37,7 @@ from typing import TypedDict
 import asyncpg
 
 from agent.stores.databases import close_database
+from harness.cli_process import descendants
 from harness.conditions import wait_for
 from worker.lifecycle import spawn_child, terminate
 
@@ -177,6 +180,39 @@ class PostgresServer:
             return False
         await conn.close()
         return True
+
+    @property
+    def server_pids(self) -> set[int]:
+        """The postgres processes now (the postmaster and its backends), not the keeper."""
+        return descendants(self._proc.pid) if self._proc is not None else set()
+
+    async def take_down(self) -> None:
+        """Stop the server (a fast shutdown: clients disconnected), its data kept for bring_up()."""
+        assert self._proc is not None
+        self._proc.send_signal(signal.SIGUSR1)
+        await wait_for(
+            lambda: not self.server_pids, timeout=START_TIMEOUT, what="PostgreSQL to stop"
+        )
+
+    async def bring_up(self) -> None:
+        """Start the server again on the same data, after take_down()."""
+        assert self._proc is not None
+        self._proc.send_signal(signal.SIGUSR2)
+        await wait_for(self._answers, timeout=START_TIMEOUT, what="PostgreSQL to accept again")
+
+    def pause(self) -> set[int]:
+        """SIGSTOP every postgres process, as a frozen host would hold them; returns them."""
+        paused = self.server_pids
+        for pid in paused:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGSTOP)
+        return paused
+
+    @staticmethod
+    def resume(paused: set[int]) -> None:
+        for pid in paused:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGCONT)
 
     async def create_database(self) -> str:
         name = f"t_{secrets.token_hex(6)}"

@@ -19,6 +19,7 @@ from agent.stores.databases import database_for
 from bot.local.thread_store import LocalThreadStore
 from harness.conversation import LocalConversation
 from harness.owner import refunds_made
+from tests.support.silent_platform import SilentFirstPost
 from worker.runner import build_worker
 
 
@@ -100,3 +101,30 @@ async def test_a_post_whose_answer_is_lost_is_not_posted_twice(client, agent_set
     texts = [m.text for m in await conv.bot_messages()]
     assert texts.count("Was the package opened?") == 1
     assert texts[-1].startswith("Your refund is complete")
+
+
+async def test_a_timed_out_local_post_replays_on_a_restarted_worker(client, agent_settings) -> None:
+    """The platform does not answer the first post: its local try times out and the Activity
+    posts the question. That Worker stops; a new one (no cache: it replays the history, the
+    timed-out try included) takes the answers, and the conversation refunds with no workflow task
+    failed."""
+    threads = LocalThreadStore(database_for(agent_settings))
+    platform = SilentFirstPost(threads)
+    task_queue = f"test-{uuid.uuid4().hex[:8]}"
+    conv = LocalConversation(client, threads, task_queue)
+    async with await build_worker(client, task_queue, agent_settings, {"local": platform}):
+        handle = await conv.open("please refund order 1234")
+        assert (await conv.next_bot_message()).text == "Was the package opened?"
+    async with await build_worker(client, task_queue, agent_settings, {"local": platform}):
+        await conv.reply("Yes")
+        assert (await conv.next_bot_message(timeout=30)).text == "What was damaged?"
+        await conv.reply("Split seam")
+        assert (await handle.result()).status == "refunded"
+    posts = await _posts(client, handle)
+    assert posts[0] == (True, "Activity timed out", None), posts
+    assert posts[1] == (False, "Was the package opened?", False), posts
+    history = await handle.fetch_history()
+    failed_tasks = [
+        e for e in history.events if e.HasField("workflow_task_failed_event_attributes")
+    ]
+    assert failed_tasks == [], failed_tasks

@@ -124,6 +124,7 @@ def test_every_path_is_recorded() -> None:
         "stale_click",
         "refund_failed",
         "late_message",
+        "post_timed_out",
     }
 
 
@@ -155,6 +156,9 @@ async def test_a_new_conversation_posts_inside_its_workflow_tasks(path: Path) ->
     # Answered at once, with no question: an order the rules refuse, a model that fails first.
     at_once = {"refunded_twice", "raced", "late_message", "model_overruled", "model_refused"}
     assert (True, "question") in posts or path.stem in at_once, posts
+    if path.stem == "post_timed_out":  # a platform that did not answer: the Activity posted it
+        assert posts[0] == (False, "question"), posts
+        posts = posts[1:]
     assert posts and all(local for local, _kind in posts), posts
     assert "outcome" in {kind for _local, kind in posts}, posts
 
@@ -235,6 +239,32 @@ async def test_committed_history_replays_cleanly(path: Path) -> None:
     replayer = _replayer(RefundConversation)
     result = await replayer.replay_workflow(await _load(path), raise_on_replay_failure=False)
     assert result.replay_failure is None
+
+
+async def test_a_local_post_that_timed_out_replays_as_it_ran() -> None:
+    """The platform did not answer the first post: its local try's marker holds a bare timeout
+    (what the SDK hands the Workflow on replay; on the first run it raised an ActivityError) and
+    the Activity posted the question. The replay takes the first run's path: the same commands,
+    the conversation refunded."""
+    history = await _decoded(ROOT / "post_timed_out.json")
+    posts = [
+        step for step in steps_of(history.events, TEST_CONVERTER) if step.name == "post_to_thread"
+    ]
+    assert posts[0].local and posts[0].failed == "Activity timed out"
+    assert not posts[1].local and posts[1].result is not None
+    markers = [e for e in history.events if local_activity(e)]
+    timed_out = [
+        m
+        for m in markers
+        if m.marker_recorded_event_attributes.failure.HasField("timeout_failure_info")
+    ]
+    assert len(timed_out) == 1, timed_out
+    result = await _replayer(RefundConversation).replay_workflow(
+        await _load(ROOT / "post_timed_out.json"), raise_on_replay_failure=False
+    )
+    assert result.replay_failure is None, result.replay_failure
+    survivors = survivors_from_history(history)
+    assert survivors.outcome is not None and survivors.outcome.status == "refunded"
 
 
 @pytest.mark.parametrize("path", HISTORIES, ids=_name)

@@ -429,6 +429,55 @@ async def test_the_delivery_task_retries_until_temporal_is_back(temporal, tmp_pa
         delivery.cancel()
 
 
+async def test_the_delivery_task_outlives_its_database_going_away(
+    temporal, tmp_path, monkeypatch
+) -> None:
+    """The inbox's database cannot be read for a while (a PostgreSQL restart, say): the delivery
+    task tries again and delivers what was kept once it can; it used to end at the first error,
+    and nothing was delivered from the inbox again."""
+    router = quick_router(temporal, tmp_path)
+    temporal.down = True
+    assert await router.on_message(message("e1", "refund 1234", opens=True)) == Routed.QUEUED
+    temporal.down = False
+    original = router._inbox.pending
+    reads = 0
+
+    async def database_gone() -> list[Any]:
+        nonlocal reads
+        reads += 1
+        if reads <= 3:
+            raise sqlite3.OperationalError("unable to open database file")
+        return await original()
+
+    monkeypatch.setattr(router._inbox, "pending", database_gone)
+    delivery = asyncio.create_task(router.run_delivery())
+    try:
+        await wait_for(lambda: bool(temporal.calls), what="the kept opening delivered")
+        assert reads > 3 and not delivery.done()
+        assert await wait_for(lambda: _empty(tmp_path), what="the inbox empty")
+    finally:
+        delivery.cancel()
+
+
+async def test_a_kept_message_its_handler_never_delivers_is_delivered_by_the_inbox(
+    temporal, tmp_path, monkeypatch
+) -> None:
+    """Kept at the ack, then its handler never runs (Bolt drops a request whose authorization
+    call fails): with nothing else arriving, the delivery task delivers it once the grace for its
+    handler is over."""
+    monkeypatch.setattr("bot.conversations.KEPT_GRACE", 0.2)
+    router = quick_router(temporal, tmp_path)
+    delivery = asyncio.create_task(router.run_delivery())
+    try:
+        await wait_for(lambda: _empty(tmp_path), what="the delivery task idle")
+        kept = await router.keep(message("e1", "refund 1234", opens=True))
+        assert isinstance(kept, Kept)  # acknowledged; the handler that would deliver it is gone
+        await wait_for(lambda: bool(temporal.calls), what="the kept opening delivered")
+        assert await wait_for(lambda: _empty(tmp_path), what="the inbox empty")
+    finally:
+        delivery.cancel()
+
+
 async def test_an_inbox_from_an_older_version_is_read_and_delivered(temporal, tmp_path) -> None:
     path = tmp_path / "inbox.sqlite"
     start = ConversationStart(
@@ -519,6 +568,57 @@ async def test_a_redelivery_during_the_first_delivery_waits_for_its_verdict(
     release.set()
     assert sorted([await first, await retry]) == [Routed.DUPLICATE, Routed.SIGNALLED]
     assert [c[2] for c in temporal.calls] == ["customer_message", "customer_message_now"]
+
+
+async def test_redeliveries_waiting_on_a_failed_keep_write_it_once(router) -> None:
+    """The inbox cannot commit the first delivery (its database locked) while Slack's two retries
+    wait for it: the first keep fails as the database said, the retries write the event once
+    and both get that entry (each used to delete the other's in-flight mark: a KeyError, so a
+    503 for an event kept)."""
+    release = asyncio.Event()
+    original = router._inbox.put
+    calls = 0
+
+    async def put(kind: str, payload: Any, workflow_id: str) -> int:
+        nonlocal calls
+        calls += 1
+        if calls == 1:
+            await release.wait()
+            raise sqlite3.OperationalError("database is locked")
+        return await original(kind, payload, workflow_id)
+
+    router._inbox.put = put
+    first = asyncio.create_task(router.keep(message("e3", "Yes")))
+    retries = [asyncio.create_task(router.keep(message("e3", "Yes"))) for _ in range(2)]
+    await asyncio.sleep(0)  # all three reach the router before the write fails
+    release.set()
+    with pytest.raises(sqlite3.OperationalError):
+        await first
+    kept = [await retry for retry in retries]
+    assert isinstance(kept[0], Kept) and kept[1] == kept[0], kept
+    assert calls == 2  # written once more, not once per retry
+    assert len(await router._inbox.pending()) == 1
+
+
+async def test_a_delivered_message_whose_entry_cannot_be_removed_is_not_refused(
+    router, temporal
+) -> None:
+    """Delivered, then the database goes before its inbox entry is removed: the verdict stands
+    (the bot must not ask the customer to send it again), and the entry is removed when next
+    seen, not delivered a second time."""
+    await router.on_message(message("e4", "refund 1234", opens=True))
+    original = router._inbox.remove
+
+    async def database_gone(seq: int) -> None:
+        raise sqlite3.OperationalError("database is locked")
+
+    router._inbox.remove = database_gone
+    assert await router.on_message(message("e5", "Yes")) == Routed.SIGNALLED
+    assert len(await router._inbox.pending()) == 1  # still there: it could not be removed
+    router._inbox.remove = original
+    assert await router.deliver_pending() == 1  # removed, not delivered again
+    assert await router._inbox.pending() == []
+    assert [c[2] for c in temporal.calls] == ["customer_message", "customer_message"]  # start + 1
 
 
 async def test_an_event_an_adapter_cannot_read_is_kept_as_a_dead_letter(

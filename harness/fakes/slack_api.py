@@ -2,7 +2,8 @@
 
 It models only what refund-bot calls: auth.test, chat.postMessage, chat.update, chat.postEphemeral,
 conversations.replies and usergroups.users.list, with Slack's payload shapes, its HTTP-200-with-
-`ok: false` errors, bearer token checks, cursor pagination and 429 + Retry-After; plus the
+`ok: false` errors, bearer token checks, cursor pagination and 429 + Retry-After, and outages
+(every call answered with HTTP 500, or never answered); plus the
 `response_url` webhooks Slack hands out with slash commands and interactions, and Socket Mode
 (apps.connections.open with the app-level token, then a WebSocket that says hello, sends envelopes
 and records the app's acks). Use it as an async context manager:
@@ -16,6 +17,7 @@ and records the app's acks). Use it as an async context manager:
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import contextlib
 import json
@@ -25,7 +27,7 @@ from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from ssl import SSLContext
-from typing import Any
+from typing import Any, Literal
 
 from aiohttp import WSMsgType, web
 
@@ -35,6 +37,10 @@ JsonDict = dict[str, Any]
 
 # How many times one response_url accepts a message.
 RESPONSE_URL_USES = 5
+
+# An outage of the whole Web API: "error" answers every call with HTTP 500 (Slack's internal_error),
+# "silent" never answers (the call waits until the outage ends, then its connection is dropped).
+Outage = Literal["error", "silent"]
 
 # Web API arguments that hold JSON: in a JSON body they are objects, in a form body JSON strings.
 _JSON_ARGS = ("blocks", "attachments", "metadata")
@@ -121,6 +127,8 @@ class FakeSlackApi:
         self._tickets: set[str] = set()
         self._sockets: list[web.WebSocketResponse] = []
         self._faults: dict[str, deque[_Fault]] = {}
+        self._outage: Outage | None = None
+        self._outage_over = asyncio.Event()
         self._clock_us = int(time.time() * 1_000_000)
         self._runner: web.AppRunner | None = None
         self._port: int | None = None
@@ -217,6 +225,16 @@ class FakeSlackApi:
         queue = self._faults.setdefault(method, deque())
         queue.extend(_Fault(status, error) for _ in range(times))
 
+    def outage(self, kind: Outage | None) -> None:
+        """Every Web API call fails from now on, as `kind` says, until `outage(None)`: what the
+        apps see of a Slack incident. Calls already answered stay answered; a "silent" call that
+        is waiting when the outage ends is dropped unanswered, with nothing done."""
+        self._outage = kind
+        if kind is None:
+            self._outage_over.set()
+        else:
+            self._outage_over.clear()
+
     def open_connections(self) -> int:
         """How many HTTP connections clients hold open to this fake now (kept alive or busy)."""
         assert self._runner is not None and self._runner.server is not None
@@ -239,7 +257,19 @@ class FakeSlackApi:
         arrived = time.monotonic()
         method = request.match_info["method"]
         params, body_token = await _read_params(request)
-        status, payload, headers = self._dispatch(method, params, request, body_token)
+        if self._outage == "silent":
+            await self._outage_over.wait()
+            # Nothing was done: the connection closes without an answer.
+            if request.transport is not None:
+                request.transport.close()
+            raise web.HTTPServiceUnavailable
+        status: int
+        payload: JsonDict
+        headers: dict[str, str]
+        if self._outage == "error":
+            status, payload, headers = 500, {"ok": False, "error": "internal_error"}, {}
+        else:
+            status, payload, headers = self._dispatch(method, params, request, body_token)
         assert request.transport is not None  # the connection is open while it is answered
         self.calls.append(
             RecordedCall(
