@@ -14,7 +14,7 @@ import pytest
 
 from agent.stores.databases import database_for
 from bot.inbox import Inbox
-from harness.chaos.audit import QUESTIONS, decoded_events, signalled_message_ids
+from harness.chaos.audit import QUESTIONS, decoded_events, delivered_message_ids
 from harness.chaos.deployment import CHANNEL, TEAM, deployed
 from harness.chaos.drill import ChaosConfig, run_chaos
 from harness.chaos.edge import SlackEdge
@@ -86,7 +86,7 @@ async def test_an_acknowledged_message_survives_a_bot_sigkill_while_temporal_is_
         async def delivered() -> list[str] | None:
             """The history's message ids once the answer is in it, the second question is in
             the thread and the inbox holds nothing more to deliver (no repeat is on its way)."""
-            taken = signalled_message_ids(await decoded_events(client, workflow_id))
+            taken = delivered_message_ids(await decoded_events(client, workflow_id))
             if answer.payload["event"]["ts"] not in taken or len(steps(deployment, thread)) < 2:
                 return None
             return taken if (await inbox.depth()).waiting == 0 else None

@@ -618,7 +618,8 @@ async def test_a_delivered_message_whose_entry_cannot_be_removed_is_not_refused(
     router._inbox.remove = original
     assert await router.deliver_pending() == 1  # removed, not delivered again
     assert await router._inbox.pending() == []
-    assert [c[2] for c in temporal.calls] == ["customer_message", "customer_message"]  # start + 1
+    # The opening, then the reply (an Update).
+    assert [c[2] for c in temporal.calls] == ["customer_message", "customer_message_now"]
 
 
 async def test_an_event_an_adapter_cannot_read_is_kept_as_a_dead_letter(

@@ -32,8 +32,8 @@ from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.service import RPCError, RPCStatusCode
 
 from agent.decoded_history import decoded_history
-from agent.history import local_activity
-from agent.models import AuthorizationDecision, ConversationOutcome, CustomerMessage
+from agent.history import customer_message, local_activity
+from agent.models import AuthorizationDecision, ConversationOutcome
 from agent.sayings import DECLINED, WAITING
 from agent.stores import grants as grants_store
 from agent.stores.databases import database_for
@@ -87,19 +87,14 @@ async def decoded_events(client: Client, workflow_id: str) -> list[Any]:
     return list((await decoded_history(history, TEST_CONVERTER)).events)
 
 
-def signalled_message_ids(events: list[Any]) -> list[str]:
-    """Message ids of every customer_message Signal, in order (repeats kept)."""
-    ids = []
-    for event in events:
-        if event.event_type != EventType.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED:
-            continue
-        attrs = event.workflow_execution_signaled_event_attributes
-        if attrs.signal_name == "customer_message":
-            (message,) = TEST_CONVERTER.payload_converter.from_payloads(
-                attrs.input.payloads, [CustomerMessage]
-            )
-            ids.append(message.message_id)
-    return ids
+def delivered_message_ids(events: list[Any]) -> list[str]:
+    """Message ids of every customer message delivered (a customer_message Signal or an accepted
+    Update), in order (repeats kept)."""
+    return [
+        message.message_id
+        for event in events
+        if (message := customer_message(event, TEST_CONVERTER)) is not None
+    ]
 
 
 def _last_task_failure(events: list[Any]) -> str | None:
@@ -273,7 +268,7 @@ async def _audit_story(
         return
 
     # 1. Each acknowledged message reached the conversation, unless the bot said otherwise.
-    signalled = set(signalled_message_ids(events))
+    signalled = set(delivered_message_ids(events))
     told = {id(a) for a in story.not_kept}
     for ack in story.messages:
         if ack.thread != thread:
