@@ -17,6 +17,8 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
+from temporalio.client import Client
+from temporalio.runtime import Runtime, TelemetryConfig
 from temporalio.testing import WorkflowEnvironment
 
 from agent.settings import AgentSettings, TemporalSettings
@@ -27,7 +29,7 @@ from bot.commands import Commands
 from bot.hold import HoldSwitch
 from bot.local.terminal import PEOPLE
 from harness import queue_settings
-from harness.codec import TEST_CODEC_ENV, TEST_KEY
+from harness.codec import TEST_CODEC_ENV, TEST_CONVERTER, TEST_KEY
 from harness.conditions import wait_for
 from refund_bot.wiring import SupervisorsOverTemporal
 from worker.lifecycle import alive
@@ -138,3 +140,43 @@ async def test_crash_worker_without_any_supervisor_says_so(
     )
     assert not reply.ok and reply.text.startswith("No Worker supervisor answers")
     assert "refund-bot worker --supervised" in reply.text
+
+
+async def test_a_supervisor_temporal_has_no_heartbeat_of_is_still_restarted(
+    two_hosts: tuple[dict[str, WorkerSupervisor], TemporalSettings],
+    temporal_env: WorkflowEnvironment,
+    tmp_path: Path,
+) -> None:
+    """A process whose heartbeats never reach Temporal (the SDK's heartbeat task gives up for
+    good when its first call fails) is not a lost host: it polls, and it takes the order. Before,
+    /crash-worker refused it at once while its neighbours' heartbeats were on record."""
+    _, settings = two_hosts  # host-a and host-b heartbeat: Temporal keeps heartbeats
+    silent_runtime = Runtime(telemetry=TelemetryConfig(), worker_heartbeat_interval=None)
+    silent_client = await Client.connect(
+        settings.address,
+        namespace=settings.namespace,
+        data_converter=TEST_CONVERTER,
+        runtime=silent_runtime,
+    )
+    silent = WorkerSupervisor(
+        settings, CHILD, client=silent_client, env=TEST_CODEC_ENV, host="host-c"
+    )
+    async with silent:
+        old = _pid(silent)
+        client = temporal_env.client
+        agent = AgentSettings(_env_file=None, data_dir=tmp_path)
+        grants = GrantStore(database_for(agent))
+        await grants.seed()
+        control = SupervisorsOverTemporal(client, settings)
+        commands = Commands(client, control, agent, grants, HoldSwitch(database_for(agent), False))
+        await wait_for(
+            lambda: _lists(control, "host-c"), timeout=30, what="host-c listed by its poll"
+        )
+        reply = await commands.crash_worker(PRESENTER, "host-c")
+        assert reply.ok, reply.text
+        assert f"replaced on host-c (supervisor pid {os.getpid()}): old pid {old}," in reply.text
+        assert silent.pid != old and not alive(old)
+
+
+async def _lists(control: SupervisorsOverTemporal, host: str) -> bool:
+    return host in await control.supervisor_hosts()

@@ -1,7 +1,8 @@
 """Who polls a task queue, and who is alive there now, asked of Temporal.
 
     DescribeTaskQueue -> workflow_pollers -> worker_is_polling (a new child's first poll)
-    ListWorkers (each Worker's heartbeat) -> live_workers -> live_supervisors, supervisor_hosts
+    ListWorkers (each Worker's heartbeat) -> heartbeats -> live_workers -> live_supervisors,
+                                             supervisor_hosts | lost_supervisor_hosts
                                                           | other_workers
 
 Temporal, not a process list, says whether a Worker can make progress: a child counts as ready
@@ -77,9 +78,20 @@ async def worker_is_polling(client: Client, namespace: str, task_queue: str, ide
     return any(poller.identity == identity for poller in pollers)
 
 
-async def live_workers(client: Client, namespace: str, task_queue: str) -> dict[str, float] | None:
-    """The Workers on `task_queue` whose heartbeat is fresh, running: identity -> seconds since
-    their last heartbeat. None when Temporal keeps no heartbeats to read (see the module)."""
+@dataclass(frozen=True)
+class Heartbeat:
+    """A Worker Temporal lists as running, as its last heartbeat tells."""
+
+    identity: str
+    seconds_ago: float
+    # Beating at its own pace now: refund-bot's Workers beat every second, another SDK's every
+    # minute by default (elapsed_since_last_heartbeat is the gap before the last one).
+    alive: bool
+
+
+async def heartbeats(client: Client, namespace: str, task_queue: str) -> list[Heartbeat] | None:
+    """The Workers on `task_queue` Temporal lists as running, alive now or not; None when Temporal
+    keeps no heartbeats to read (see the module)."""
     query = f"TaskQueue = '{task_queue}'"
     try:
         response = await client.workflow_service.list_workers(
@@ -99,16 +111,27 @@ async def live_workers(client: Client, namespace: str, task_queue: str) -> dict[
         log.debug("Temporal lists no Worker heartbeats (%s): reading its pollers", err.message)
         return None
     now = time.time()
-    found: dict[str, float] = {}
+    found = []
     for info in response.workers_info:
         beat = info.worker_heartbeat
+        if beat.status != WorkerStatus.WORKER_STATUS_RUNNING:
+            continue
         ago = max(0.0, now - beat.heartbeat_time.ToSeconds())
-        # Fresh for its own pace: refund-bot's Workers beat every second, another SDK's every
-        # minute by default (elapsed_since_last_heartbeat is the gap before the last one).
         pace = beat.elapsed_since_last_heartbeat.ToTimedelta().total_seconds()
-        fresh = max(HEARTBEAT_FRESH, 3 * pace)
-        if beat.status == WorkerStatus.WORKER_STATUS_RUNNING and ago <= fresh:
-            found[beat.worker_identity] = min(ago, found.get(beat.worker_identity, ago))
+        found.append(Heartbeat(beat.worker_identity, ago, ago <= max(HEARTBEAT_FRESH, 3 * pace)))
+    return found
+
+
+async def live_workers(client: Client, namespace: str, task_queue: str) -> dict[str, float] | None:
+    """The Workers on `task_queue` whose heartbeat is fresh, running: identity -> seconds since
+    their last heartbeat. None when Temporal keeps no heartbeats to read (see the module)."""
+    beats = await heartbeats(client, namespace, task_queue)
+    if beats is None:
+        return None
+    found: dict[str, float] = {}
+    for beat in beats:
+        if beat.alive:
+            found[beat.identity] = min(beat.seconds_ago, found.get(beat.identity, beat.seconds_ago))
     return found
 
 
@@ -155,6 +178,19 @@ async def live_supervisors(
     return found
 
 
+async def lost_supervisor_hosts(
+    client: Client, namespace: str, control_task_queue: str
+) -> set[str] | None:
+    """The hosts whose supervisor heartbeated and stopped: Temporal lists it as running, its last
+    heartbeat is stale, and no live one runs there. A host never heard from is not among them:
+    a process whose heartbeats do not reach Temporal (its heartbeat task failed at start-up) is
+    told apart by the restart order's pickup bound instead. None when Temporal keeps none."""
+    beats = await heartbeats(client, namespace, control_task_queue)
+    if beats is None:
+        return None
+    return {host for host, alive in _supervisors_heard(beats).items() if not alive}
+
+
 async def gone_here(client: Client, namespace: str, task_queue: str, identity: str) -> list[str]:
     """The refund-bot Workers of this host (the one `identity` names) that polled `task_queue`
     lately and whose process no longer runs here, and `identity` itself: a container restarted
@@ -177,17 +213,30 @@ async def gone_here(client: Client, namespace: str, task_queue: str, identity: s
 
 
 async def supervisor_hosts(client: Client, namespace: str, control_task_queue: str) -> list[str]:
-    """The hosts whose Worker supervisors are alive on `control_task_queue` now, sorted."""
-    live = await live_supervisors(client, namespace, control_task_queue)
-    if live is not None:
-        return sorted(live)
+    """The hosts whose Worker supervisors are alive on `control_task_queue` now, sorted: a fresh
+    heartbeat says so; for a supervisor Temporal has no heartbeat of at all (none kept, or its
+    heartbeat task failed at start-up), a recent poll does."""
+    beats = await heartbeats(client, namespace, control_task_queue)
     now = time.time()
     identities = [
         poller.identity
         for poller in await workflow_pollers(client, namespace, control_task_queue)
         if now - poller.last_access_time.ToSeconds() <= _POLLER_SEEN_WITHIN
     ]
-    return sorted({m.group(1) for i in identities if (m := _SUPERVISOR.match(i))})
+    polled = {m.group(1) for i in identities if (m := _SUPERVISOR.match(i))}
+    if beats is None:
+        return sorted(polled)
+    heard = _supervisors_heard(beats)
+    return sorted({host for host, alive in heard.items() if alive} | (polled - heard.keys()))
+
+
+def _supervisors_heard(beats: list[Heartbeat]) -> dict[str, bool]:
+    """Each host with a supervisor's heartbeat on record -> whether one there is alive now."""
+    hosts: dict[str, bool] = {}
+    for beat in beats:
+        if match := _SUPERVISOR.match(beat.identity):
+            hosts[match.group(1)] = hosts.get(match.group(1), False) or beat.alive
+    return hosts
 
 
 @dataclass(frozen=True)
