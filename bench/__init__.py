@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import math
 import sys
+import uuid
 from collections.abc import Coroutine, Sequence
 from datetime import datetime
 from typing import Any, NoReturn
@@ -13,6 +14,8 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.client import WorkflowHandle
 
 from agent.codec import CodecKeyError
+from agent.models import Actor, ThreadRef
+from bot.conversations import InboundMessage
 from worker.exit import exit_now
 
 
@@ -49,3 +52,23 @@ async def release_and_refund(handle: WorkflowHandle) -> tuple[datetime | None, d
         ):
             scheduled = event.event_time.ToDatetime()
     return released, scheduled
+
+
+async def no_hold() -> bool:
+    """The router's hold switch, off: a benchmark's refunds are never held for a presenter."""
+    return False
+
+
+def customer_says(
+    thread: ThreadRef, author: Actor, text: str, *, opens: bool = False
+) -> InboundMessage:
+    """A customer's message as an adapter hands it to the router, with ids of its own."""
+    event_id = uuid.uuid4().hex
+    return InboundMessage(
+        event_id=event_id,
+        thread=thread,
+        message_id=f"m-{event_id}",
+        author=author,
+        text=text,
+        opens_thread=opens,
+    )

@@ -31,7 +31,7 @@ from temporalio.client import Client
 from agent.models import Actor, CustomerMessage, ThreadRef
 from agent.stores.sqlite import SqliteDatabase
 from agent.workflow import RefundConversation
-from bench import percentile, run_benchmark
+from bench import customer_says, no_hold, percentile, run_benchmark
 from bench.server import embedded_server
 from bot.conversations import ConversationRouter, InboundMessage, Kept, Routed
 from bot.ids import workflow_id_for
@@ -41,20 +41,8 @@ from harness.codec import TEST_CONVERTER
 CUSTOMER = Actor(platform="slack", user_id="U0BENCH", display_name="bench")
 
 
-async def _no_hold() -> bool:
-    return False
-
-
 def _message(thread: ThreadRef, text: str, *, opens: bool = False) -> InboundMessage:
-    event_id = uuid.uuid4().hex
-    return InboundMessage(
-        event_id=event_id,
-        thread=thread,
-        message_id=f"m-{event_id}",
-        author=CUSTOMER,
-        text=text,
-        opens_thread=opens,
-    )
+    return customer_says(thread, CUSTOMER, text, opens=opens)
 
 
 async def main(rounds: int, messages: int) -> None:
@@ -66,7 +54,7 @@ async def main(rounds: int, messages: int) -> None:
             # Signals, as "signal alone" sends: with no Worker here an Update would wait out its
             # bound on every message (what an Update costs a turn is bench.turn_update's).
             router = ConversationRouter(
-                client, f"bench-{uuid.uuid4().hex[:6]}", inbox, _no_hold, message_updates=False
+                client, f"bench-{uuid.uuid4().hex[:6]}", inbox, no_hold, message_updates=False
             )
             for r in range(rounds):
                 thread = ThreadRef(platform="slack", workspace="T0", channel="C0", thread=f"{r}.0")

@@ -26,9 +26,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import signal
 import statistics
-import sys
 import tempfile
 import uuid
 from collections.abc import Awaitable, Callable
@@ -44,10 +42,9 @@ from bench.codec_cost import codec_alone
 from bench.plot import axes, cdf, default_path, save
 from bench.round_trip import BareRoundTrip
 from bench.server import embedded_server
-from bench.turn_workers import BARE, CONVERTERS, local_threads, queue
+from bench.turn_workers import BARE, CONVERTERS, local_threads, queue, turn_workers
 from bot.local.thread_store import LocalThreadStore
 from harness.conversation import LocalConversation
-from worker.lifecycle import spawn_child, terminate
 
 OPENING = "I want my money back"
 ANSWERS = ("the green one", "the big one, sorry", "1234", "Yes")
@@ -144,21 +141,8 @@ async def main(rounds: int, codec_rounds: int, plot: Path) -> None:
         data_dir = Path(tmp)
         async with embedded_server(data_dir / "temporal") as server:
             prefix = f"turns-{uuid.uuid4().hex[:6]}"
-            workers = await spawn_child(
-                [sys.executable, "-m", "bench.turn_workers", "--address", server.address,
-                 "--data-dir", str(data_dir), "--queue", prefix],
-                on_parent_death=signal.SIGTERM,
-                lifeline=True,
-                stdout=asyncio.subprocess.PIPE,
-            )  # fmt: skip
-            try:
-                assert workers.stdout is not None
-                line = await asyncio.wait_for(workers.stdout.readline(), 120)
-                if line.strip() != b"ready":
-                    raise RuntimeError(f"bench.turn_workers did not start: {line!r}")
+            async with turn_workers(server.address, data_dir, prefix):
                 results = await _interleaved(server.address, data_dir, prefix, rounds)
-            finally:
-                await terminate(workers, grace=10)
     print(
         f"A turn: the customer's Signal to the next question's post completing (refund-bot), or "
         f"a Signal to its last Activity completing (bare); Event History timestamps; {rounds} "

@@ -32,8 +32,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import signal
-import sys
 import tempfile
 import time
 import uuid
@@ -47,37 +45,24 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 
 from agent.models import Actor, ThreadRef
 from agent.stores.sqlite import SqliteDatabase
-from bench import percentile, run_benchmark
+from bench import customer_says, no_hold, percentile, run_benchmark
 from bench.round_trip import BareRoundTrip
 from bench.server import SERVERS, embedded_server
 from bench.turn_latency import ANSWERS, OPENING, POST, Events
-from bench.turn_workers import BARE, local_threads, queue
+from bench.turn_workers import BARE, local_threads, queue, turn_workers
 from bot.conversations import ConversationRouter, InboundMessage, Kept, Routed
 from bot.ids import workflow_id_for
 from bot.inbox import Inbox
 from bot.local.thread_store import LocalThreadStore
 from harness.codec import TEST_CONVERTER
-from worker.lifecycle import spawn_child, terminate
 
 CUSTOMER = Actor(platform="local", user_id="customer", display_name="Nyghtowl")
 TASK_COMPLETED = EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED
 BARE_PINGS = 4
 
 
-async def _no_hold() -> bool:
-    return False
-
-
 def _message(thread: ThreadRef, text: str, *, opens: bool = False) -> InboundMessage:
-    event_id = uuid.uuid4().hex
-    return InboundMessage(
-        event_id=event_id,
-        thread=thread,
-        message_id=f"m-{event_id}",
-        author=CUSTOMER,
-        text=text,
-        opens_thread=opens,
-    )
+    return customer_says(thread, CUSTOMER, text, opens=opens)
 
 
 def _since(began: float, event_time: object) -> float:
@@ -180,21 +165,8 @@ async def main(server_kind: str, rounds: int) -> None:
         tuned = server_kind == "embedded"
         async with embedded_server(data_dir / "temporal", tuned=tuned) as server:
             prefix = f"turns-{uuid.uuid4().hex[:6]}"
-            workers = await spawn_child(
-                [sys.executable, "-m", "bench.turn_workers", "--address", server.address,
-                 "--data-dir", str(data_dir), "--queue", prefix],
-                on_parent_death=signal.SIGTERM,
-                lifeline=True,
-                stdout=asyncio.subprocess.PIPE,
-            )  # fmt: skip
-            try:
-                assert workers.stdout is not None
-                line = await asyncio.wait_for(workers.stdout.readline(), 120)
-                if line.strip() != b"ready":
-                    raise RuntimeError(f"bench.turn_workers did not start: {line!r}")
+            async with turn_workers(server.address, data_dir, prefix):
                 results = await _interleaved(server.address, data_dir, prefix, rounds)
-            finally:
-                await terminate(workers, grace=10)
     print(
         f"Server: {server_kind} dynamic config; {rounds} rounds, interleaved on one dev server. A "
         "refund-bot turn: router.deliver to the next question's post completing (server "
@@ -216,7 +188,7 @@ async def _interleaved(
             client,
             task_queue,
             Inbox(SqliteDatabase(data_dir / ("update" if update else "signal"))),
-            _no_hold,
+            no_hold,
             message_updates=update,
         )
         for update in (False, True)

@@ -20,7 +20,9 @@ import argparse
 import asyncio
 import contextlib
 import dataclasses
-from collections.abc import Sequence
+import signal
+import sys
+from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 
 from temporalio.api.common.v1 import Payload
@@ -36,7 +38,7 @@ from bench.round_trip import BareRoundTrip, echo
 from bot.local.thread_store import LocalThreadStore
 from harness.codec import TEST_CONVERTER
 from worker.exit import exit_now
-from worker.lifecycle import until_stopped, watch_lifeline
+from worker.lifecycle import spawn_child, terminate, until_stopped, watch_lifeline
 from worker.runner import build_worker
 
 BARE = "bare"
@@ -57,6 +59,26 @@ CONVERTERS: dict[str, DataConverter] = {
     "plain": pydantic_data_converter,
     "no-op codec": dataclasses.replace(pydantic_data_converter, payload_codec=Unchanged()),
 }
+
+
+@contextlib.asynccontextmanager
+async def turn_workers(address: str, data_dir: Path, prefix: str) -> AsyncIterator[None]:
+    """This module's Workers in a process of their own, polling once this yields; stopped after."""
+    workers = await spawn_child(
+        [sys.executable, "-m", "bench.turn_workers", "--address", address,
+         "--data-dir", str(data_dir), "--queue", prefix],
+        on_parent_death=signal.SIGTERM,
+        lifeline=True,
+        stdout=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    try:
+        assert workers.stdout is not None
+        line = await asyncio.wait_for(workers.stdout.readline(), 120)
+        if line.strip() != b"ready":
+            raise RuntimeError(f"bench.turn_workers did not start: {line!r}")
+        yield
+    finally:
+        await terminate(workers, grace=10)
 
 
 def queue(prefix: str, name: str) -> str:
