@@ -34,7 +34,7 @@ import time
 from pathlib import Path
 
 from temporalio.api.enums.v1 import EventType, TimeoutType
-from temporalio.client import WorkflowHandle
+from temporalio.client import Client, WorkflowHandle
 
 import worker.supervisor as supervisor_module
 from agent.models import Actor, ConversationStart, CustomerMessage, ThreadRef
@@ -43,10 +43,11 @@ from agent.versions import version_attributes
 from agent.workflow import RefundConversation
 from bench import percentile, run_benchmark
 from bench.proc import Sampler, rss_bytes, wait_idle
+from bot.local.thread_store import LocalThreadStore
 from harness import free_port
 from harness.codec import with_test_keys
 from harness.conditions import wait_for
-from harness.crowd import place_crowd
+from harness.crowd import Shopper, place_crowd
 from harness.stack import child_env
 from refund_bot.app import running_stack
 from refund_bot.stack import Stack
@@ -54,6 +55,34 @@ from refund_bot.wiring import local_thread_store
 from worker.sticky import release_sticky_queue, sticky_queue_of
 
 OPEN_TIMEOUT = 3600.0
+
+
+async def open_one(
+    client: Client, threads: LocalThreadStore, shopper: Shopper, prefix: str, task_queue: str
+) -> WorkflowHandle:
+    """One shopper's conversation opened as the router opens one: its thread, then
+    signal-with-start with the opening message (the Worker then asks its first question)."""
+    customer = shopper.actor
+    root = await threads.open_thread("support", customer.user_id, shopper.opening)
+    start = ConversationStart(
+        thread=ThreadRef(
+            platform="local", workspace="local", channel="support", thread=root.thread_id
+        ),
+        customer=customer,
+        opening_message_id=root.message_id,
+        opening_text=shopper.opening,
+    )
+    opening = CustomerMessage(message_id=root.message_id, author=customer, text=root.text)
+    CUSTOMERS[f"{prefix}-{root.thread_id}"] = customer
+    return await client.start_workflow(
+        RefundConversation.run,
+        start,
+        id=f"{prefix}-{root.thread_id}",
+        task_queue=task_queue,
+        search_attributes=version_attributes(),
+        start_signal="customer_message",
+        start_signal_args=[opening],
+    )
 
 
 async def _open(stack: Stack, n: int, prefix: str, first_order: int) -> list[WorkflowHandle]:
@@ -64,28 +93,9 @@ async def _open(stack: Stack, n: int, prefix: str, first_order: int) -> list[Wor
     gate = asyncio.Semaphore(50)
 
     async def one(i: int) -> WorkflowHandle:
-        shopper = shoppers[i]
-        customer = shopper.actor
-        root = await threads.open_thread("support", customer.user_id, shopper.opening)
-        start = ConversationStart(
-            thread=ThreadRef(
-                platform="local", workspace="local", channel="support", thread=root.thread_id
-            ),
-            customer=customer,
-            opening_message_id=root.message_id,
-            opening_text=shopper.opening,
-        )
-        opening = CustomerMessage(message_id=root.message_id, author=customer, text=root.text)
-        CUSTOMERS[f"{prefix}-{root.thread_id}"] = customer
         async with gate:
-            return await stack.client.start_workflow(
-                RefundConversation.run,
-                start,
-                id=f"{prefix}-{root.thread_id}",
-                task_queue=stack.temporal.task_queue,
-                search_attributes=version_attributes(),
-                start_signal="customer_message",
-                start_signal_args=[opening],
+            return await open_one(
+                stack.client, threads, shoppers[i], prefix, stack.temporal.task_queue
             )
 
     handles = [await one(i) for i in range(n)]  # the thread store is one SQLite file

@@ -36,12 +36,9 @@ from pathlib import Path
 
 from temporalio.client import Client, WorkflowHandle
 
-from agent.models import ConversationStart, CustomerMessage, ThreadRef
 from agent.settings import AgentSettings
-from agent.versions import version_attributes
-from agent.workflow import RefundConversation
 from bench import percentile, run_benchmark
-from bench.open_recovery import CUSTOMERS, OPEN_TIMEOUT, _answered_after, _reply
+from bench.open_recovery import OPEN_TIMEOUT, _answered_after, _reply, open_one
 from bench.proc import wait_idle
 from bench.server import embedded_server
 from bench.workers import _spawn, refund_bot_env
@@ -83,29 +80,7 @@ async def _open(
     threads = local_thread_store(settings)
     handles = []
     for shopper in shoppers:  # the thread store is one SQLite file
-        customer = shopper.actor
-        root = await threads.open_thread("support", customer.user_id, shopper.opening)
-        start = ConversationStart(
-            thread=ThreadRef(
-                platform="local", workspace="local", channel="support", thread=root.thread_id
-            ),
-            customer=customer,
-            opening_message_id=root.message_id,
-            opening_text=shopper.opening,
-        )
-        opening = CustomerMessage(message_id=root.message_id, author=customer, text=root.text)
-        CUSTOMERS[f"{prefix}-{root.thread_id}"] = customer
-        handles.append(
-            await client.start_workflow(
-                RefundConversation.run,
-                start,
-                id=f"{prefix}-{root.thread_id}",
-                task_queue=queue,
-                search_attributes=version_attributes(),
-                start_signal="customer_message",
-                start_signal_args=[opening],
-            )
-        )
+        handles.append(await open_one(client, threads, shopper, prefix, queue))
     sample = random.sample(handles, min(20, n))
 
     async def asked() -> bool:
