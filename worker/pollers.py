@@ -80,18 +80,18 @@ async def worker_is_polling(client: Client, namespace: str, task_queue: str, ide
 
 @dataclass(frozen=True)
 class Heartbeat:
-    """A Worker Temporal lists as running, as its last heartbeat tells."""
+    """A Worker Temporal has heard from, as its last heartbeat tells."""
 
     identity: str
     seconds_ago: float
-    # Beating at its own pace now: refund-bot's Workers beat every second, another SDK's every
-    # minute by default (elapsed_since_last_heartbeat is the gap before the last one).
+    # Running, and beating at its own pace now: refund-bot's Workers beat every second, another
+    # SDK's every minute by default (elapsed_since_last_heartbeat is the gap before the last one).
     alive: bool
 
 
 async def heartbeats(client: Client, namespace: str, task_queue: str) -> list[Heartbeat] | None:
-    """The Workers on `task_queue` Temporal lists as running, alive now or not; None when Temporal
-    keeps no heartbeats to read (see the module)."""
+    """Every Worker on `task_queue` Temporal has a heartbeat record of, alive now or not (stopped,
+    or its heartbeats stale); None when Temporal keeps no heartbeats to read (see the module)."""
     query = f"TaskQueue = '{task_queue}'"
     try:
         response = await client.workflow_service.list_workers(
@@ -114,11 +114,11 @@ async def heartbeats(client: Client, namespace: str, task_queue: str) -> list[He
     found = []
     for info in response.workers_info:
         beat = info.worker_heartbeat
-        if beat.status != WorkerStatus.WORKER_STATUS_RUNNING:
-            continue
         ago = max(0.0, now - beat.heartbeat_time.ToSeconds())
         pace = beat.elapsed_since_last_heartbeat.ToTimedelta().total_seconds()
-        found.append(Heartbeat(beat.worker_identity, ago, ago <= max(HEARTBEAT_FRESH, 3 * pace)))
+        running = beat.status == WorkerStatus.WORKER_STATUS_RUNNING
+        fresh = ago <= max(HEARTBEAT_FRESH, 3 * pace)
+        found.append(Heartbeat(beat.worker_identity, ago, running and fresh))
     return found
 
 
@@ -213,21 +213,17 @@ async def gone_here(client: Client, namespace: str, task_queue: str, identity: s
 
 
 async def supervisor_hosts(client: Client, namespace: str, control_task_queue: str) -> list[str]:
-    """The hosts whose Worker supervisors are alive on `control_task_queue` now, sorted: a fresh
-    heartbeat says so; for a supervisor Temporal has no heartbeat of at all (none kept, or its
-    heartbeat task failed at start-up), a recent poll does."""
-    beats = await heartbeats(client, namespace, control_task_queue)
+    """The hosts whose Worker supervisors are alive on `control_task_queue` now, sorted."""
+    live = await live_supervisors(client, namespace, control_task_queue)
+    if live is not None:
+        return sorted(live)
     now = time.time()
     identities = [
         poller.identity
         for poller in await workflow_pollers(client, namespace, control_task_queue)
         if now - poller.last_access_time.ToSeconds() <= _POLLER_SEEN_WITHIN
     ]
-    polled = {m.group(1) for i in identities if (m := _SUPERVISOR.match(i))}
-    if beats is None:
-        return sorted(polled)
-    heard = _supervisors_heard(beats)
-    return sorted({host for host, alive in heard.items() if alive} | (polled - heard.keys()))
+    return sorted({m.group(1) for i in identities if (m := _SUPERVISOR.match(i))})
 
 
 def _supervisors_heard(beats: list[Heartbeat]) -> dict[str, bool]:
@@ -260,26 +256,37 @@ async def other_workers(
     task_queue: str,
     *,
     this_host: str | None = None,
+    unheard_polls: bool = False,
 ) -> list[OtherWorker]:
     """The Workers of other processes alive on `task_queue` now: their heartbeat is fresh.
 
     Where Temporal keeps no heartbeats, its poller list: a poller not seen lately does not count,
     nor one whose process is gone on this machine (named by its hostname or `this_host`, this
     process's REFUND_BOT_HOST); a dead Worker of another machine counts until its poll ages out.
+    `unheard_polls`: count too the recent pollers Temporal has no heartbeat record of (a Worker
+    whose heartbeats never reached it; but also one dead for a few seconds, whose record Temporal
+    has already dropped): for a warning, never for a decision.
     """
-    live = await live_workers(client, namespace, task_queue)
-    if live is not None:
-        return [_other(identity, ago) for identity, ago in sorted(live.items())]
+    beats = await heartbeats(client, namespace, task_queue)
+    found = {
+        beat.identity: _other(beat.identity, beat.seconds_ago)
+        for beat in sorted(beats or (), key=lambda beat: -beat.seconds_ago)  # the freshest last
+        if beat.alive
+    }
+    if beats is not None and not unheard_polls:
+        return [found[identity] for identity in sorted(found)]
+    heard = {beat.identity for beat in beats or ()}
     here = {socket.gethostname(), *([this_host] if this_host else [])}
     now = time.time()
-    found = []
     for poller in await workflow_pollers(client, namespace, task_queue):
+        if poller.identity in heard:
+            continue  # its heartbeats say whether it is alive
         worker = _other(poller.identity, max(0.0, now - poller.last_access_time.ToSeconds()))
         gone_here = worker.host in here and worker.pid is not None and not alive(worker.pid)
         if worker.seconds_since_seen > _POLLER_SEEN_WITHIN or gone_here:
             continue
-        found.append(worker)
-    return found
+        found.setdefault(worker.identity, worker)
+    return [found[identity] for identity in sorted(found)]
 
 
 def _other(identity: str, ago: float) -> OtherWorker:

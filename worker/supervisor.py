@@ -518,9 +518,10 @@ class WorkerSupervisor:
         """Say so when this supervisor's Worker is about to join Workers of other processes."""
         for attempt in range(_REPORT_ATTEMPTS):
             try:
+                # A warning: a Worker Temporal has no heartbeat of, but that polls, counts too.
                 others = await other_workers(
                     self.client, self.settings.namespace, self.settings.task_queue,
-                    this_host=self.host,
+                    this_host=self.host, unheard_polls=True,
                 )  # fmt: skip
                 break
             except RPCError as err:  # a busy server sheds load: ask again, briefly
