@@ -8,15 +8,16 @@ import time
 import uuid
 from typing import Any
 
-from pydantic import SecretStr
 from temporalio import activity
 from temporalio.api.enums.v1 import EventType
+from temporalio.client import WorkflowHandle
 from temporalio.worker import (
     ActivityInboundInterceptor,
     ExecuteActivityInput,
     Interceptor,
 )
 
+from agent.models import ConversationOutcome
 from agent.settings import AgentSettings
 from agent.stores.databases import database_for
 from agent.stores.ledger import Ledger
@@ -55,63 +56,47 @@ class _Busy(ActivityInboundInterceptor):
         return await super().execute_activity(input)
 
 
-async def test_a_refund_started_late_by_a_busy_worker_is_not_retried(
-    client, agent_settings, threads
-) -> None:
+async def _late_once(
+    client, settings: AgentSettings, threads: LocalThreadStore, activity_type: str, **opened: Any
+) -> tuple[WorkflowHandle, ConversationOutcome]:
+    """One conversation to its end on a Worker that starts `activity_type`'s first attempt
+    BUSY_SECONDS late; no Activity of it timed out meanwhile."""
     task_queue = f"test-busy-{uuid.uuid4().hex[:8]}"
     worker = await build_worker(
-        client,
-        task_queue,
-        agent_settings,
-        {"local": threads},
-        interceptors=[BusyFirst("issue_refund")],
+        client, task_queue, settings, {"local": threads}, interceptors=[BusyFirst(activity_type)]
     )
     async with worker:
         conv = LocalConversation(client, threads, task_queue)
-        handle = await conv.open("please refund order 1234")
-        await conv.answer_the_questions()
+        handle = await conv.open("please refund order 1234", **opened)
+        for answer in ("Yes", "Split seam"):
+            await conv.next_bot_message()
+            await conv.reply(answer)
         outcome = await handle.result()
-    assert outcome.status == "refunded"
-    refunds = await Ledger(database_for(agent_settings)).refunds_for_workflow(handle.id)
-    # The owner was asked once: no attempt timed out while the first was still to run.
-    assert [r.calls for r in refunds] == [1]
     history = await handle.fetch_history()
     assert not any(
         e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_TIMED_OUT for e in history.events
     )
+    return handle, outcome
+
+
+async def test_a_refund_started_late_by_a_busy_worker_is_not_retried(
+    client, agent_settings, threads
+) -> None:
+    handle, outcome = await _late_once(client, agent_settings, threads, "issue_refund")
+    assert outcome.status == "refunded"
+    refunds = await Ledger(database_for(agent_settings)).refunds_for_workflow(handle.id)
+    # The owner was asked once: no attempt timed out while the first was still to run.
+    assert [r.calls for r in refunds] == [1]
 
 
 async def test_a_model_call_started_late_by_a_busy_worker_is_not_paid_twice(
     client, tmp_path
 ) -> None:
     async with FakeOpenAI() as model:
-        settings = AgentSettings(
-            _env_file=None,
-            data_dir=tmp_path,
-            openai_api_key=SecretStr(model.api_key),
-            openai_base_url=model.api_url,
-            openai_model="test-model",
-        )
         threads = LocalThreadStore(SqliteDatabase(tmp_path))
-        task_queue = f"test-busy-{uuid.uuid4().hex[:8]}"
-        worker = await build_worker(
-            client,
-            task_queue,
-            settings,
-            {"local": threads},
-            interceptors=[BusyFirst("decide_next_step")],
+        _, outcome = await _late_once(
+            client, model.agent_settings(tmp_path), threads, "decide_next_step", decider="openai"
         )
-        async with worker:
-            conv = LocalConversation(client, threads, task_queue)
-            handle = await conv.open("please refund order 1234", decider="openai")
-            for answer in ("Yes", "Split seam"):
-                await conv.next_bot_message()
-                await conv.reply(answer)
-            outcome = await handle.result()
     assert outcome.status == "refunded"
     # One call a step, three steps: the late first attempt was not timed out and called again.
     assert len(model.requests) == 3
-    history = await handle.fetch_history()
-    assert not any(
-        e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_TIMED_OUT for e in history.events
-    )

@@ -19,13 +19,7 @@ from harness.inproc import running_worker
 
 
 def _settings(tmp_path, model: FakeOpenAI) -> AgentSettings:
-    return AgentSettings(
-        _env_file=None,
-        data_dir=tmp_path,
-        openai_api_key=SecretStr(model.api_key),
-        openai_base_url=model.api_url,
-        openai_model="test-model",
-    )
+    return model.agent_settings(tmp_path)
 
 
 async def _answer(conv: LocalConversation) -> None:

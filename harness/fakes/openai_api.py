@@ -14,10 +14,13 @@ import json
 import re
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Literal
 
 from aiohttp import web
+from pydantic import SecretStr
 
+from agent.settings import AgentSettings
 from harness.fakes.loopback import LoopbackFake
 
 Behaviour = Literal[
@@ -151,6 +154,16 @@ class FakeOpenAI(LoopbackFake):
     @property
     def api_url(self) -> str:
         return f"{self.url}/v1"
+
+    def agent_settings(self, data_dir: Path) -> AgentSettings:
+        """Settings whose live model is this double (AGENT_DECIDER=openai reaches it)."""
+        return AgentSettings(
+            _env_file=None,
+            data_dir=data_dir,
+            openai_api_key=SecretStr(self.api_key),
+            openai_base_url=self.api_url,
+            openai_model="test-model",
+        )
 
     def _next_call(self, observations: list[dict[str, Any]]) -> tuple[str, str]:
         """The tool the model calls now, and its arguments as the API sends them (a string)."""
