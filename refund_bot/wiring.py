@@ -23,7 +23,7 @@ from bot.local.thread_store import LocalThreadStore
 from bot.slack.settings import SlackSettings
 from demo.paused_restart import paused_worker_restart
 from worker.control import NoSupervisorAnswers, RestartReport, request_worker_restart
-from worker.pollers import live_supervisors, lost_supervisor_hosts, supervisor_hosts
+from worker.pollers import supervisor_hosts, supervisors
 from worker.supervisor import WorkerSupervisor
 
 # A platform's SDK (discord.py, slack_sdk) is imported only when that platform is configured: a
@@ -113,13 +113,12 @@ class SupervisorsOverTemporal:
         supervisor = None
         if host is not None:
             # The supervisor alive there now: the order is its alone, not a replacement's.
-            alive = await live_supervisors(self.client, t.namespace, queue)
-            if alive is not None and host in alive:
-                supervisor = alive[host]
-            elif host in (await lost_supervisor_hosts(self.client, t.namespace, queue) or ()):
+            known = await supervisors(self.client, t.namespace, queue) or {}
+            if host in known and known[host] is None:
                 # It heartbeated, then stopped: lost. (One never heard from gets the order, which
                 # no one takes after PICKUP_TIMEOUT if no supervisor runs there.)
                 raise SupervisorGone(f"No Worker supervisor answers on host {host!r}")
+            supervisor = known.get(host)
         try:
             if while_down is None:
                 return await request_worker_restart(self.client, queue, host, supervisor=supervisor)

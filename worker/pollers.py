@@ -1,9 +1,9 @@
 """Who polls a task queue, and who is alive there now, asked of Temporal.
 
     DescribeTaskQueue -> workflow_pollers -> worker_is_polling (a new child's first poll)
-    ListWorkers (each Worker's heartbeat) -> heartbeats -> live_workers -> live_supervisors,
-                                             supervisor_hosts | lost_supervisor_hosts
-                                                          | other_workers
+    ListWorkers (each Worker's heartbeat) -> heartbeats -> live_workers | other_workers
+                                                        -> supervisors -> live_supervisors,
+                                                           supervisor_hosts
 
 Temporal, not a process list, says whether a Worker can make progress: a child counts as ready
 only once a poller with its identity is listed. Whether a Worker is alive *now* is another
@@ -162,33 +162,38 @@ async def gone_workers(client: Client, namespace: str, task_queue: str) -> list[
     return sorted(stale - fresh)
 
 
-async def live_supervisors(
+async def supervisors(
     client: Client, namespace: str, control_task_queue: str
-) -> dict[str, str] | None:
-    """Each host with a supervisor alive on `control_task_queue` now -> that supervisor's identity
-    (the freshest, should a replacement and its dead predecessor both still be listed); None when
+) -> dict[str, str | None] | None:
+    """Each host with a supervisor's heartbeat on record -> the identity of the one alive there
+    now (the freshest, should a replacement and its dead predecessor both be listed), or None: it
+    heartbeated and stopped, the host is lost. A host never heard from is not listed (Temporal
+    drops a dead Worker's record within seconds, and a process whose heartbeat task failed at
+    start-up is never heard from): the restart order's pickup bound decides there. None when
     Temporal keeps no heartbeats to read."""
-    live = await live_workers(client, namespace, control_task_queue)
-    if live is None:
-        return None
-    found: dict[str, str] = {}
-    for identity in sorted(live, key=live.__getitem__, reverse=True):  # the freshest last
-        if match := _SUPERVISOR.match(identity):
-            found[match.group(1)] = identity
-    return found
-
-
-async def lost_supervisor_hosts(
-    client: Client, namespace: str, control_task_queue: str
-) -> set[str] | None:
-    """The hosts whose supervisor heartbeated and stopped: Temporal lists it as running, its last
-    heartbeat is stale, and no live one runs there. A host never heard from is not among them:
-    a process whose heartbeats do not reach Temporal (its heartbeat task failed at start-up) is
-    told apart by the restart order's pickup bound instead. None when Temporal keeps none."""
     beats = await heartbeats(client, namespace, control_task_queue)
     if beats is None:
         return None
-    return {host for host, alive in _supervisors_heard(beats).items() if not alive}
+    found: dict[str, str | None] = {}
+    for beat in sorted(beats, key=lambda beat: -beat.seconds_ago):  # the freshest last
+        if match := _SUPERVISOR.match(beat.identity):
+            host = match.group(1)
+            if beat.alive:
+                found[host] = beat.identity
+            else:
+                found.setdefault(host, None)
+    return found
+
+
+async def live_supervisors(
+    client: Client, namespace: str, control_task_queue: str
+) -> dict[str, str] | None:
+    """Each host with a supervisor alive on `control_task_queue` now -> that supervisor's identity;
+    None when Temporal keeps no heartbeats to read."""
+    known = await supervisors(client, namespace, control_task_queue)
+    if known is None:
+        return None
+    return {host: identity for host, identity in known.items() if identity is not None}
 
 
 async def gone_here(client: Client, namespace: str, task_queue: str, identity: str) -> list[str]:
@@ -224,15 +229,6 @@ async def supervisor_hosts(client: Client, namespace: str, control_task_queue: s
         if now - poller.last_access_time.ToSeconds() <= _POLLER_SEEN_WITHIN
     ]
     return sorted({m.group(1) for i in identities if (m := _SUPERVISOR.match(i))})
-
-
-def _supervisors_heard(beats: list[Heartbeat]) -> dict[str, bool]:
-    """Each host with a supervisor's heartbeat on record -> whether one there is alive now."""
-    hosts: dict[str, bool] = {}
-    for beat in beats:
-        if match := _SUPERVISOR.match(beat.identity):
-            hosts[match.group(1)] = hosts.get(match.group(1), False) or beat.alive
-    return hosts
 
 
 @dataclass(frozen=True)
