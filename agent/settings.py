@@ -78,6 +78,15 @@ class TemporalSettings(BaseSettings):
     retention_days: int = Field(default=7, ge=1)
 
 
+def span(value: Any) -> Any:
+    """A duration setting as people write it: a number with a unit (90s, 30m, 1h, 3d; seconds
+    without one) becomes a timedelta; anything else is left to pydantic (ISO 8601, P3D)."""
+    if isinstance(value, str) and (match := _SPAN.fullmatch(value.strip())):
+        number, unit = match.groups()
+        return timedelta(seconds=float(number) * _UNITS[unit or "s"])
+    return value
+
+
 class AgentSettings(BaseSettings):
     """The agent's stores and its effect."""
 
@@ -175,10 +184,7 @@ class AgentSettings(BaseSettings):
     )
     @classmethod
     def _span(cls, value: Any) -> Any:
-        if isinstance(value, str) and (match := _SPAN.fullmatch(value.strip())):
-            number, unit = match.groups()
-            return timedelta(seconds=float(number) * _UNITS[unit or "s"])
-        return value
+        return span(value)
 
     def timing(self) -> Timing:
         return Timing(

@@ -116,6 +116,8 @@ BENCHMARKS = (
               ("--open", "50", "--rounds", "1", "--replies", "5")),
     Benchmark("successor_recovery", "bench.successor_recovery", ("--open", "500", "--rounds", "2"),
               ("--open", "30", "--rounds", "1", "--replies", "5")),
+    Benchmark("reply_crowd", "bench.reply_crowd", ("--open", "10000", "--cache", "1000", "10000"),
+              ("--open", "50"), plot="reply_crowd"),
     Benchmark("crash_drill", "bench.crash_drill", ("--drills", "5"), ("--drills", "1")),
     Benchmark("replay_cost", "bench.replay_cost", (), ("--replays", "20")),
     Benchmark("sandbox_instance", "bench.sandbox_instance", (), ("--instances", "50")),

@@ -14,7 +14,7 @@ opening N conversations of its own:
   (worker.control.reset_sticky_queues), as before the sticky queue was announced.
 
 A reply that reaches Temporal before the release waits out the sticky schedule-to-start timeout
-(worker.runner.STICKY_TIMEOUT) on the dead queue; after it, only the new Worker's pickup.
+(WORKER_STICKY_TIMEOUT, worker.settings) on the dead queue; after it, only the new Worker's pickup.
 
     .venv/bin/python -m bench.open_recovery [--open 2000] [--rounds 2] [--replies 20]
         [--every 0.05] [--variants shutdown reset]
@@ -85,7 +85,9 @@ async def open_one(
     )
 
 
-async def _open(stack: Stack, n: int, prefix: str, first_order: int) -> list[WorkflowHandle]:
+async def open_conversations(
+    stack: Stack, n: int, prefix: str, first_order: int
+) -> list[WorkflowHandle]:
     """N conversations opened (Signal-with-start, as the router does), returned once the Worker
     has asked each its first question and gone idle: each is then sticky to it."""
     shoppers = await place_crowd(stack.settings, n, prefix=prefix, first_order=first_order)
@@ -107,7 +109,10 @@ async def _open(stack: Stack, n: int, prefix: str, first_order: int) -> list[Wor
         for handle in sample:
             if not await _answered_after(handle, 0):
                 return False
-        return await wait_idle(supervisor.pid or 0, quiet=1.0, within=5.0)
+        for pid in supervisor.pids:
+            if not await wait_idle(pid, quiet=1.0, within=5.0):
+                return False
+        return True
 
     await wait_for(asked, timeout=OPEN_TIMEOUT, interval=2.0, what="every first question")
     return handles
@@ -129,7 +134,7 @@ async def _round(stack: Stack, variant: str, n: int, replies: int, every: float,
     supervisor = stack.supervisor
     assert supervisor is not None
     opened = time.monotonic()
-    handles = await _open(stack, n, f"r{r}{variant[0]}", 1_000_000 + next(_ORDERS))
+    handles = await open_conversations(stack, n, f"r{r}{variant[0]}", 1_000_000 + next(_ORDERS))
     pid = supervisor.pid
     assert pid is not None
     await wait_for(

@@ -37,12 +37,14 @@ from harness.conditions import wait_for
 from harness.conversation import LocalConversation
 from harness.crowd import place_crowd
 from harness.dev_server import start_dev_server
+from harness.owner import refunds_made
 from harness.stack import supervised_stack
 from refund_bot.stack import Stack
 from refund_bot.wiring import local_thread_store
 from worker.control import request_worker_restart, worker_identity
 
 OPENING: dict[str, str] = {}  # each shopper's opening message, by user id
+RELEASE_TIMEOUT = 1800.0  # a crowd not refunded in half an hour is a failed run
 
 
 async def _held(stack: Stack, conversations: list[LocalConversation]) -> None:
@@ -239,14 +241,25 @@ def _breakdown(phases: list[Released]) -> None:
 
 async def held_crowd(stack: Stack, count: int, breakdown: bool = False) -> float:
     crowd = await _crowd(stack, count, "held", 950000)
+    opened = time.monotonic()
     await _held(stack, crowd)
+    print(f"  {count} held in {time.monotonic() - opened:.0f} s", flush=True)
     await _standby_ready(stack)
     await _kill(stack, "unannounced")
     await asyncio.gather(*(c.handle.signal("release") for c in crowd if c.handle))
-    await asyncio.wait_for(asyncio.gather(*(c.handle.result() for c in crowd if c.handle)), 300)
+    await asyncio.wait_for(
+        asyncio.gather(*(c.handle.result() for c in crowd if c.handle)), RELEASE_TIMEOUT
+    )
     times = [await release_and_refund(c.handle) for c in crowd if c.handle]
     first_release = min(r for r, _ in times if r)
     last_scheduled = max(s for _, s in times if s)
+    # Every refund once, read from its owner: the ledger, which counts each call for a key.
+    ids = {c.handle.id for c in crowd if c.handle}
+    made = [r for r in await refunds_made(stack.settings) if r.workflow_id in ids]
+    if len(made) != count:
+        raise RuntimeError(f"{len(made)} refunds in the ledger for {count} held conversations")
+    asked_again = sum(r.calls > 1 for r in made)
+    print(f"  refunds in the ledger: {len(made)}, asked more than once: {asked_again}", flush=True)
     if breakdown:
         _breakdown(_phases([await _released(c.handle) for c in crowd if c.handle]))
     return (last_scheduled - first_release).total_seconds()

@@ -14,7 +14,7 @@ round opening N conversations of its own:
   (worker.sticky.release_previous_here);
 - `none`: the successor started as a supervisor's child (a lifeline), which leaves the release to
   a supervisor that is not there: what an unsupervised Worker did before. A reply then waits out
-  the sticky schedule-to-start timeout (worker.runner.STICKY_TIMEOUT) on the dead queue.
+  the sticky schedule-to-start timeout (WORKER_STICKY_TIMEOUT, worker.settings) on the dead queue.
 
     .venv/bin/python -m bench.successor_recovery [--open 500] [--rounds 2] [--replies 20]
         [--every 0.05] [--variants release none]

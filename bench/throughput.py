@@ -79,6 +79,7 @@ class Cell:
     seconds: float = 0.0
     worker_cpu: float = 0.0
     server_cpu: float = 0.0
+    driver_cpu: float = 0.0  # this benchmark's own process: starting, answering, counting
     worker_rss: int = 0  # the Workers' peak RSS, summed
     server_rss: int = 0
     pids: list[int] = field(default_factory=list)
@@ -101,7 +102,8 @@ class Cell:
             f"  {self.side:<11} N={n:<5} W={self.workers}  {self.per_second:6.2f} conv/s  "
             f"({self.seconds:6.1f} s)   CPU/conv Worker {self.worker_cpu / n:.3f} s, server "
             f"{self.server_cpu / n:.3f} s   cores used: Workers "
-            f"{self.worker_cpu / self.seconds:.2f}, server {self.server_cpu / self.seconds:.2f}"
+            f"{self.worker_cpu / self.seconds:.2f}, server {self.server_cpu / self.seconds:.2f}, "
+            f"driver {self.driver_cpu / self.seconds:.2f}"
             f"   peak RSS: Workers "
             f"{self.worker_rss / 2**20:.0f} MB, server {self.server_rss / 2**20:.0f} MB   "
             f"one history: {self.events} events, {self.history_bytes:,d} payload bytes, "
@@ -242,7 +244,7 @@ async def cell(bench: Bench, side: str, n: int, w: int) -> Cell:
         for pid in [*pids, bench.server_pid]:
             await wait_idle(pid, quiet=0.5, within=30)
         result = Cell(side, n, w, pids=pids)
-        async with Sampler([*pids, bench.server_pid]) as sampler:
+        async with Sampler([*pids, bench.server_pid, os.getpid()]) as sampler:
             await asyncio.gather(*(start() for start in starts))
             deadline = time.monotonic() + CELL_TIMEOUT
             while await _count(client, queue, "ExecutionStatus = 'Running'") > 0 or (
@@ -287,6 +289,7 @@ async def cell(bench: Bench, side: str, n: int, w: int) -> Cell:
         result.seconds = (last - first).total_seconds()
         result.worker_cpu = sum(sampler.usage.cpu[p] for p in pids)
         result.server_cpu = sampler.usage.cpu[bench.server_pid]
+        result.driver_cpu = sampler.usage.cpu[os.getpid()]
         result.worker_rss = sum(sampler.usage.peak_rss[p] for p in pids)
         result.server_rss = sampler.usage.peak_rss[bench.server_pid]
         return result

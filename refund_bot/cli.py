@@ -94,6 +94,7 @@ async def _worker(cfg: Config, standby: bool = False, metrics_slot: int = 0) -> 
             grant_sources(cfg.agent, cfg.slack, cfg.discord, closing=connections),
             host=cfg.process.host,
             cached_conversations=cfg.process.cached_conversations,
+            sticky_timeout=cfg.process.sticky_timeout,
             # Under systemd or Kubernetes nobody else releases a SIGKILLed predecessor's
             # conversations; a supervisor does it for its own children, from the death on.
             release_previous=not supervised,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
@@ -50,10 +51,26 @@ def test_the_workflow_cache_size_is_a_bounded_setting(monkeypatch) -> None:
         ProcessSettings(_env_file=None)
 
 
-async def test_the_worker_caches_as_many_conversations_as_set(
+def test_the_sticky_timeout_is_a_bounded_setting_in_seconds(monkeypatch) -> None:
+    assert ProcessSettings(_env_file=None).sticky_timeout == timedelta(seconds=10)  # the SDK's
+    monkeypatch.setenv("WORKER_STICKY_TIMEOUT", "60")
+    assert ProcessSettings(_env_file=None).sticky_timeout == timedelta(seconds=60)
+    for unusable in ("0", "86400", "soon"):
+        monkeypatch.setenv("WORKER_STICKY_TIMEOUT", unusable)
+        with pytest.raises(ValidationError):
+            ProcessSettings(_env_file=None)
+
+
+async def test_the_worker_caches_and_waits_on_its_sticky_queue_as_set(
     client, agent_settings, threads
 ) -> None:
     worker = await build_worker(
-        client, "test-cache-size", agent_settings, {"local": threads}, cached_conversations=250
+        client,
+        "test-cache-size",
+        agent_settings,
+        {"local": threads},
+        cached_conversations=250,
+        sticky_timeout=timedelta(seconds=45),
     )
     assert worker.config()["max_cached_workflows"] == 250
+    assert worker.config()["sticky_queue_schedule_to_start_timeout"] == timedelta(seconds=45)

@@ -43,20 +43,18 @@ from worker.conversation_metrics import (
     ConversationMetrics,
 )
 from worker.sandbox import CompiledOnceSandboxRunner
-from worker.settings import DEFAULT_CACHED_CONVERSATIONS
+from worker.settings import DEFAULT_CACHED_CONVERSATIONS, DEFAULT_STICKY_TIMEOUT
 from worker.sticky import StickyProbe, announce_in_background, release_previous_here
 from worker.telemetry import PREFIX, metric_meter
 
 log = logging.getLogger(__name__)
 
-# How long a conversation's next workflow task waits on this Worker's sticky queue (where its
-# cached state is) before Temporal hands it to any Worker, which must replay it: the SDK's default.
-# A dead Worker's sticky queue is released by its supervisor, or (no supervisor) by its successor
-# on the host as it starts (worker.sticky), so this bounds only a death nobody follows up (its
-# host lost with it, or no successor started). Shorter is worse under load: with 2 s, a live
-# Worker busy replaying a dead one's conversations let 76 of its own 100 time out to the other
-# Worker, each replayed there (200 held conversations: 13.5 s against 11.3 s, docs/benchmarks.md).
-STICKY_TIMEOUT = timedelta(seconds=10)
+# The sticky timeout (WORKER_STICKY_TIMEOUT, worker.settings) is the SDK's 10 s by default. A
+# dead Worker's sticky queue is released by its supervisor, or (no supervisor) by its successor on
+# the host as it starts (worker.sticky), so it bounds only a death nobody follows up (its host lost
+# with it, or no successor started). Shorter is worse under load: with 2 s, a live Worker busy
+# replaying a dead one's conversations let 76 of its own 100 time out to the other Worker, each
+# replayed there (200 held conversations: 13.5 s against 11.3 s, docs/benchmarks.md).
 
 # Workflow tasks this Worker works on at once (the SDK's default is 100). They share one
 # interpreter: a task that replays a conversation (each one, on a Worker that has just taken over)
@@ -102,9 +100,11 @@ async def build_worker(
     host: str | None = None,
     interceptors: Sequence[Interceptor] = (),
     cached_conversations: int = DEFAULT_CACHED_CONVERSATIONS,
+    sticky_timeout: timedelta = DEFAULT_STICKY_TIMEOUT,
 ) -> Worker:
     """`host`: the name in this Worker's identity (REFUND_BOT_HOST; default the hostname).
-    `cached_conversations`: WORKER_CACHED_CONVERSATIONS (worker.settings).
+    `cached_conversations`, `sticky_timeout`: WORKER_CACHED_CONVERSATIONS and
+    WORKER_STICKY_TIMEOUT (worker.settings).
     `interceptors`: the composition root's own (the crash drill's pause, demo/drill.py)."""
     keep_bytecode(RefundConversation)
     domain, grants, ledger = await prepare_stores(settings)
@@ -132,7 +132,7 @@ async def build_worker(
         # tracing, when on, comes from the client.
         interceptors=[ConversationMetrics(), *interceptors],
         workflow_runner=CompiledOnceSandboxRunner(),
-        sticky_queue_schedule_to_start_timeout=STICKY_TIMEOUT,
+        sticky_queue_schedule_to_start_timeout=sticky_timeout,
         max_concurrent_workflow_tasks=MAX_CONCURRENT_WORKFLOW_TASKS,
         max_cached_workflows=cached_conversations,
         graceful_shutdown_timeout=timedelta(seconds=5),
@@ -181,6 +181,7 @@ async def run_worker(
     go: Callable[[], Awaitable[None]] | None = None,
     interceptors: Sequence[Interceptor] = (),
     cached_conversations: int = DEFAULT_CACHED_CONVERSATIONS,
+    sticky_timeout: timedelta = DEFAULT_STICKY_TIMEOUT,
     release_previous: bool = False,
 ) -> None:
     """Run until cancelled, then shut down gracefully (in-flight Activities get 5 s).
@@ -212,6 +213,7 @@ async def run_worker(
         host=host,
         interceptors=interceptors,
         cached_conversations=cached_conversations,
+        sticky_timeout=sticky_timeout,
     )
     # Before polling: conversations this code cannot replay are named now, in one line, not found
     # later as failing workflow tasks (docs/versioning.md).

@@ -13,9 +13,12 @@ from __future__ import annotations
 import os
 import socket
 from collections.abc import Collection, Mapping
+from datetime import timedelta
 
 from pydantic import Field, ValidationInfo, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from agent.settings import span
 
 OFF = "off"
 
@@ -85,6 +88,7 @@ def slot_address(address: str, slot: int) -> str:
 # a Worker with 10,000 open, 1,000 cached, measured 366 MB (docs/benchmarks.md, "Open
 # conversations").
 DEFAULT_CACHED_CONVERSATIONS = 1000
+DEFAULT_STICKY_TIMEOUT = timedelta(seconds=10)  # the SDK's
 # A bound that keeps a typo (an extra zero or three) from a Worker that grows out of its memory.
 MAX_CACHED_CONVERSATIONS = 100_000
 
@@ -110,11 +114,28 @@ class ProcessSettings(BaseSettings):
         le=MAX_CACHED_CONVERSATIONS,
         alias="WORKER_CACHED_CONVERSATIONS",
     )
+    # How long a conversation's next workflow task waits on the Worker's sticky queue (where its
+    # cached state is) before Temporal gives it to any Worker, which replays it first (the SDK's
+    # sticky_queue_schedule_to_start_timeout). It bounds a reply's wait after a Worker death that
+    # nobody releases (a lost host, a pod replaced under another name); under a crowd that keeps
+    # the server busier than this, each task that runs out is moved and replayed
+    # (docs/benchmarks.md, "Ten thousand replies at once").
+    sticky_timeout: timedelta = Field(
+        default=DEFAULT_STICKY_TIMEOUT,
+        ge=timedelta(seconds=1),
+        le=timedelta(hours=1),
+        alias="WORKER_STICKY_TIMEOUT",
+    )
     # Where `refund-bot bot` and `refund-bot run` serve /healthz and /metrics; "off": nowhere.
     metrics_address: str = Field(default="127.0.0.1:9464", alias="METRICS_ADDRESS")
     # Where each `refund-bot worker` serves /metrics; "off": nowhere. A supervisor's children
     # (REFUND_BOT_WORKERS and the standby) take this port and the next ones, one slot each.
     worker_metrics_address: str = Field(default="127.0.0.1:9465", alias="WORKER_METRICS_ADDRESS")
+
+    @field_validator("sticky_timeout", mode="before")
+    @classmethod
+    def _span(cls, value: object) -> object:
+        return span(value)
 
     @field_validator("host")
     @classmethod

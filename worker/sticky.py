@@ -21,7 +21,8 @@ Temporal's matching service, which from then on answers every new task for it "s
 unavailable", and history puts the task on the normal queue, where a live Worker takes it at once
 (server: matching_engine AddWorkflowTask, transfer_queue_active_task_executor). A task queued on
 the dead queue before the call would stay there until the sticky schedule-to-start timeout
-(worker.runner.STICKY_TIMEOUT) moved it, so the release first drains them (release_sticky_queue).
+(WORKER_STICKY_TIMEOUT, worker.settings) moved it, so the release first drains them
+(release_sticky_queue).
 Without a release, Temporal keeps queueing on a dead Worker's sticky queue for 10 s after its
 last poll (matching's stickyPollerUnavailableWindow), and each of those tasks waits the timeout.
 """
@@ -57,8 +58,9 @@ _PROBE_TIMEOUT = timedelta(seconds=30)
 # A dead Worker's sticky queue is polled at least this long before it is unloaded, and on until
 # no task has come for _DRAIN_QUIET: its backlog (a reply per conversation that heard from its
 # customer since the death) is read at a few milliseconds a task, and a fixed window would leave
-# the rest of a large backlog there, each task waiting out the sticky timeout. Past the sticky
-# timeout (worker.runner.STICKY_TIMEOUT) Temporal moves what is left anyway: the drain ends then.
+# the rest of a large backlog there, each task waiting out the sticky timeout. Past the default
+# sticky timeout (WORKER_STICKY_TIMEOUT, worker.settings) Temporal moves what is left anyway: the
+# drain ends then.
 _DRAIN = 0.5
 _DRAIN_QUIET = 0.25
 _DRAIN_MAX = 10.0

@@ -1,0 +1,260 @@
+"""A crowd of replies: N open conversations, and every customer answers at the same moment.
+
+    N conversations opened (each asked its first question) -> N replies, sent together as the
+    router's Signal -> each answered (the agent's next question posted in its thread) -> every
+    history read: workflow tasks that timed out, and why
+
+What a support desk sees after an outage upstream of it (a chat platform's resend of everything
+it held, a marketing mail that lands in 10,000 inboxes at once): the Worker as shipped, on the
+server `refund-bot run` embeds, with its warm standby. The variants are settings of the same
+stack: the Worker's cache (`--cache`, WORKER_CACHED_CONVERSATIONS), how long a task waits on
+its Worker's sticky queue (`--sticky`, WORKER_STICKY_TIMEOUT), the Worker processes
+(`--workers`, REFUND_BOT_WORKERS) and the stores (`--backend postgresql`: one PostgreSQL database,
+started here from the pgserver wheel's binaries, for every store).
+
+Answered is the post of the next question, as the local platform stored it (the Worker's clock,
+the same host's as the sender's). The replies go as Signals: the router's Update waits at most a
+second for a Worker to accept it and then sends the same Signal, which is what a crowd this size
+gets.
+
+    .venv/bin/python -m bench.reply_crowd [--open 10000] [--cache 1000 [10000 ...]]
+        [--sticky 10] [--workers 1] [--backend sqlite|postgresql] [--plot docs/img/reply_crowd.png]
+        [--keep RUN.json] [--beside EARLIER.json ...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import collections
+import json
+import os
+import statistics
+import tempfile
+import time
+from contextlib import AsyncExitStack
+from datetime import datetime
+from pathlib import Path
+
+from temporalio.api.enums.v1 import EventType, TimeoutType, WorkflowTaskFailedCause
+from temporalio.client import WorkflowHandle
+
+from agent.models import CustomerMessage
+from agent.settings import AgentSettings, TemporalSettings
+from bench import percentile, run_benchmark
+from bench.open_recovery import CUSTOMERS, open_conversations
+from bench.proc import Sampler, cpu_seconds, rss_bytes
+from harness import free_port
+from harness.codec import with_test_keys
+from harness.postgres import PostgresServer
+from harness.stack import child_env
+from refund_bot.app import running_stack
+from refund_bot.wiring import local_thread_store
+
+ANSWER_TIMEOUT = 1800.0  # a crowd that is not answered in half an hour is a failed run
+GOAL = 60.0  # seconds for the last of 10,000 replies
+
+
+async def _timed_out(handles: list[WorkflowHandle]) -> collections.Counter[str]:
+    """Workflow tasks after the reply that failed or timed out, by kind, over every history."""
+    found: collections.Counter[str] = collections.Counter()
+    gate = asyncio.Semaphore(20)
+
+    async def one(handle: WorkflowHandle) -> None:
+        async with gate:
+            signals = 0
+            for event in (await handle.fetch_history()).events:
+                if event.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED:
+                    signals += 1
+                elif signals > 1 and event.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_FAILED:
+                    cause = event.workflow_task_failed_event_attributes.cause
+                    name = WorkflowTaskFailedCause.Name(cause).removeprefix(
+                        "WORKFLOW_TASK_FAILED_CAUSE_"
+                    )
+                    found[f"failed ({name.lower()})"] += 1
+                elif (
+                    signals > 1 and event.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_TIMED_OUT
+                ):
+                    kind = event.workflow_task_timed_out_event_attributes.timeout_type
+                    found[TimeoutType.Name(kind).removeprefix("TIMEOUT_TYPE_").lower()] += 1
+
+    await asyncio.gather(*(one(h) for h in handles))
+    return found
+
+
+async def crowd(n: int, cache: int, workers: int, backend: str, sticky: float) -> list[float]:
+    """One variant on a stack of its own: seconds from the first Signal to each answer."""
+    async with AsyncExitStack() as outside:
+        data_dir = Path(outside.enter_context(tempfile.TemporaryDirectory()))
+        env = {"WORKER_CACHED_CONVERSATIONS": str(cache), "WORKER_STICKY_TIMEOUT": f"{sticky}s"}
+        if backend == "postgresql":
+            postgres = PostgresServer()
+            await postgres.start()
+            outside.push_async_callback(postgres.stop)
+            env["DATABASE_URL"] = await postgres.create_database()
+        settings = with_test_keys(
+            AgentSettings(_env_file=None, data_dir=data_dir, DATABASE_URL=env.get("DATABASE_URL"))  # type: ignore[arg-type]
+        )
+        temporal = TemporalSettings(
+            _env_file=None,
+            address=f"127.0.0.1:{free_port()}",
+            ui_port=free_port(),
+            task_queue="reply-crowd",
+            control_task_queue="reply-crowd-control",
+        )
+        stack = await outside.enter_async_context(
+            running_stack(temporal, settings, worker_env=child_env(data_dir, env), workers=workers)
+        )
+        supervisor = stack.supervisor
+        assert supervisor is not None and stack.server is not None
+        server = stack.server.pid
+        assert server is not None
+        opened = time.monotonic()
+        handles = await open_conversations(stack, n, "crowd", 2_000_000)
+        workers_pids = list(supervisor.pids)
+        print(
+            f"{n} conversations open in {time.monotonic() - opened:.0f} s ({backend}, {workers} "
+            f"Worker(s), cache {cache}, sticky timeout {sticky:g} s); Worker RSS "
+            f"{', '.join(f'{rss_bytes(p) / 2**20:.0f}' for p in workers_pids)} MB; server RSS "
+            f"{rss_bytes(server) / 2**20:.0f} MB; load average {os.getloadavg()[0]:.2f}",
+            flush=True,
+        )
+        threads = local_thread_store(stack.settings)
+        seen = max((m.seq for m in await threads.messages()), default=0)
+        thread_of = {h.id: h.id.split("-", 1)[1] for h in handles}
+        pids = [server, *workers_pids]
+        cpu_before = {p: cpu_seconds(p) for p in pids}
+        answered: dict[str, datetime] = {}
+        async with Sampler(pids) as sampler:
+            gate = asyncio.Semaphore(200)  # the client's connection, not the Worker, is the gate
+
+            async def reply(handle: WorkflowHandle) -> None:
+                async with gate:
+                    message = CustomerMessage(
+                        message_id=f"reply-{handle.id}", author=CUSTOMERS[handle.id], text="Yes"
+                    )
+                    await handle.signal("customer_message", message)
+
+            started = time.time()
+            sending = asyncio.gather(*(reply(h) for h in handles))
+            waiting = set(thread_of.values())
+            deadline = time.monotonic() + ANSWER_TIMEOUT
+            while waiting and time.monotonic() < deadline:
+                await asyncio.sleep(0.5)
+                for message in await threads.messages(after_seq=seen):
+                    seen = max(seen, message.seq)
+                    if message.author_is_bot and message.thread_id in waiting:
+                        waiting.discard(message.thread_id)
+                        answered[message.thread_id] = datetime.fromisoformat(message.created_at)
+            await sending
+            sent_in = time.time() - started
+        if waiting:
+            raise SystemExit(
+                f"{len(waiting)} of {n} replies not answered in {ANSWER_TIMEOUT:.0f} s"
+            )
+        took = sorted(a.timestamp() - started for a in answered.values())
+        retries = await _timed_out(handles)
+        cores = {p: (cpu_seconds(p) - cpu_before[p]) / took[-1] for p in pids}
+        print(
+            f"  {n} replies sent in {sent_in:.1f} s; answered from the first Signal: p50 "
+            f"{statistics.median(took):.1f} s, p90 {percentile(took, 90):.1f} s, p99 "
+            f"{percentile(took, 99):.1f} s, last {took[-1]:.1f} s ({n / took[-1]:.0f} a second)",
+            flush=True,
+        )
+        print(
+            f"  workflow tasks failed or timed out after the reply: "
+            f"{', '.join(f'{k} {v}' for k, v in sorted(retries.items())) or 'none'}",
+            flush=True,
+        )
+        print(
+            f"  cores used until the last answer: server {cores[server]:.2f}, Worker(s) "
+            f"{', '.join(f'{cores[p]:.2f}' for p in workers_pids)}; peak RSS: server "
+            f"{sampler.usage.peak_rss[server] / 2**20:.0f} MB, Worker(s) "
+            f"{', '.join(f'{sampler.usage.peak_rss[p] / 2**20:.0f}' for p in workers_pids)} MB",
+            flush=True,
+        )
+        return took
+
+
+def _plot(path: Path, n: int, curves: dict[str, list[float]]) -> None:
+    from bench import plot
+
+    fig, (ax,) = plot.axes(
+        f"{n:,} replies sent at once: when each was answered",
+        "seconds from the first reply's Signal",
+        "share of replies answered",
+    )
+    for label, took in curves.items():
+        plot.cdf(ax, label, took)
+    ax.axvline(GOAL, linestyle="--", color="grey", label=f"goal: all within {GOAL:.0f} s")
+    ax.legend()
+    print(f"plot: {plot.save(fig, path)}", flush=True)
+
+
+def _kept(paths: list[Path]) -> dict[str, list[float]]:
+    curves: dict[str, list[float]] = {}
+    for path in paths:
+        curves.update(json.loads(path.read_text()))
+    return curves
+
+
+def _keep(path: Path, label: str, took: list[float]) -> None:
+    path.write_text(json.dumps({**_kept([path] if path.exists() else []), label: took}))
+
+
+async def main(
+    n: int,
+    caches: list[int],
+    workers: int,
+    backend: str,
+    sticky: float,
+    plot_path: Path | None,
+    keep: Path | None,
+    earlier: list[Path],
+) -> None:
+    print(f"load average before: {os.getloadavg()[0]:.2f} ({os.cpu_count()} cores)", flush=True)
+    curves = _kept(earlier)  # runs kept by --keep before, drawn beside this one's
+    for cache in caches:
+        label = f"cache {cache:,}, sticky timeout {sticky:g} s, {workers} Worker(s), {backend}"
+        took = await crowd(n, cache, workers, backend, sticky)
+        curves[label] = took
+        if keep is not None:
+            _keep(keep, label, took)
+    print(f"load average after: {os.getloadavg()[0]:.2f}", flush=True)
+    if plot_path is not None:
+        _plot(plot_path, n, curves)
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--open", type=int, default=10_000)
+    parser.add_argument(
+        "--cache",
+        type=int,
+        nargs="+",
+        default=[1000],
+        help="WORKER_CACHED_CONVERSATIONS: each value a run on a fresh stack, in turn",
+    )
+    parser.add_argument("--workers", type=int, default=1, help="REFUND_BOT_WORKERS")
+    parser.add_argument("--backend", choices=("sqlite", "postgresql"), default="sqlite")
+    parser.add_argument("--sticky", type=float, default=10.0, help="WORKER_STICKY_TIMEOUT, seconds")
+    parser.add_argument("--plot", type=Path, default=None)
+    parser.add_argument(
+        "--keep", type=Path, default=None, help="a JSON file each variant's answer times go into"
+    )
+    parser.add_argument(
+        "--beside", type=Path, nargs="*", default=[], help="earlier runs' --keep files to plot too"
+    )
+    args = parser.parse_args()
+    run_benchmark(
+        main(
+            args.open,
+            args.cache,
+            args.workers,
+            args.backend,
+            args.sticky,
+            args.plot,
+            args.keep,
+            args.beside,
+        )
+    )
