@@ -38,13 +38,13 @@ from temporalio.client import Client, WorkflowHandle
 
 import worker.supervisor as supervisor_module
 from agent.models import Actor, ConversationStart, CustomerMessage, ThreadRef
-from agent.settings import AgentSettings, TemporalSettings
+from agent.settings import AgentSettings
 from agent.versions import version_attributes
 from agent.workflow import RefundConversation
 from bench import percentile, run_benchmark
 from bench.proc import Sampler, rss_bytes, wait_idle
+from bench.server import free_ports
 from bot.local.thread_store import LocalThreadStore
-from harness import free_port
 from harness.codec import with_test_keys
 from harness.conditions import wait_for
 from harness.crowd import Shopper, place_crowd
@@ -227,13 +227,7 @@ async def main(n: int, rounds: int, replies: int, every: float, variants: list[s
     print(f"load average before: {os.getloadavg()[0]:.2f} ({os.cpu_count()} cores)", flush=True)
     with tempfile.TemporaryDirectory() as tmp:
         data_dir = Path(tmp)
-        temporal = TemporalSettings(
-            _env_file=None,
-            address=f"127.0.0.1:{free_port()}",
-            ui_port=free_port(),
-            task_queue="open-recovery",
-            control_task_queue="open-recovery-control",
-        )
+        temporal = free_ports("open-recovery")
         settings = with_test_keys(AgentSettings(_env_file=None, data_dir=data_dir))
         async with running_stack(temporal, settings, worker_env=child_env(data_dir)) as stack:
             assert stack.supervisor is not None

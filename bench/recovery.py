@@ -33,6 +33,7 @@ from temporalio.api.enums.v1 import EventType, TimeoutType
 from temporalio.client import WorkflowHandle
 
 from bench import release_and_refund, run_benchmark
+from bench.warnings import logged_warnings
 from harness.conditions import wait_for
 from harness.conversation import LocalConversation
 from harness.crowd import place_crowd
@@ -260,6 +261,8 @@ async def held_crowd(stack: Stack, count: int, breakdown: bool = False) -> float
         raise RuntimeError(f"{len(made)} refunds in the ledger for {count} held conversations")
     asked_again = sum(r.calls > 1 for r in made)
     print(f"  refunds in the ledger: {len(made)}, asked more than once: {asked_again}", flush=True)
+    warned = logged_warnings(stack.settings.data_dir / "worker.log")
+    print(f"  the Workers' warnings: {warned}", flush=True)
     if breakdown:
         _breakdown(_phases([await _released(c.handle) for c in crowd if c.handle]))
     return (last_scheduled - first_release).total_seconds()

@@ -40,11 +40,12 @@ from temporalio.api.enums.v1 import EventType, TimeoutType, WorkflowTaskFailedCa
 from temporalio.client import WorkflowHandle
 
 from agent.models import CustomerMessage
-from agent.settings import AgentSettings, TemporalSettings
+from agent.settings import AgentSettings
 from bench import percentile, run_benchmark
 from bench.open_recovery import CUSTOMERS, open_conversations
 from bench.proc import Sampler, cpu_seconds, rss_bytes
-from harness import free_port
+from bench.server import free_ports
+from bench.warnings import logged_warnings
 from harness.codec import with_test_keys
 from harness.postgres import PostgresServer
 from harness.stack import child_env
@@ -95,13 +96,7 @@ async def crowd(n: int, cache: int, workers: int, backend: str, sticky: float) -
         settings = with_test_keys(
             AgentSettings(_env_file=None, data_dir=data_dir, DATABASE_URL=env.get("DATABASE_URL"))  # type: ignore[arg-type]
         )
-        temporal = TemporalSettings(
-            _env_file=None,
-            address=f"127.0.0.1:{free_port()}",
-            ui_port=free_port(),
-            task_queue="reply-crowd",
-            control_task_queue="reply-crowd-control",
-        )
+        temporal = free_ports("reply-crowd")
         stack = await outside.enter_async_context(
             running_stack(temporal, settings, worker_env=child_env(data_dir, env), workers=workers)
         )
@@ -161,6 +156,8 @@ async def crowd(n: int, cache: int, workers: int, backend: str, sticky: float) -
             f"{percentile(took, 99):.1f} s, last {took[-1]:.1f} s ({n / took[-1]:.0f} a second)",
             flush=True,
         )
+        warned = logged_warnings(data_dir / "worker.log")
+        print(f"  the Workers' warnings: {warned}", flush=True)
         print(
             f"  workflow tasks failed or timed out after the reply: "
             f"{', '.join(f'{k} {v}' for k, v in sorted(retries.items())) or 'none'}",

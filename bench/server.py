@@ -36,13 +36,22 @@ class _DefaultConfigTemporal(EmbeddedTemporal):
         raise AssertionError(f"{tuned} not found in the server's command line")
 
 
-@asynccontextmanager
-async def embedded_server(data_dir: Path, *, tuned: bool = True) -> AsyncIterator[EmbeddedTemporal]:
-    settings = TemporalSettings(
+def free_ports(
+    queue: str = TemporalSettings.model_fields["task_queue"].default,
+) -> TemporalSettings:
+    """Temporal settings for a server of the benchmark's own, on free ports, and its queues."""
+    return TemporalSettings(
         _env_file=None,
         address=f"127.0.0.1:{free_port()}",
         ui_port=free_port(),
+        task_queue=queue,
+        control_task_queue=f"{queue}-control",
     )
+
+
+@asynccontextmanager
+async def embedded_server(data_dir: Path, *, tuned: bool = True) -> AsyncIterator[EmbeddedTemporal]:
+    settings = free_ports()
     kind = EmbeddedTemporal if tuned else _DefaultConfigTemporal
     async with kind(settings, data_dir) as server:
         assert server.pid is not None, "a server already answered on a free port"

@@ -51,6 +51,7 @@ from bench.history_size import payload_bytes
 from bench.plot import axes, default_path, save
 from bench.proc import Sampler, wait_idle
 from bench.server import embedded_server
+from bench.warnings import logged_warnings
 from bench.workers import reference_worker, refund_bot_worker, wait_polling
 from demo.parts import ANSWERS, place_demo_customer
 from harness.codec import TEST_CONVERTER
@@ -91,6 +92,7 @@ class Cell:
     # Refunds whose owner was asked more than once (a retried attempt): the key returned the same
     # refund, but a retry under load is a timeout set too short.
     retried: int = 0
+    warnings: str = "none"  # what refund-bot's Worker logged at WARNING and above
 
     @property
     def per_second(self) -> float:
@@ -108,6 +110,7 @@ class Cell:
             f"{self.worker_rss / 2**20:.0f} MB, server {self.server_rss / 2**20:.0f} MB   "
             f"one history: {self.events} events, {self.history_bytes:,d} payload bytes, "
             f"{self.history_size:,d} bytes in all   refunds asked more than once: {self.retried}"
+            f"   Worker warnings: {self.warnings}"
         )
 
 
@@ -279,6 +282,7 @@ async def cell(bench: Bench, side: str, n: int, w: int) -> Cell:
             result.retried = sum(
                 r.workflow_id.startswith(f"{queue}-") and r.calls > 1 for r in made
             )
+            result.warnings = logged_warnings(bench.data_dir / f"{queue}.log")
         else:
             result.retried = await _reference_retried(bench, queue)
         handle = client.get_workflow_handle(sample)

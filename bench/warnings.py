@@ -1,0 +1,30 @@
+"""The warnings a benchmark's Worker logged: each run counts them, so none goes unexplained.
+
+a Worker's log -> the WARNING / ERROR lines -> counted by what they say (ids and numbers
+stripped) -> "heartbeat failed ... UnknownActivity: 3, ..." in the run's figures
+"""
+
+from __future__ import annotations
+
+import collections
+import re
+from pathlib import Path
+
+_LEVEL = re.compile(r"\b(WARNING|WARN|ERROR)\b")
+# What varies from one occurrence to the next: ids, numbers, quoted values, the record's context.
+_VARYING = re.compile(r"\(\{.*$|'[^']*'|\"[^\"]*\"|[0-9a-f]{8}-[0-9a-f-]{27}|\d+(\.\d+)?")
+
+
+def logged_warnings(log: Path, *, top: int = 5) -> str:
+    """The log's warnings and errors, each kind counted, the most frequent first: "none" if none."""
+    kinds: collections.Counter[str] = collections.Counter()
+    if log.exists():
+        for line in log.read_text(errors="replace").splitlines():
+            if match := _LEVEL.search(line):
+                said = _VARYING.sub("…", line[match.start() :]).strip()
+                kinds[said[:120]] += 1
+    if not kinds:
+        return "none"
+    shown = [f"{n} x {kind}" for kind, n in kinds.most_common(top)]
+    rest = sum(kinds.values()) - sum(n for _, n in kinds.most_common(top))
+    return "; ".join(shown + ([f"{rest} others"] if rest else []))
