@@ -95,7 +95,6 @@ async def _worker(cfg: Config, standby: bool = False, metrics_slot: int = 0) -> 
             host=cfg.process.host,
             cached_conversations=cfg.process.cached_conversations,
             sticky_timeout=cfg.process.sticky_timeout,
-            activity_slots=cfg.process.activity_slots,
             # Under systemd or Kubernetes nobody else releases a SIGKILLed predecessor's
             # conversations; a supervisor does it for its own children, from the death on.
             release_previous=not supervised,

@@ -61,17 +61,7 @@ def test_the_sticky_timeout_is_a_bounded_setting_in_seconds(monkeypatch) -> None
             ProcessSettings(_env_file=None)
 
 
-def test_the_activity_slots_are_a_bounded_setting(monkeypatch) -> None:
-    assert ProcessSettings(_env_file=None).activity_slots == 100  # the SDK's
-    monkeypatch.setenv("WORKER_ACTIVITY_SLOTS", "20")
-    assert ProcessSettings(_env_file=None).activity_slots == 20
-    for unusable in ("0", "100000"):
-        monkeypatch.setenv("WORKER_ACTIVITY_SLOTS", unusable)
-        with pytest.raises(ValidationError):
-            ProcessSettings(_env_file=None)
-
-
-async def test_the_worker_caches_waits_and_takes_activities_as_set(
+async def test_the_worker_caches_and_waits_on_its_sticky_queue_as_set(
     client, agent_settings, threads
 ) -> None:
     worker = await build_worker(
@@ -81,8 +71,6 @@ async def test_the_worker_caches_waits_and_takes_activities_as_set(
         {"local": threads},
         cached_conversations=250,
         sticky_timeout=timedelta(seconds=45),
-        activity_slots=12,
     )
     assert worker.config()["max_cached_workflows"] == 250
     assert worker.config()["sticky_queue_schedule_to_start_timeout"] == timedelta(seconds=45)
-    assert worker.config()["max_concurrent_activities"] == 12

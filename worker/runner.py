@@ -43,11 +43,7 @@ from worker.conversation_metrics import (
     ConversationMetrics,
 )
 from worker.sandbox import CompiledOnceSandboxRunner
-from worker.settings import (
-    DEFAULT_ACTIVITY_SLOTS,
-    DEFAULT_CACHED_CONVERSATIONS,
-    DEFAULT_STICKY_TIMEOUT,
-)
+from worker.settings import DEFAULT_CACHED_CONVERSATIONS, DEFAULT_STICKY_TIMEOUT
 from worker.sticky import StickyProbe, announce_in_background, release_previous_here
 from worker.telemetry import PREFIX, metric_meter
 
@@ -105,11 +101,10 @@ async def build_worker(
     interceptors: Sequence[Interceptor] = (),
     cached_conversations: int = DEFAULT_CACHED_CONVERSATIONS,
     sticky_timeout: timedelta = DEFAULT_STICKY_TIMEOUT,
-    activity_slots: int = DEFAULT_ACTIVITY_SLOTS,
 ) -> Worker:
     """`host`: the name in this Worker's identity (REFUND_BOT_HOST; default the hostname).
-    `cached_conversations`, `sticky_timeout`, `activity_slots`: WORKER_CACHED_CONVERSATIONS,
-    WORKER_STICKY_TIMEOUT and WORKER_ACTIVITY_SLOTS (worker.settings).
+    `cached_conversations`, `sticky_timeout`: WORKER_CACHED_CONVERSATIONS and
+    WORKER_STICKY_TIMEOUT (worker.settings).
     `interceptors`: the composition root's own (the crash drill's pause, demo/drill.py)."""
     keep_bytecode(RefundConversation)
     domain, grants, ledger = await prepare_stores(settings)
@@ -139,7 +134,6 @@ async def build_worker(
         workflow_runner=CompiledOnceSandboxRunner(),
         sticky_queue_schedule_to_start_timeout=sticky_timeout,
         max_concurrent_workflow_tasks=MAX_CONCURRENT_WORKFLOW_TASKS,
-        max_concurrent_activities=activity_slots,
         max_cached_workflows=cached_conversations,
         graceful_shutdown_timeout=timedelta(seconds=5),
     )
@@ -188,7 +182,6 @@ async def run_worker(
     interceptors: Sequence[Interceptor] = (),
     cached_conversations: int = DEFAULT_CACHED_CONVERSATIONS,
     sticky_timeout: timedelta = DEFAULT_STICKY_TIMEOUT,
-    activity_slots: int = DEFAULT_ACTIVITY_SLOTS,
     release_previous: bool = False,
 ) -> None:
     """Run until cancelled, then shut down gracefully (in-flight Activities get 5 s).
@@ -221,7 +214,6 @@ async def run_worker(
         interceptors=interceptors,
         cached_conversations=cached_conversations,
         sticky_timeout=sticky_timeout,
-        activity_slots=activity_slots,
     )
     # Before polling: conversations this code cannot replay are named now, in one line, not found
     # later as failing workflow tasks (docs/versioning.md).

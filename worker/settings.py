@@ -89,7 +89,6 @@ def slot_address(address: str, slot: int) -> str:
 # conversations").
 DEFAULT_CACHED_CONVERSATIONS = 1000
 DEFAULT_STICKY_TIMEOUT = timedelta(seconds=10)  # the SDK's
-DEFAULT_ACTIVITY_SLOTS = 100  # the SDK's
 # A bound that keeps a typo (an extra zero or three) from a Worker that grows out of its memory.
 MAX_CACHED_CONVERSATIONS = 100_000
 
@@ -126,14 +125,6 @@ class ProcessSettings(BaseSettings):
         ge=timedelta(seconds=1),
         le=timedelta(hours=1),
         alias="WORKER_STICKY_TIMEOUT",
-    )
-    # Activities each Worker runs at once (the SDK's max_concurrent_activities): the refund, the
-    # model's step, the posts' retries. A task counts against its heartbeat window from the moment
-    # the Worker takes it, so a Worker that takes more than its one interpreter can start soon lets
-    # windows run out before the call begins (docs/benchmarks.md, "Throughput against the
-    # reference demo"). Raise it for many slow model calls at once.
-    activity_slots: int = Field(
-        default=DEFAULT_ACTIVITY_SLOTS, ge=1, le=1000, alias="WORKER_ACTIVITY_SLOTS"
     )
     # Where `refund-bot bot` and `refund-bot run` serve /healthz and /metrics; "off": nowhere.
     metrics_address: str = Field(default="127.0.0.1:9464", alias="METRICS_ADDRESS")
