@@ -46,7 +46,7 @@ from worker.control import request_worker_restart, worker_identity
 
 OPENING: dict[str, str] = {}  # each shopper's opening message, by user id
 RELEASE_TIMEOUT = 1800.0  # a crowd not refunded in half an hour is a failed run
-RELEASE_IN_FLIGHT = 200
+IN_FLIGHT = 200
 
 
 async def _held(stack: Stack, conversations: list[LocalConversation]) -> None:
@@ -248,17 +248,22 @@ async def held_crowd(stack: Stack, count: int, breakdown: bool = False) -> float
     print(f"  {count} held in {time.monotonic() - opened:.0f} s", flush=True)
     await _standby_ready(stack)
     await _kill(stack, "unannounced")
-    # At most RELEASE_IN_FLIGHT Signals at once: 10,000 sent together filled the dev server's
-    # cache of workflow state ("cache capacity is fully occupied with pinned elements").
-    gate = asyncio.Semaphore(RELEASE_IN_FLIGHT)
+    # At most IN_FLIGHT calls at once: 10,000 Signals sent together filled the dev server's cache
+    # of workflow state ("cache capacity is fully occupied with pinned elements"), and 10,000
+    # waits for a result are as many long polls ("namespace concurrent poller limit exceeded").
+    gate = asyncio.Semaphore(IN_FLIGHT)
 
     async def release(handle: WorkflowHandle) -> None:
         async with gate:
             await handle.signal("release")
 
+    async def ended(handle: WorkflowHandle) -> None:
+        async with gate:
+            await handle.result()
+
     await asyncio.gather(*(release(c.handle) for c in crowd if c.handle))
     await asyncio.wait_for(
-        asyncio.gather(*(c.handle.result() for c in crowd if c.handle)), RELEASE_TIMEOUT
+        asyncio.gather(*(ended(c.handle) for c in crowd if c.handle)), RELEASE_TIMEOUT
     )
     times = [await release_and_refund(c.handle) for c in crowd if c.handle]
     first_release = min(r for r, _ in times if r)
