@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import collections
 import functools
 import os
 import random
@@ -33,7 +34,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from temporalio.api.enums.v1 import EventType, TimeoutType
+from temporalio.api.enums.v1 import EventType, TimeoutType, WorkflowTaskFailedCause
 from temporalio.client import Client, WorkflowHandle
 
 import worker.supervisor as supervisor_module
@@ -168,7 +169,7 @@ async def _round(stack: Stack, variant: str, n: int, replies: int, every: float,
     for handle in targets:
         at = await wait_for(functools.partial(_answered_after, handle, 1), timeout=120)
         answered.append(at)
-    timed_out = await _timed_out(targets)
+    timed_out = await task_retries(targets)
     from_kill = [a - killed for a in answered]
     from_signal = [a - s for a, s in zip(answered, sent, strict=True)]
     report = supervisor.last_report
@@ -185,26 +186,39 @@ async def _round(stack: Stack, variant: str, n: int, replies: int, every: float,
     )
 
 
-async def _timed_out(handles: list[WorkflowHandle]) -> dict[str, int]:
-    """The workflow tasks that timed out after each conversation's reply, by timeout: one left
-    on the dead sticky queue (schedule-to-start), or one handed to a poll of the dead Worker
-    that Temporal had not yet seen go (start-to-close)."""
-    found: dict[str, int] = {}
-    for handle in handles:
+async def task_retries(handles: list[WorkflowHandle]) -> dict[str, int]:
+    """The workflow tasks that failed (by cause) or timed out after each conversation's reply, by
+    kind: a timeout is one left on a dead or busy sticky queue (schedule-to-start), or one handed
+    to a poll that never completed it (start-to-close: a dead Worker Temporal had not yet seen go,
+    or a Worker too busy), named by the Worker that took it. Twenty histories read at a time."""
+    found: collections.Counter[str] = collections.Counter()
+    gate = asyncio.Semaphore(20)
+
+    async def one(handle: WorkflowHandle) -> None:
+        async with gate:
+            events = (await handle.fetch_history()).events
         signals = 0
         taken_by = ""
-        for event in (await handle.fetch_history()).events:
+        for event in events:
             if event.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED:
                 signals += 1
             elif event.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_STARTED:
                 taken_by = event.workflow_task_started_event_attributes.identity
-            elif event.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_TIMED_OUT and signals > 1:
+            elif signals > 1 and event.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_FAILED:
+                cause = event.workflow_task_failed_event_attributes.cause
+                name = WorkflowTaskFailedCause.Name(cause).removeprefix(
+                    "WORKFLOW_TASK_FAILED_CAUSE_"
+                )
+                found[f"failed ({name.lower()})"] += 1
+            elif signals > 1 and event.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_TIMED_OUT:
                 kind = TimeoutType.Name(event.workflow_task_timed_out_event_attributes.timeout_type)
                 key = kind.removeprefix("TIMEOUT_TYPE_").lower()
                 if key == "start_to_close":
                     key += f" (taken by {taken_by})"
-                found[key] = found.get(key, 0) + 1
-    return found
+                found[key] += 1
+
+    await asyncio.gather(*(one(h) for h in handles))
+    return dict(found)
 
 
 async def _unknown(*args: object, **kwargs: object) -> None:

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import collections
 import json
 import os
 import statistics
@@ -36,13 +35,12 @@ from contextlib import AsyncExitStack
 from datetime import datetime
 from pathlib import Path
 
-from temporalio.api.enums.v1 import EventType, TimeoutType, WorkflowTaskFailedCause
 from temporalio.client import WorkflowHandle
 
 from agent.models import CustomerMessage
 from agent.settings import AgentSettings
 from bench import percentile, run_benchmark
-from bench.open_recovery import CUSTOMERS, open_conversations
+from bench.open_recovery import CUSTOMERS, open_conversations, task_retries
 from bench.proc import Sampler, cpu_seconds, rss_bytes
 from bench.server import free_ports
 from bench.warnings import logged_warnings
@@ -54,33 +52,6 @@ from refund_bot.wiring import local_thread_store
 
 ANSWER_TIMEOUT = 1800.0  # a crowd that is not answered in half an hour is a failed run
 GOAL = 60.0  # seconds for the last of 10,000 replies
-
-
-async def _timed_out(handles: list[WorkflowHandle]) -> collections.Counter[str]:
-    """Workflow tasks after the reply that failed or timed out, by kind, over every history."""
-    found: collections.Counter[str] = collections.Counter()
-    gate = asyncio.Semaphore(20)
-
-    async def one(handle: WorkflowHandle) -> None:
-        async with gate:
-            signals = 0
-            for event in (await handle.fetch_history()).events:
-                if event.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED:
-                    signals += 1
-                elif signals > 1 and event.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_FAILED:
-                    cause = event.workflow_task_failed_event_attributes.cause
-                    name = WorkflowTaskFailedCause.Name(cause).removeprefix(
-                        "WORKFLOW_TASK_FAILED_CAUSE_"
-                    )
-                    found[f"failed ({name.lower()})"] += 1
-                elif (
-                    signals > 1 and event.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_TIMED_OUT
-                ):
-                    kind = event.workflow_task_timed_out_event_attributes.timeout_type
-                    found[TimeoutType.Name(kind).removeprefix("TIMEOUT_TYPE_").lower()] += 1
-
-    await asyncio.gather(*(one(h) for h in handles))
-    return found
 
 
 async def crowd(n: int, cache: int, workers: int, backend: str, sticky: float) -> list[float]:
@@ -148,7 +119,7 @@ async def crowd(n: int, cache: int, workers: int, backend: str, sticky: float) -
                 f"{len(waiting)} of {n} replies not answered in {ANSWER_TIMEOUT:.0f} s"
             )
         took = sorted(a.timestamp() - started for a in answered.values())
-        retries = await _timed_out(handles)
+        retries = await task_retries(handles)
         cores = {p: (cpu_seconds(p) - cpu_before[p]) / took[-1] for p in pids}
         print(
             f"  {n} replies sent in {sent_in:.1f} s; answered from the first Signal: p50 "
