@@ -187,7 +187,8 @@ class Router(Protocol):
         ...
 
     async def on_message(self, message: InboundMessage) -> Routed:
-        """keep (if not kept already), then deliver."""
+        """keep (if not kept already), then deliver. Raises only when the message could not be
+        kept: once kept, any failure to deliver it now is QUEUED (the inbox delivers it later)."""
         ...
 
     async def on_click(self, click: InboundClick) -> Routed: ...
@@ -407,8 +408,19 @@ class ConversationRouter:
         self._delivering.add(kept.event_id)
         try:
             with tracing.span("router.route", workflow_id=kept.workflow_id) as span:
-                async with self._conversations.hold(kept.workflow_id):
-                    routed = await self._deliver_kept(kept)
+                try:
+                    async with self._conversations.hold(kept.workflow_id):
+                        routed = await self._deliver_kept(kept)
+                except Exception as err:
+                    # Kept, so nothing is lost: the sender must not be told to send it again
+                    # (the conversation would take it twice). The inbox's own delivery takes it
+                    # once the database (or whatever failed) answers again.
+                    log.warning(
+                        "kept event %s not delivered now (%s); the inbox delivers it later",
+                        kept.event_id,
+                        one_line(err),
+                    )
+                    routed = Routed.QUEUED
                 span.set(routed=routed.value)
         finally:
             self._delivering.discard(kept.event_id)

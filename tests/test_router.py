@@ -338,6 +338,55 @@ async def test_a_delivery_that_fails_after_the_ack_is_kept_not_raised(temporal, 
     assert await router_inbox(tmp_path).size() == 0
 
 
+async def test_a_kept_message_whose_database_goes_before_delivery_is_queued_not_refused(
+    temporal, tmp_path, monkeypatch
+) -> None:
+    """Kept at the ack, then the database goes before the inbox can be read to deliver it (a
+    PostgreSQL outage): the message is in the inbox, so the customer must not be told it was not
+    passed on (writing it again, the conversation would take it twice). It is QUEUED and
+    delivered once, by the inbox, when the database is back."""
+    router = quick_router(temporal, tmp_path)
+    await router.on_message(message("e1", "refund 1234", opens=True))
+    kept = await router.keep(message("e2", "Yes"))
+    assert isinstance(kept, Kept)
+
+    async def database_gone(*_: Any) -> Any:
+        raise sqlite3.OperationalError("unable to open database file")
+
+    monkeypatch.setattr(router._inbox, "first_for", database_gone)
+    assert await router.on_message(message("e2", "Yes")) == Routed.QUEUED
+    assert [c[3].text for c in temporal.calls[1:]] == []
+    monkeypatch.undo()
+
+    assert await router.deliver_pending() == 1
+    assert [c[3].text for c in temporal.calls[1:]] == ["Yes"]
+    assert await router.on_message(message("e2", "Yes")) == Routed.DUPLICATE
+    assert await router_inbox(tmp_path).size() == 0
+
+
+async def test_a_failed_delivery_whose_failure_cannot_be_recorded_is_queued_not_refused(
+    temporal, tmp_path, monkeypatch
+) -> None:
+    """Temporal refuses the delivery and the database goes before the failed attempt is recorded:
+    still QUEUED (the entry is in the inbox as it was), and delivered once by the inbox."""
+    router = quick_router(temporal, tmp_path)
+    await router.on_message(message("e1", "refund 1234", opens=True))
+    wid = workflow_id_for(THREAD)
+    temporal.failing[wid] = RPCError("internal error", RPCStatusCode.INTERNAL, b"")
+
+    async def database_gone(*_: Any) -> None:
+        raise sqlite3.OperationalError("unable to open database file")
+
+    monkeypatch.setattr(router._inbox, "failed", database_gone)
+    assert await router.on_message(message("e2", "Yes")) == Routed.QUEUED
+    monkeypatch.undo()
+    del temporal.failing[wid]
+
+    assert await router.deliver_pending() == 1
+    assert [c[3].text for c in temporal.calls[1:] if c[2] == "customer_message"] == ["Yes"]
+    assert await router_inbox(tmp_path).size() == 0
+
+
 async def test_an_entry_that_keeps_failing_becomes_a_dead_letter_and_blocks_nothing(
     temporal, tmp_path, caplog
 ) -> None:
