@@ -152,8 +152,10 @@ HEARTBEAT_TIMEOUT = timedelta(seconds=4)
 # it, and the 4 s window then retried a call that was still going. This window is the lag the
 # Worker is built to keep under load: a workflow task waits at most its 10 s timeout
 # (MAX_CONCURRENT_WORKFLOW_TASKS in worker.runner), and a Worker lagging more is failing its
-# conversations' workflow tasks already. A call in flight when its Worker dies is retried after
-# it (the crash drill's kill after the effect), not after 4 s.
+# conversations' workflow tasks already. (A Worker that also ran local steps used to start these
+# tens of seconds late, behind them; the Worker process polls them apart, worker.pair.) A call in
+# flight when its Worker dies is retried after it (the crash drill's kill after the effect), not
+# after 4 s.
 COSTLY_CALL_HEARTBEAT_TIMEOUT = timedelta(seconds=10)
 # A post is first tried inside the workflow task that decided it (one attempt): a healthy platform
 # answers in tens of milliseconds. A platform slower than this, or failing, ends the try and the

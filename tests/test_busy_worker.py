@@ -100,3 +100,22 @@ async def test_a_model_call_started_late_by_a_busy_worker_is_not_paid_twice(
     assert outcome.status == "refunded"
     # One call a step, three steps: the late first attempt was not timed out and called again.
     assert len(model.requests) == 3
+
+
+async def test_effects_are_polled_apart_from_the_conversations_local_steps(
+    client, agent_settings, threads
+) -> None:
+    """A Worker's core hands over its next local step before any regular Activity task it has
+    taken (whose heartbeat clock is then running on the server): one Worker under a steady stream
+    of conversations started refunds 55 s late, and about 100 in 1,000 were asked twice. The
+    conversations' Worker takes no regular Activity task; a second one, with no workflows, takes
+    them all."""
+    pair = await build_worker(
+        client, f"test-pair-{uuid.uuid4().hex[:6]}", agent_settings, {"local": threads}
+    )
+    conversations, effects = pair.conversations.config(), pair.effects.config()
+    assert conversations.get("no_remote_activities") is True
+    assert conversations.get("workflows")
+    assert not effects.get("workflows") and not effects.get("no_remote_activities")
+    names = {activity._Definition.must_from_callable(a).name for a in effects.get("activities", [])}
+    assert {"issue_refund", "authorize_refund", "post_to_thread", "decide_next_step"} <= names

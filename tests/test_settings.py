@@ -72,5 +72,7 @@ async def test_the_worker_caches_and_waits_on_its_sticky_queue_as_set(
         cached_conversations=250,
         sticky_timeout=timedelta(seconds=45),
     )
-    assert worker.config()["max_cached_workflows"] == 250
-    assert worker.config()["sticky_queue_schedule_to_start_timeout"] == timedelta(seconds=45)
+    assert worker.conversations.config()["max_cached_workflows"] == 250
+    assert worker.conversations.config()["sticky_queue_schedule_to_start_timeout"] == timedelta(
+        seconds=45
+    )

@@ -1,4 +1,4 @@
-"""`refund-bot worker`: one Temporal Worker for the refund conversations.
+"""`refund-bot worker`: the Temporal Workers for the refund conversations (worker.pair).
 
 It runs in its own process so that it can really die (the supervisor restarts it). The chat
 platforms' outbound halves and any platform grant sources arrive by injection: this module knows
@@ -11,6 +11,7 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from datetime import timedelta
+from typing import Any
 
 from temporalio.client import Client
 from temporalio.runtime import Runtime
@@ -42,6 +43,7 @@ from worker.conversation_metrics import (
     ENDED_OUTCOMES,
     ConversationMetrics,
 )
+from worker.pair import WorkerPair
 from worker.sandbox import CompiledOnceSandboxRunner
 from worker.settings import DEFAULT_CACHED_CONVERSATIONS, DEFAULT_STICKY_TIMEOUT
 from worker.sticky import StickyProbe, announce_in_background, release_previous_here
@@ -67,6 +69,9 @@ log = logging.getLogger(__name__)
 # storm back under repeated kills: with 30, 39 of 200 conversations did not finish in
 # bench.random_kills, against none with 10 or 20 (docs/benchmarks.md, "Random kills").
 MAX_CONCURRENT_WORKFLOW_TASKS = 20
+
+# What Activities in flight get to finish when the Worker is told to stop (SIGTERM).
+GRACEFUL_SHUTDOWN = timedelta(seconds=5)
 
 STANDBY_DESCRIPTION = (
     "1 while this Worker process is a warm standby, ready to poll the moment it is promoted"
@@ -101,7 +106,7 @@ async def build_worker(
     interceptors: Sequence[Interceptor] = (),
     cached_conversations: int = DEFAULT_CACHED_CONVERSATIONS,
     sticky_timeout: timedelta = DEFAULT_STICKY_TIMEOUT,
-) -> Worker:
+) -> WorkerPair:
     """`host`: the name in this Worker's identity (REFUND_BOT_HOST; default the hostname).
     `cached_conversations`, `sticky_timeout`: WORKER_CACHED_CONVERSATIONS and
     WORKER_STICKY_TIMEOUT (worker.settings).
@@ -111,32 +116,46 @@ async def build_worker(
     _counters_at_zero(client, task_queue, settings, posters)
     lookups = LookupActivities(domain, effect_owner(settings, ledger))
     notify = NotifyActivities(posters)
-    return Worker(
+    activities: list[Callable[..., Any]] = [
+        DecideActivities(settings).decide_next_step,
+        lookups.lookup_order,
+        lookups.lookup_customer_history,
+        lookups.check_refund_policy,
+        apply_refund_rules,
+        AuthorizeActivities(grants, grant_sources).authorize_refund,
+        RefundActivities(settings, ledger).issue_refund,
+        notify.post_to_thread,
+        notify.edit_thread_message,
+    ]
+    identity = worker_identity(host=host)
+    # Turn latency and conversations ended (metrics), then the composition root's own; tracing,
+    # when on, comes from the client. Both Workers: a post's retry runs on `effects`.
+    intercepting = [ConversationMetrics(), *interceptors]
+    conversations = Worker(
         client,
         task_queue=task_queue,
-        identity=worker_identity(host=host),
+        identity=identity,
         # The probe that finds this Worker's sticky queue out, for whoever outlives it.
         workflows=[RefundConversation, StickyProbe],
-        activities=[
-            DecideActivities(settings).decide_next_step,
-            lookups.lookup_order,
-            lookups.lookup_customer_history,
-            lookups.check_refund_policy,
-            apply_refund_rules,
-            AuthorizeActivities(grants, grant_sources).authorize_refund,
-            RefundActivities(settings, ledger).issue_refund,
-            notify.post_to_thread,
-            notify.edit_thread_message,
-        ],
-        # Turn latency and conversations ended (metrics), then the composition root's own;
-        # tracing, when on, comes from the client.
-        interceptors=[ConversationMetrics(), *interceptors],
+        # Registered here for the local steps; their regular attempts go to `effects` (worker.pair).
+        activities=activities,
+        no_remote_activities=True,
+        interceptors=intercepting,
         workflow_runner=CompiledOnceSandboxRunner(),
         sticky_queue_schedule_to_start_timeout=sticky_timeout,
         max_concurrent_workflow_tasks=MAX_CONCURRENT_WORKFLOW_TASKS,
         max_cached_workflows=cached_conversations,
-        graceful_shutdown_timeout=timedelta(seconds=5),
+        graceful_shutdown_timeout=GRACEFUL_SHUTDOWN,
     )
+    effects = Worker(
+        client,
+        task_queue=task_queue,
+        identity=identity,
+        activities=activities,
+        interceptors=intercepting,
+        graceful_shutdown_timeout=GRACEFUL_SHUTDOWN,
+    )
+    return WorkerPair(conversations, effects)
 
 
 def _counters_at_zero(
