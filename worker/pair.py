@@ -17,7 +17,6 @@ from __future__ import annotations
 
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
-from types import TracebackType
 
 from temporalio.worker import Worker
 
@@ -39,10 +38,5 @@ class WorkerPair:
             raise
         return self
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self._running.__aexit__(exc_type, exc, tb)
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self._running.aclose()
