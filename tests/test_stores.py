@@ -40,6 +40,7 @@ from bot.hold import HoldSwitch
 from bot.inbox import Inbox
 from bot.local import thread_store
 from bot.local.thread_store import LocalThreadStore
+from harness.conditions import wait_for
 from harness.conversation import SUPPORT, LocalConversation
 from harness.inproc import running_worker
 
@@ -475,6 +476,37 @@ async def test_a_post_is_one_row_per_key_even_when_retried_at_once(database_url)
         ]
         assert await threads.messages(root.thread_id, after_seq=reply.seq) == []
         assert [m.seq for m in await threads.messages()] == [m.seq for m in messages]
+    finally:
+        await closed(*hosts)
+
+
+async def test_a_reader_tailing_by_number_never_passes_a_message_committed_late(
+    postgres_url,
+) -> None:
+    """The terminal shows each message past the last number it showed. On PostgreSQL a number is
+    taken at the insert and committed whenever: a customer's reply numbered first but committed
+    after the agent's next post (two hosts writing at once) was passed over for good. The second
+    appender now waits for the first to commit, so numbers commit in order."""
+    hosts = await two_hosts(postgres_url)
+    try:
+        threads = LocalThreadStore(hosts[0])
+        root = await threads.open_thread("support", "customer", "refund 1234")
+
+        async def waiting_for_the_first() -> bool:
+            async with hosts[0].connect(thread_store.SCHEMA) as db:
+                return bool(await db.fetchval("SELECT count(*) FROM pg_locks WHERE NOT granted"))
+
+        async with hosts[1].connect(thread_store.SCHEMA) as db, db.transaction():
+            await thread_store._add_message(db, root.thread_id, "customer", "reply", "Yes")
+            later = asyncio.create_task(threads.post(outbound(root.thread_id, 1, "Damaged how?")))
+            await wait_for(
+                lambda: later.done() or waiting_for_the_first(),
+                what="the agent's post committed, or waiting for the reply's",
+            )
+            tail = await threads.messages(after_seq=root.seq)  # the reply is not committed yet
+        await later
+        tail += await threads.messages(after_seq=max((m.seq for m in tail), default=root.seq))
+        assert [m.text for m in tail] == ["Yes", "Damaged how?"]
     finally:
         await closed(*hosts)
 

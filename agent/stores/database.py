@@ -60,15 +60,25 @@ class Dialect:
     for_update: str
     # A condition: `expr` is one or more ASCII digits and nothing else.
     digits: Callable[[str], str]
+    # Run first in a transaction that appends to a log its readers tail by id ("every row past the
+    # last one I saw"), with the log's lock key. PostgreSQL takes an identity value at the insert
+    # and commits it whenever: a reader could read a higher id, then pass over a lower one
+    # committed after it. This waits for the previous appender's commit, so ids commit in order.
+    # SQLite's write transaction (BEGIN IMMEDIATE) already holds the whole file: nothing to run.
+    append_in_order: str | None
 
 
 SQLITE = Dialect(
     name="sqlite",
     for_update="",
     digits=lambda expr: f"({expr} GLOB '[0-9]*' AND {expr} NOT GLOB '*[^0-9]*')",
+    append_in_order=None,
 )
 POSTGRESQL = Dialect(
-    name="postgresql", for_update=" FOR UPDATE", digits=lambda expr: f"({expr} ~ '^[0-9]+$')"
+    name="postgresql",
+    for_update=" FOR UPDATE",
+    digits=lambda expr: f"({expr} ~ '^[0-9]+$')",
+    append_in_order="SELECT pg_advisory_xact_lock(?)",
 )
 
 

@@ -16,7 +16,7 @@ from pydantic import BaseModel
 from temporalio.exceptions import ApplicationError
 
 from agent.models import MessageEdit, OutboundMessage, PostedMessage
-from agent.stores.database import Connection, Database, Migration, Row, Schema
+from agent.stores.database import Connection, Database, Migration, Row, Schema, lock_key
 
 _TABLES = (
     """CREATE TABLE IF NOT EXISTS threads (
@@ -154,12 +154,12 @@ class LocalThreadStore:
         return [LocalThread(**dict(row)) for row in rows]
 
     async def add_reply(self, thread_id: str, author: str, text: str) -> LocalMessage:
-        async with self.database.connect(SCHEMA) as db:
+        async with self.database.connect(SCHEMA) as db, db.transaction():
             return await _add_message(db, thread_id, author, "reply", text)
 
     async def add_note(self, thread_id: str, kind: str, text: str) -> LocalMessage:
         """The bot's message that is no agent's post (a /refund-demo frame): no message key."""
-        async with self.database.connect(SCHEMA) as db:
+        async with self.database.connect(SCHEMA) as db, db.transaction():
             return await _add_message(db, thread_id, BOT_AUTHOR, kind, text, by_bot=True)
 
     async def post(self, message: OutboundMessage) -> PostedMessage:
@@ -169,8 +169,9 @@ class LocalThreadStore:
         if message.mention == "approvers":
             text = f"{APPROVERS_MENTION} {text}"
         async with self.database.connect(SCHEMA) as db, db.transaction():
-            # A retried post with the same key inserts nothing (on PostgreSQL it waits for the
-            # first to commit, then finds its row).
+            await _in_commit_order(db)
+            # A retried post with the same key inserts nothing (it waits for the first to
+            # commit, then finds its row).
             inserted = await db.fetchval(
                 "INSERT INTO messages (thread_id, message_key, author, author_is_bot, "
                 "kind, text, actions, created_at) VALUES (?, ?, ?, 1, ?, ?, ?, ?) "
@@ -201,6 +202,7 @@ class LocalThreadStore:
         """ThreadPoster.edit for the local platform: the row's text and buttons are replaced."""
         text = f"{edit.text}\n{edit.outcome_line()}"
         async with self.database.connect(SCHEMA) as db, db.transaction():
+            await _in_commit_order(db)  # an edit is logged: the terminal tails the edits too
             # One edit of a message at a time (its row locked): a retry logs no second edit.
             row = await db.fetchrow(
                 "SELECT seq, text, actions FROM messages WHERE message_key = ?"
@@ -247,11 +249,23 @@ class LocalThreadStore:
         return [(row["edit_seq"], _row(row)) for row in rows]
 
 
+# The messages and the edits are logs the terminal tails by number (bot.local.terminal): their
+# appenders commit one at a time, in the order of their numbers (Dialect.append_in_order).
+APPENDS = lock_key("refund-bot threads: messages and edits")
+
+
+async def _in_commit_order(db: Connection) -> None:
+    """First in a transaction that appends a message or an edit."""
+    if db.dialect.append_in_order is not None:
+        await db.execute(db.dialect.append_in_order, APPENDS)
+
+
 async def _add_message(
     db: Connection, thread_id: str, author: str, kind: str, text: str, *, by_bot: bool = False
 ) -> LocalMessage:
     """A person's message (the opening, kind "customer", or a "reply"), or a bot's note, as
-    stored."""
+    stored. Inside the caller's transaction."""
+    await _in_commit_order(db)
     seq = await db.fetchval(
         "INSERT INTO messages (thread_id, author, author_is_bot, kind, text, created_at) "
         "VALUES (?, ?, ?, ?, ?, ?) RETURNING seq",
