@@ -6,11 +6,12 @@ import asyncio
 import math
 import sys
 import uuid
-from collections.abc import Coroutine, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Iterable, Sequence
 from datetime import datetime
-from typing import Any, NoReturn
+from typing import Any, NoReturn, TypeVar
 
 from temporalio.api.enums.v1 import EventType
+from temporalio.api.history.v1 import HistoryEvent
 from temporalio.client import WorkflowHandle
 
 from agent.codec import CodecKeyError
@@ -39,8 +40,15 @@ def percentile(values: Sequence[float], q: float) -> float:
 async def release_and_refund(handle: WorkflowHandle) -> tuple[datetime | None, datetime | None]:
     """(the release Signal, issue_refund scheduled), as the server stamped them: the recovery
     benchmarks' clock, which no client's own delays can skew."""
+    return release_and_refund_in((await handle.fetch_history()).events)
+
+
+def release_and_refund_in(
+    events: Iterable[HistoryEvent],
+) -> tuple[datetime | None, datetime | None]:
+    """release_and_refund, from a history already read."""
     released = scheduled = None
-    for event in (await handle.fetch_history()).events:
+    for event in events:
         if (
             event.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED
             and event.workflow_execution_signaled_event_attributes.signal_name == "release"
@@ -52,6 +60,22 @@ async def release_and_refund(handle: WorkflowHandle) -> tuple[datetime | None, d
         ):
             scheduled = event.event_time.ToDatetime()
     return released, scheduled
+
+
+T = TypeVar("T")
+
+
+async def at_most(limit: int, calls: Iterable[Callable[[], Awaitable[T]]]) -> list[T]:
+    """Every call's result, in order, with at most `limit` of them in flight: a crowd's Signals,
+    result waits or history reads sent all at once overrun the dev server (its cache of workflow
+    state, its long polls per namespace) or the client's connection."""
+    gate = asyncio.Semaphore(limit)
+
+    async def one(call: Callable[[], Awaitable[T]]) -> T:
+        async with gate:
+            return await call()
+
+    return await asyncio.gather(*(one(call) for call in calls))
 
 
 async def no_hold() -> bool:

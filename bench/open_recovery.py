@@ -42,7 +42,7 @@ from agent.models import Actor, ConversationStart, CustomerMessage, ThreadRef
 from agent.settings import AgentSettings
 from agent.versions import version_attributes
 from agent.workflow import RefundConversation
-from bench import percentile, run_benchmark
+from bench import at_most, percentile, run_benchmark
 from bench.proc import Sampler, rss_bytes, wait_idle
 from bench.server import free_ports
 from bot.local.thread_store import LocalThreadStore
@@ -192,14 +192,10 @@ async def task_retries(handles: list[WorkflowHandle]) -> dict[str, int]:
     to a poll that never completed it (start-to-close: a dead Worker Temporal had not yet seen go,
     or a Worker too busy), named by the Worker that took it. Twenty histories read at a time."""
     found: collections.Counter[str] = collections.Counter()
-    gate = asyncio.Semaphore(20)
-
-    async def one(handle: WorkflowHandle) -> None:
-        async with gate:
-            events = (await handle.fetch_history()).events
+    for history in await at_most(20, (h.fetch_history for h in handles)):
         signals = 0
         taken_by = ""
-        for event in events:
+        for event in history.events:
             if event.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED:
                 signals += 1
             elif event.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_STARTED:
@@ -216,8 +212,6 @@ async def task_retries(handles: list[WorkflowHandle]) -> dict[str, int]:
                 if key == "start_to_close":
                     key += f" (taken by {taken_by})"
                 found[key] += 1
-
-    await asyncio.gather(*(one(h) for h in handles))
     return dict(found)
 
 

@@ -20,19 +20,21 @@ from __future__ import annotations
 import argparse
 import asyncio
 import collections
+import functools
 import os
 import signal
 import statistics
 import tempfile
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from temporalio.api.enums.v1 import EventType, TimeoutType
-from temporalio.client import WorkflowHandle
+from temporalio.api.history.v1 import HistoryEvent
 
-from bench import release_and_refund, run_benchmark
+from bench import at_most, release_and_refund, release_and_refund_in, run_benchmark
 from bench.warnings import logged_warnings
 from harness.conditions import wait_for
 from harness.conversation import LocalConversation
@@ -146,11 +148,11 @@ class Released:
     task_retries: collections.Counter[str]
 
 
-async def _released(handle: WorkflowHandle) -> dict[str, Any]:
+def _released(events: Iterable[HistoryEvent]) -> dict[str, Any]:
     """The events after the release Signal, by what they mean (the first of each)."""
     stamps: dict[str, Any] = {"retries": collections.Counter()}
     after = False
-    for event in (await handle.fetch_history()).events:
+    for event in events:
         kind, at = event.event_type, event.event_time.ToDatetime()
         if kind == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED and (
             event.workflow_execution_signaled_event_attributes.signal_name == "release"
@@ -251,25 +253,16 @@ async def held_crowd(stack: Stack, count: int, breakdown: bool = False) -> float
     # At most IN_FLIGHT calls at once: 10,000 Signals sent together filled the dev server's cache
     # of workflow state ("cache capacity is fully occupied with pinned elements"), and 10,000
     # waits for a result are as many long polls ("namespace concurrent poller limit exceeded").
-    gate = asyncio.Semaphore(IN_FLIGHT)
-
-    async def release(handle: WorkflowHandle) -> None:
-        async with gate:
-            await handle.signal("release")
-
-    async def ended(handle: WorkflowHandle) -> None:
-        async with gate:
-            await handle.result()
-
-    await asyncio.gather(*(release(c.handle) for c in crowd if c.handle))
-    await asyncio.wait_for(
-        asyncio.gather(*(ended(c.handle) for c in crowd if c.handle)), RELEASE_TIMEOUT
-    )
-    times = [await release_and_refund(c.handle) for c in crowd if c.handle]
+    handles = [c.handle for c in crowd if c.handle]
+    await at_most(IN_FLIGHT, (functools.partial(h.signal, "release") for h in handles))
+    await asyncio.wait_for(at_most(IN_FLIGHT, (h.result for h in handles)), RELEASE_TIMEOUT)
+    # Each history read once, for the release's clock and the breakdown both.
+    histories = await at_most(IN_FLIGHT, (h.fetch_history for h in handles))
+    times = [release_and_refund_in(history.events) for history in histories]
     first_release = min(r for r, _ in times if r)
     last_scheduled = max(s for _, s in times if s)
     # Every refund once, read from its owner: the ledger, which counts each call for a key.
-    ids = {c.handle.id for c in crowd if c.handle}
+    ids = {h.id for h in handles}
     made = [r for r in await refunds_made(stack.settings) if r.workflow_id in ids]
     if len(made) != count:
         raise RuntimeError(f"{len(made)} refunds in the ledger for {count} held conversations")
@@ -278,7 +271,7 @@ async def held_crowd(stack: Stack, count: int, breakdown: bool = False) -> float
     warned = logged_warnings(stack.settings.data_dir / "worker.log")
     print(f"  the Workers' warnings: {warned}", flush=True)
     if breakdown:
-        _breakdown(_phases([await _released(c.handle) for c in crowd if c.handle]))
+        _breakdown(_phases([_released(history.events) for history in histories]))
     return (last_scheduled - first_release).total_seconds()
 
 

@@ -496,7 +496,8 @@ async def test_a_reader_tailing_by_number_never_passes_a_message_committed_late(
             async with hosts[0].connect(thread_store.SCHEMA) as db:
                 return bool(await db.fetchval("SELECT count(*) FROM pg_locks WHERE NOT granted"))
 
-        async with hosts[1].connect(thread_store.SCHEMA) as db, db.transaction():
+        # The other host's reply, appended as add_reply does, and held before its commit.
+        async with LocalThreadStore(hosts[1])._appending() as db:
             await thread_store._add_message(db, root.thread_id, "customer", "reply", "Yes")
             later = asyncio.create_task(threads.post(outbound(root.thread_id, 1, "Damaged how?")))
             await wait_for(

@@ -10,6 +10,8 @@ choice carries it back), and an edit rewrites the row and is logged, so the term
 from __future__ import annotations
 
 import json
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from datetime import UTC, datetime
 
 from pydantic import BaseModel
@@ -108,9 +110,22 @@ def _row(row: Row) -> LocalMessage:
     return LocalMessage(**{**dict(row), "actions": json.loads(row["actions"])})
 
 
+APPENDS = lock_key("refund-bot threads: messages and edits")  # LocalThreadStore._appending
+
+
 class LocalThreadStore:
     def __init__(self, database: Database) -> None:
         self.database = database
+
+    @asynccontextmanager
+    async def _appending(self) -> AsyncIterator[Connection]:
+        """The transaction of every write that appends a message or an edit. Both are logs the
+        terminal tails by number (bot.local.terminal): their appenders take one lock first, so
+        numbers commit in the order they were taken (Dialect.append_in_order)."""
+        async with self.database.connect(SCHEMA) as db, db.transaction():
+            if db.dialect.append_in_order is not None:
+                await db.execute(db.dialect.append_in_order, APPENDS)
+            yield db
 
     async def open_thread(
         self, channel: str, author: str, text: str, *, kind: str = "customer"
@@ -123,7 +138,7 @@ class LocalThreadStore:
         so a thread named by the earlier scheme (t<seq of its root message>) keeps its name and no
         name is ever given twice.
         """
-        async with self.database.connect(SCHEMA) as db, db.transaction():
+        async with self._appending() as db:
             thread_id = None
             while thread_id is None:
                 # Two terminals opening threads at once may read one highest name: the primary
@@ -154,12 +169,12 @@ class LocalThreadStore:
         return [LocalThread(**dict(row)) for row in rows]
 
     async def add_reply(self, thread_id: str, author: str, text: str) -> LocalMessage:
-        async with self.database.connect(SCHEMA) as db, db.transaction():
+        async with self._appending() as db:
             return await _add_message(db, thread_id, author, "reply", text)
 
     async def add_note(self, thread_id: str, kind: str, text: str) -> LocalMessage:
         """The bot's message that is no agent's post (a /refund-demo frame): no message key."""
-        async with self.database.connect(SCHEMA) as db, db.transaction():
+        async with self._appending() as db:
             return await _add_message(db, thread_id, BOT_AUTHOR, kind, text, by_bot=True)
 
     async def post(self, message: OutboundMessage) -> PostedMessage:
@@ -168,8 +183,7 @@ class LocalThreadStore:
         text = message.text
         if message.mention == "approvers":
             text = f"{APPROVERS_MENTION} {text}"
-        async with self.database.connect(SCHEMA) as db, db.transaction():
-            await _in_commit_order(db)
+        async with self._appending() as db:
             # A retried post with the same key inserts nothing (it waits for the first to
             # commit, then finds its row).
             inserted = await db.fetchval(
@@ -201,8 +215,7 @@ class LocalThreadStore:
     async def edit(self, edit: MessageEdit) -> None:
         """ThreadPoster.edit for the local platform: the row's text and buttons are replaced."""
         text = f"{edit.text}\n{edit.outcome_line()}"
-        async with self.database.connect(SCHEMA) as db, db.transaction():
-            await _in_commit_order(db)  # an edit is logged: the terminal tails the edits too
+        async with self._appending() as db:  # an edit is logged: the terminal tails it too
             # One edit of a message at a time (its row locked): a retry logs no second edit.
             row = await db.fetchrow(
                 "SELECT seq, text, actions FROM messages WHERE message_key = ?"
@@ -249,23 +262,11 @@ class LocalThreadStore:
         return [(row["edit_seq"], _row(row)) for row in rows]
 
 
-# The messages and the edits are logs the terminal tails by number (bot.local.terminal): their
-# appenders commit one at a time, in the order of their numbers (Dialect.append_in_order).
-APPENDS = lock_key("refund-bot threads: messages and edits")
-
-
-async def _in_commit_order(db: Connection) -> None:
-    """First in a transaction that appends a message or an edit."""
-    if db.dialect.append_in_order is not None:
-        await db.execute(db.dialect.append_in_order, APPENDS)
-
-
 async def _add_message(
     db: Connection, thread_id: str, author: str, kind: str, text: str, *, by_bot: bool = False
 ) -> LocalMessage:
     """A person's message (the opening, kind "customer", or a "reply"), or a bot's note, as
-    stored. Inside the caller's transaction."""
-    await _in_commit_order(db)
+    stored. Inside LocalThreadStore._appending."""
     seq = await db.fetchval(
         "INSERT INTO messages (thread_id, author, author_is_bot, kind, text, created_at) "
         "VALUES (?, ?, ?, ?, ?, ?) RETURNING seq",
