@@ -58,13 +58,20 @@ _PROBE_TIMEOUT = timedelta(seconds=30)
 # A dead Worker's sticky queue is polled at least this long before it is unloaded, and on until
 # no task has come for _DRAIN_QUIET: its backlog (a reply per conversation that heard from its
 # customer since the death) is read at a few milliseconds a task, and a fixed window would leave
-# the rest of a large backlog there, each task waiting out the sticky timeout. Past the default
-# sticky timeout (WORKER_STICKY_TIMEOUT, worker.settings) Temporal moves what is left anyway: the
-# drain ends then.
-_DRAIN = 0.5
+# the rest of a large backlog there, each task waiting out the sticky timeout. A second, not half:
+# the releasing process is busiest right after a death (it promotes the standby and starts the
+# next), and its polls reached Temporal after a half-second window had ended, which left 137 of a
+# held crowd of 200 on the queue (bench.recovery --held 200). Polls later still: the next round
+# (release_sticky_queue) takes what they find. Past the default sticky timeout
+# (WORKER_STICKY_TIMEOUT, worker.settings) Temporal moves what is left anyway: the drain ends then.
+_DRAIN = 1.0
 _DRAIN_QUIET = 0.25
 _DRAIN_MAX = 10.0
-_DRAIN_POLLERS = 4
+# Polls at once, each answered without waiting for the previous task's failure to be recorded: a
+# crowd's replies reach the dead queue at hundreds a second. With 4 polls that each waited for
+# their answer the drain took 100-170 tasks a second, and left the rest of a crowd of 300 to the
+# sticky timeout; with 32, 294 of 300 in the same second (docs/benchmarks.md).
+_DRAIN_POLLERS = 32
 # Temporal refuses a long poll shorter than a few seconds; the unload ends it sooner.
 _DRAIN_POLL_TIMEOUT = timedelta(seconds=10)
 # With several Workers on the queue, the probe's first task may go to another one: tries.
@@ -160,24 +167,64 @@ async def release_sticky_queue(
     queue's name, if already known (one call less while replies may be arriving).
 
     ShutdownWorker alone would leave the tasks queued since the death where they are, each
-    waiting out the sticky timeout (10 s). So the queue is first polled as its Worker would,
-    _DRAIN_POLLERS polls at once until the tasks stop coming (_DRAIN, _DRAIN_QUIET), and each
-    task taken is failed with ResetStickyTaskQueue: what an SDK answers when a sticky task names
-    a Workflow it no longer caches. Temporal clears the conversation's stickiness and schedules
-    the task again at once on the normal queue, without counting an attempt (a
-    WorkflowTaskFailed event in its history, no command: replay is unchanged). Then
-    ShutdownWorker, while the polls still wait: a task added before it meets a poll; one after
-    it goes to the normal queue directly."""
+    waiting out the sticky timeout (10 s). So the queue is drained first (_drain_then_unload),
+    and unloaded while the drain's polls still wait. A task that reached the queue in the moment
+    before the unload, with every poll busy, is left behind in it: another round's polls load the
+    queue again and take it. The rounds end with one that finds nothing."""
     sticky = sticky or await sticky_queue_of(client, identity)
     if sticky is None:
         return None
     queue = TaskQueue(
         name=sticky, kind=TaskQueueKind.TASK_QUEUE_KIND_STICKY, normal_name=task_queue
     )
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + _DRAIN_MAX
+    gone = Failure(message=f"{identity} is gone ({reason}): its sticky queue is released")
+    drained = 0
+    at_least = _DRAIN
+    while True:
+        took = await _drain_then_unload(client, queue, by, reason, gone, at_least, deadline)
+        drained += took
+        if not took or loop.time() >= deadline:
+            return drained
+        # Only what the last unload's moment left: it is there when the polls arrive.
+        at_least = _DRAIN_QUIET
+
+
+async def _drain_then_unload(
+    client: Client,
+    queue: TaskQueue,
+    by: str,
+    reason: str,
+    gone: Failure,
+    at_least: float,
+    deadline: float,
+) -> int:
+    """One round of the release: poll `queue` as its Worker would, _DRAIN_POLLERS polls at once,
+    for `at_least` seconds and on until the tasks stop coming (_DRAIN_QUIET) or `deadline`; fail
+    each task taken with ResetStickyTaskQueue, what an SDK answers when a sticky task names a
+    Workflow it no longer caches. Temporal clears the conversation's stickiness and schedules the
+    task again at once on the normal queue, without counting an attempt (a WorkflowTaskFailed
+    event in its history, `gone`, no command: replay is unchanged). Then ShutdownWorker, while the
+    polls still wait: a task added before it meets a poll; one after it goes to the normal queue
+    directly. Returns how many tasks were taken."""
     drained = 0
     unloaded = asyncio.Event()
     loop = asyncio.get_running_loop()
     began = last = loop.time()
+    failing: set[asyncio.Future[None]] = set()
+
+    async def fail(token: bytes) -> None:
+        with contextlib.suppress(RPCError):  # it timed out or closed meanwhile
+            await client.workflow_service.respond_workflow_task_failed(
+                RespondWorkflowTaskFailedRequest(
+                    namespace=client.namespace,
+                    task_token=token,
+                    cause=WorkflowTaskFailedCause.WORKFLOW_TASK_FAILED_CAUSE_RESET_STICKY_TASK_QUEUE,
+                    identity=by,
+                    failure=gone,
+                )
+            )
 
     async def poll() -> None:
         nonlocal drained, last
@@ -190,24 +237,17 @@ async def release_sticky_queue(
                     timeout=_DRAIN_POLL_TIMEOUT,
                 )
             except RPCError as err:
-                log.debug("Draining %s: %s", sticky, err.message)
+                log.debug("Draining %s: %s", queue.name, err.message)
                 return
             if not task.task_token:
                 continue  # its unload answers an outstanding poll with nothing
             drained += 1
             last = loop.time()
-            with contextlib.suppress(RPCError):  # it timed out or closed meanwhile
-                await client.workflow_service.respond_workflow_task_failed(
-                    RespondWorkflowTaskFailedRequest(
-                        namespace=client.namespace,
-                        task_token=task.task_token,
-                        cause=WorkflowTaskFailedCause.WORKFLOW_TASK_FAILED_CAUSE_RESET_STICKY_TASK_QUEUE,
-                        identity=by,
-                        failure=Failure(
-                            message=f"{identity} is gone ({reason}): its sticky queue is released"
-                        ),
-                    )
-                )
+            # Answered beside the next poll: the task token is history's, the queue plays no
+            # further part, so the answer may come after the unload.
+            failed = asyncio.ensure_future(fail(task.task_token))
+            failing.add(failed)
+            failed.add_done_callback(failing.discard)
 
     def unload() -> Awaitable[object]:
         # Shielded: even when cancelled, a queue left loaded after its last poll would take
@@ -216,7 +256,7 @@ async def release_sticky_queue(
             client.workflow_service.shutdown_worker(
                 ShutdownWorkerRequest(
                     namespace=client.namespace,
-                    sticky_task_queue=sticky,
+                    sticky_task_queue=queue.name,
                     identity=by,
                     reason=reason,
                 )
@@ -226,7 +266,7 @@ async def release_sticky_queue(
     polls = [asyncio.ensure_future(poll()) for _ in range(_DRAIN_POLLERS)]
     try:
         while not all(p.done() for p in polls):
-            until = min(max(began + _DRAIN, last + _DRAIN_QUIET), began + _DRAIN_MAX)
+            until = min(max(began + at_least, last + _DRAIN_QUIET), deadline)
             if loop.time() >= until:
                 break
             await asyncio.wait(polls, timeout=until - loop.time())
@@ -234,6 +274,7 @@ async def release_sticky_queue(
         unloaded.set()
         await unload()
         await asyncio.gather(*polls, return_exceptions=True)
+        await asyncio.gather(*failing, return_exceptions=True)
         # A poll that reached Temporal only after the unload (a slow machine) loaded the queue
         # again: unloaded once more, now that no poll is left.
         await unload()
