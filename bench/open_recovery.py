@@ -93,15 +93,11 @@ async def open_conversations(
     has asked each its first question and gone idle: each is then sticky to it."""
     shoppers = await place_crowd(stack.settings, n, prefix=prefix, first_order=first_order)
     threads = local_thread_store(stack.settings)
-    gate = asyncio.Semaphore(50)
-
-    async def one(i: int) -> WorkflowHandle:
-        async with gate:
-            return await open_one(
-                stack.client, threads, shoppers[i], prefix, stack.temporal.task_queue
-            )
-
-    handles = [await one(i) for i in range(n)]  # the thread store is one SQLite file
+    # One at a time: the terminal's thread store is one SQLite file.
+    handles = [
+        await open_one(stack.client, threads, shopper, prefix, stack.temporal.task_queue)
+        for shopper in shoppers
+    ]
     supervisor = stack.supervisor
     assert supervisor is not None and supervisor.pid is not None
     sample = random.sample(handles, min(20, n))

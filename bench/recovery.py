@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from temporalio.api.enums.v1 import EventType, TimeoutType
+from temporalio.api.enums.v1 import EventType, TimeoutType, WorkflowTaskFailedCause
 from temporalio.api.history.v1 import HistoryEvent
 
 from bench import at_most, release_and_refund, release_and_refund_in, run_benchmark
@@ -139,13 +139,17 @@ class Released:
 
     signaled: float  # the release Signal is in its history
     task_scheduled: float  # the workflow task it caused is queued
-    task_started: float  # a Worker polled that task
+    task_started: float  # a Worker polled it (the release takes it first from a dead queue)
     refund_scheduled: float  # that task completed, with issue_refund (and the grant read's marker)
     refund_started: float
     refund_completed: float
     # Workflow tasks after the release that failed, or timed out: started but not completed in
     # time (a Worker too busy to finish it), or queued on a dead Worker's sticky queue.
     task_retries: collections.Counter[str]
+
+
+# How a dead Worker's sticky-queue release fails the tasks it takes (worker.sticky).
+_SENT_ON = WorkflowTaskFailedCause.WORKFLOW_TASK_FAILED_CAUSE_RESET_STICKY_TASK_QUEUE
 
 
 def _released(events: Iterable[HistoryEvent]) -> dict[str, Any]:
@@ -164,10 +168,18 @@ def _released(events: Iterable[HistoryEvent]) -> dict[str, Any]:
         elif kind == EventType.EVENT_TYPE_WORKFLOW_TASK_SCHEDULED:
             stamps.setdefault("task_scheduled", at)
         elif kind == EventType.EVENT_TYPE_WORKFLOW_TASK_STARTED:
-            stamps.setdefault("task_started", at)
+            if "refund_scheduled" not in stamps:
+                # The start of the task that went on to schedule the refund: one a dead Worker's
+                # release took from its sticky queue, and failed, was not a Worker's.
+                stamps["task_started"] = at
         elif kind == EventType.EVENT_TYPE_WORKFLOW_TASK_FAILED:
             when = "after" if "refund_scheduled" in stamps else "before"
-            stamps["retries"][f"failed {when} issue_refund"] += 1
+            cause = event.workflow_task_failed_event_attributes.cause
+            sent_on = (
+                cause == WorkflowTaskFailedCause.WORKFLOW_TASK_FAILED_CAUSE_RESET_STICKY_TASK_QUEUE
+            )
+            said = "sent on from a dead sticky queue" if sent_on else "failed"
+            stamps["retries"][f"{said} {when} issue_refund"] += 1
         elif kind == EventType.EVENT_TYPE_WORKFLOW_TASK_TIMED_OUT:
             timeout = event.workflow_task_timed_out_event_attributes.timeout_type
             kind_name = TimeoutType.Name(timeout).removeprefix("TIMEOUT_TYPE_").lower()
@@ -218,7 +230,8 @@ def _breakdown(phases: list[Released]) -> None:
     steps = [
         ("release Signal received", [p.signaled for p in phases]),
         ("  -> workflow task queued", [p.task_scheduled - p.signaled for p in phases]),
-        ("  -> task polled (queue wait)", [p.task_started - p.task_scheduled for p in phases]),
+        ("  -> task polled by a Worker (queue wait)",
+         [p.task_started - p.task_scheduled for p in phases]),
         ("  -> issue_refund scheduled (replay + grant read)",
          [p.refund_scheduled - p.task_started for p in phases]),
         ("  -> issue_refund started", [p.refund_started - p.refund_scheduled for p in phases]),
@@ -233,7 +246,7 @@ def _breakdown(phases: list[Released]) -> None:
         )
     for name, values in (
         ("last release Signal received", [p.signaled for p in phases]),
-        ("last workflow task polled", [p.task_started for p in phases]),
+        ("last workflow task polled by a Worker", [p.task_started for p in phases]),
         ("last issue_refund scheduled", [p.refund_scheduled for p in phases]),
         ("last issue_refund completed", [p.refund_completed for p in phases]),
     ):

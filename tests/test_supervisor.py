@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 from temporalio.api.enums.v1 import EventType, TaskQueueKind, TimeoutType
 from temporalio.client import Client, WorkflowHandle
+from temporalio.service import RPCError, RPCStatusCode
 from temporalio.testing import WorkflowEnvironment
 
 from harness import queue_settings
@@ -205,18 +206,26 @@ async def test_a_crowd_replying_while_the_release_drains_waits_out_no_sticky_tim
     temporal_env: WorkflowEnvironment, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A support desk's crowd answers at once, right after a Worker's death, while its sticky
-    queue is being released by a busy supervisor whose polls reach Temporal late: every reply is
-    handed to the normal queue, none is left on the dead queue to wait out the sticky timeout.
-    (A release that unloaded the queue when its half-second window ended, its polls not yet
-    there, left 137 of a held crowd of 200 on it: bench.recovery --held 200.)"""
+    queue is being released by a busy supervisor whose polls reach Temporal late, and are then
+    refused for a while by a busy server's rate limit: every reply is handed to the normal queue,
+    none is left on the dead queue to wait out the sticky timeout. (A release that unloaded the
+    queue when its half-second window ended, its polls not yet there, left 137 of a held crowd of
+    200 on it; one whose polls gave up when refused took one task a poll: bench.recovery.)"""
     target = temporal_env.client.service_client.config.target_host
     client = await Client.connect(target, data_converter=TEST_CONVERTER)
     late = asyncio.Event()  # the release's polls wait for it
+    refusals = 100  # then the server's rate limit refuses the first ones
     real_poll = client.workflow_service.poll_workflow_task_queue
 
     async def poll_late(request: Any, *args: Any, **kw: Any) -> Any:
+        nonlocal refusals
         if request.task_queue.kind == TaskQueueKind.TASK_QUEUE_KIND_STICKY:
             await late.wait()
+            if refusals > 0:
+                refusals -= 1
+                raise RPCError(
+                    "namespace rate limit exceeded", RPCStatusCode.RESOURCE_EXHAUSTED, b""
+                )
         return await real_poll(request, *args, **kw)
 
     monkeypatch.setattr(client.workflow_service, "poll_workflow_task_queue", poll_late)

@@ -72,8 +72,15 @@ _DRAIN_MAX = 10.0
 # their answer the drain took 100-170 tasks a second, and left the rest of a crowd of 300 to the
 # sticky timeout; with 32, 294 of 300 in the same second (docs/benchmarks.md).
 _DRAIN_POLLERS = 32
-# Temporal refuses a long poll shorter than a few seconds; the unload ends it sooner.
+# Temporal refuses a long poll shorter than a few seconds; the unload ends it sooner. No longer
+# than 10 s: a busy server then refuses a poll over its rate limit at once (RESOURCE_EXHAUSTED)
+# instead of holding it, and a held poll could reach the queue after its unload, and load it again.
 _DRAIN_POLL_TIMEOUT = timedelta(seconds=10)
+# A poll the server refused for now (its rate limit, a moment unavailable) is made again after
+# this: a crowd's replies are what fills the rate limit, and a poll that gave up there left them
+# on the queue (bench.recovery --held 2000: 32 tasks taken a round, one a poll).
+_DRAIN_RETRY = 0.05
+_RETRIED = frozenset({RPCStatusCode.RESOURCE_EXHAUSTED, RPCStatusCode.UNAVAILABLE})
 # With several Workers on the queue, the probe's first task may go to another one: tries.
 _PROBE_TRIES = 8
 
@@ -170,7 +177,8 @@ async def release_sticky_queue(
     waiting out the sticky timeout (10 s). So the queue is drained first (_drain_then_unload),
     and unloaded while the drain's polls still wait. A task that reached the queue in the moment
     before the unload, with every poll busy, is left behind in it: another round's polls load the
-    queue again and take it. The rounds end with one that finds nothing."""
+    queue again and take it. The rounds end with one whose polls reached the queue and found
+    nothing: a round the server refused polls in proves nothing, and another follows."""
     sticky = sticky or await sticky_queue_of(client, identity)
     if sticky is None:
         return None
@@ -183,9 +191,11 @@ async def release_sticky_queue(
     drained = 0
     at_least = _DRAIN
     while True:
-        took = await _drain_then_unload(client, queue, by, reason, gone, at_least, deadline)
+        took, refused = await _drain_then_unload(
+            client, queue, by, reason, gone, at_least, deadline
+        )
         drained += took
-        if not took or loop.time() >= deadline:
+        if not (took or refused) or loop.time() >= deadline:
             return drained
         # Only what the last unload's moment left: it is there when the polls arrive.
         at_least = _DRAIN_QUIET
@@ -199,7 +209,7 @@ async def _drain_then_unload(
     gone: Failure,
     at_least: float,
     deadline: float,
-) -> int:
+) -> tuple[int, int]:
     """One round of the release: poll `queue` as its Worker would, _DRAIN_POLLERS polls at once,
     for `at_least` seconds and on until the tasks stop coming (_DRAIN_QUIET) or `deadline`; fail
     each task taken with ResetStickyTaskQueue, what an SDK answers when a sticky task names a
@@ -207,8 +217,8 @@ async def _drain_then_unload(
     task again at once on the normal queue, without counting an attempt (a WorkflowTaskFailed
     event in its history, `gone`, no command: replay is unchanged). Then ShutdownWorker, while the
     polls still wait: a task added before it meets a poll; one after it goes to the normal queue
-    directly. Returns how many tasks were taken."""
-    drained = 0
+    directly. Returns how many tasks were taken, and how many polls the server refused."""
+    drained = refused = 0
     unloaded = asyncio.Event()
     loop = asyncio.get_running_loop()
     began = last = loop.time()
@@ -223,11 +233,14 @@ async def _drain_then_unload(
                     cause=WorkflowTaskFailedCause.WORKFLOW_TASK_FAILED_CAUSE_RESET_STICKY_TASK_QUEUE,
                     identity=by,
                     failure=gone,
-                )
+                ),
+                # Through a busy server's rate limit: a task taken and never answered waits
+                # out the workflow task timeout instead.
+                retry=True,
             )
 
     async def poll() -> None:
-        nonlocal drained, last
+        nonlocal drained, refused, last
         while not unloaded.is_set():
             try:
                 task = await client.workflow_service.poll_workflow_task_queue(
@@ -238,7 +251,12 @@ async def _drain_then_unload(
                 )
             except RPCError as err:
                 log.debug("Draining %s: %s", queue.name, err.message)
-                return
+                if err.status not in _RETRIED:
+                    return
+                refused += 1
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(unloaded.wait(), _DRAIN_RETRY)
+                continue
             if not task.task_token:
                 continue  # its unload answers an outstanding poll with nothing
             drained += 1
@@ -278,7 +296,7 @@ async def _drain_then_unload(
         # A poll that reached Temporal only after the unload (a slow machine) loaded the queue
         # again: unloaded once more, now that no poll is left.
         await unload()
-    return drained
+    return drained, refused
 
 
 async def release_previous_here(client: Client, task_queue: str, identity: str) -> list[str]:
