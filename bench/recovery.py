@@ -45,6 +45,7 @@ from harness.stack import supervised_stack
 from refund_bot.stack import Stack
 from refund_bot.wiring import local_thread_store
 from worker.control import request_worker_restart, worker_identity
+from worker.sticky import RELEASED
 
 OPENING: dict[str, str] = {}  # each shopper's opening message, by user id
 RELEASE_TIMEOUT = 1800.0  # a crowd not refunded in half an hour is a failed run
@@ -148,7 +149,8 @@ class Released:
     task_retries: collections.Counter[str]
 
 
-# How a dead Worker's sticky-queue release fails the tasks it takes (worker.sticky).
+# How a dead Worker's sticky-queue release fails the tasks it takes (worker.sticky), and how a
+# Worker fails a sticky task of a conversation it no longer caches.
 _SENT_ON = WorkflowTaskFailedCause.WORKFLOW_TASK_FAILED_CAUSE_RESET_STICKY_TASK_QUEUE
 
 
@@ -174,11 +176,13 @@ def _released(events: Iterable[HistoryEvent]) -> dict[str, Any]:
                 stamps["task_started"] = at
         elif kind == EventType.EVENT_TYPE_WORKFLOW_TASK_FAILED:
             when = "after" if "refund_scheduled" in stamps else "before"
-            cause = event.workflow_task_failed_event_attributes.cause
-            sent_on = (
-                cause == WorkflowTaskFailedCause.WORKFLOW_TASK_FAILED_CAUSE_RESET_STICKY_TASK_QUEUE
-            )
-            said = "sent on from a dead sticky queue" if sent_on else "failed"
+            failed = event.workflow_task_failed_event_attributes
+            if failed.cause != _SENT_ON:
+                said = "failed"
+            elif failed.failure.message.endswith(RELEASED):
+                said = "sent on by a dead Worker's sticky-queue release"
+            else:
+                said = "reset by a Worker that no longer cached it"
             stamps["retries"][f"{said} {when} issue_refund"] += 1
         elif kind == EventType.EVENT_TYPE_WORKFLOW_TASK_TIMED_OUT:
             timeout = event.workflow_task_timed_out_event_attributes.timeout_type

@@ -55,18 +55,19 @@ log = logging.getLogger(__name__)
 PROBE_WORKFLOW = "RefundBotStickyProbe"
 # A probe whose Worker died half way through ends on its own.
 _PROBE_TIMEOUT = timedelta(seconds=30)
-# A dead Worker's sticky queue is polled at least this long before it is unloaded, and on until
-# no task has come for _DRAIN_QUIET: its backlog (a reply per conversation that heard from its
-# customer since the death) is read at a few milliseconds a task, and a fixed window would leave
-# the rest of a large backlog there, each task waiting out the sticky timeout. A second, not half:
-# the releasing process is busiest right after a death (it promotes the standby and starts the
-# next), and its polls reached Temporal after a half-second window had ended, which left 137 of a
-# held crowd of 200 on the queue (bench.recovery --held 200). Polls later still: the next round
-# (release_sticky_queue) takes what they find. Past the default sticky timeout
-# (WORKER_STICKY_TIMEOUT, worker.settings) Temporal moves what is left anyway: the drain ends then.
+# A dead Worker's sticky queue is polled at least _DRAIN each round before it is unloaded, and on
+# until no task has come for _DRAIN_QUIET, or twice the round's longest wait between two tasks if
+# that is longer: its backlog (a reply per conversation that heard from its customer since the
+# death) comes in bursts when the server is busy, and an unload between two bursts leaves the rest
+# there, each task waiting out the sticky timeout. Measured (bench.recovery --held, docs/
+# benchmarks.md): the releasing process's first polls reached Temporal more than half a second
+# after the death (it promotes the standby and starts the next one then), a queue loaded again by
+# a new round's polls began to hand out its tasks 0.4-0.5 s later, and the bursts of a crowd of
+# 1,000 came up to 0.36 s apart. The rounds end with one that finds nothing, or at _DRAIN_MAX: a
+# crowd still arriving keeps its release going, each task sent on as it comes.
 _DRAIN = 1.0
-_DRAIN_QUIET = 0.25
-_DRAIN_MAX = 10.0
+_DRAIN_QUIET = 0.5
+_DRAIN_MAX = 30.0
 # Polls at once, each answered without waiting for the previous task's failure to be recorded: a
 # crowd's replies reach the dead queue at hundreds a second. With 4 polls that each waited for
 # their answer the drain took 100-170 tasks a second, and left the rest of a crowd of 300 to the
@@ -81,6 +82,8 @@ _DRAIN_POLL_TIMEOUT = timedelta(seconds=10)
 # on the queue (bench.recovery --held 2000: 32 tasks taken a round, one a poll).
 _DRAIN_RETRY = 0.05
 _RETRIED = frozenset({RPCStatusCode.RESOURCE_EXHAUSTED, RPCStatusCode.UNAVAILABLE})
+# How the failure of a task the release took ends: Event History tells it from a Worker's own.
+RELEASED = ": its sticky queue is released"
 # With several Workers on the queue, the probe's first task may go to another one: tries.
 _PROBE_TRIES = 8
 
@@ -187,18 +190,13 @@ async def release_sticky_queue(
     )
     loop = asyncio.get_running_loop()
     deadline = loop.time() + _DRAIN_MAX
-    gone = Failure(message=f"{identity} is gone ({reason}): its sticky queue is released")
+    gone = Failure(message=f"{identity} is gone ({reason}){RELEASED}")
     drained = 0
-    at_least = _DRAIN
     while True:
-        took, refused = await _drain_then_unload(
-            client, queue, by, reason, gone, at_least, deadline
-        )
+        took, refused = await _drain_then_unload(client, queue, by, reason, gone, deadline)
         drained += took
         if not (took or refused) or loop.time() >= deadline:
             return drained
-        # Only what the last unload's moment left: it is there when the polls arrive.
-        at_least = _DRAIN_QUIET
 
 
 async def _drain_then_unload(
@@ -207,11 +205,10 @@ async def _drain_then_unload(
     by: str,
     reason: str,
     gone: Failure,
-    at_least: float,
     deadline: float,
 ) -> tuple[int, int]:
     """One round of the release: poll `queue` as its Worker would, _DRAIN_POLLERS polls at once,
-    for `at_least` seconds and on until the tasks stop coming (_DRAIN_QUIET) or `deadline`; fail
+    for _DRAIN seconds and on until the tasks stop coming (_DRAIN_QUIET) or `deadline`; fail
     each task taken with ResetStickyTaskQueue, what an SDK answers when a sticky task names a
     Workflow it no longer caches. Temporal clears the conversation's stickiness and schedules the
     task again at once on the normal queue, without counting an attempt (a WorkflowTaskFailed
@@ -222,6 +219,7 @@ async def _drain_then_unload(
     unloaded = asyncio.Event()
     loop = asyncio.get_running_loop()
     began = last = loop.time()
+    quiet = _DRAIN_QUIET
     failing: set[asyncio.Future[None]] = set()
 
     async def fail(token: bytes) -> None:
@@ -240,7 +238,7 @@ async def _drain_then_unload(
             )
 
     async def poll() -> None:
-        nonlocal drained, refused, last
+        nonlocal drained, refused, last, quiet
         while not unloaded.is_set():
             try:
                 task = await client.workflow_service.poll_workflow_task_queue(
@@ -259,8 +257,11 @@ async def _drain_then_unload(
                 continue
             if not task.task_token:
                 continue  # its unload answers an outstanding poll with nothing
+            now = loop.time()
+            if drained:  # not the wait for the first: the polls' way to a queue loading again
+                quiet = max(quiet, 2 * (now - last))
             drained += 1
-            last = loop.time()
+            last = now
             # Answered beside the next poll: the task token is history's, the queue plays no
             # further part, so the answer may come after the unload.
             failed = asyncio.ensure_future(fail(task.task_token))
@@ -284,7 +285,7 @@ async def _drain_then_unload(
     polls = [asyncio.ensure_future(poll()) for _ in range(_DRAIN_POLLERS)]
     try:
         while not all(p.done() for p in polls):
-            until = min(max(began + at_least, last + _DRAIN_QUIET), deadline)
+            until = min(max(began + _DRAIN, last + quiet), deadline)
             if loop.time() >= until:
                 break
             await asyncio.wait(polls, timeout=until - loop.time())
