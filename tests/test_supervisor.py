@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import os
 import signal
 import statistics
@@ -157,6 +158,28 @@ async def test_open_conversation_resumes_promptly_after_a_kill(
     assert await asyncio.wait_for(handle.result(), timeout=5) == "hello again"
 
 
+@contextlib.asynccontextmanager
+async def announced_child(
+    client: Client, queue: str
+) -> AsyncIterator[tuple[WorkerSupervisor, int]]:
+    """A supervisor of the test's own on `queue`, its child polling with its sticky queue
+    announced: the child's death is then released in one call. Yields it and the child's pid."""
+    settings = queue_settings(client, queue)
+    sup = WorkerSupervisor(settings, CHILD, client=client, env=TEST_CODEC_ENV, ready_timeout=20)
+    await sup.start()
+    try:
+        old = sup.pid
+        assert old is not None
+
+        async def announced() -> bool:
+            return await sticky_queue_of(client, worker_identity(old)) is not None
+
+        await wait_for(announced, timeout=20, what="the child to announce its sticky queue")
+        yield sup, old
+    finally:
+        await sup.stop()
+
+
 async def test_a_death_releases_the_sticky_queue_in_one_call_for_every_conversation(
     temporal_env: WorkflowEnvironment, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -174,18 +197,8 @@ async def test_a_death_releases_the_sticky_queue_in_one_call_for_every_conversat
             return await _real(*args, **kw)
 
         monkeypatch.setattr(client.workflow_service, rpc, counted)
-    settings = queue_settings(client, "refund-bot-release")
-    sup = WorkerSupervisor(settings, CHILD, client=client, env=TEST_CODEC_ENV, ready_timeout=20)
-    await sup.start()
-    try:
-        old = sup.pid
-        assert old is not None
-
-        async def announced() -> bool:
-            return await sticky_queue_of(client, worker_identity(old)) is not None
-
-        await wait_for(announced, timeout=20, what="the child to announce its sticky queue")
-        handles = [await start_sticky_echo(client, settings.task_queue) for _ in range(12)]
+    async with announced_child(client, "refund-bot-release") as (sup, old):
+        handles = [await start_sticky_echo(client, sup.settings.task_queue) for _ in range(12)]
         calls.clear()
         os.kill(old, signal.SIGKILL)  # unannounced: the supervisor sees only a death
         await wait_for(lambda: sup.pid not in (None, old), timeout=20, what="a new child")
@@ -198,8 +211,6 @@ async def test_a_death_releases_the_sticky_queue_in_one_call_for_every_conversat
         # worker.sticky), the last round finding nothing; no reset of each conversation.
         await wait_for(lambda: calls["shutdown_worker"] >= 2, timeout=5, what="the release")
         assert calls["reset_sticky_task_queue"] == 0
-    finally:
-        await sup.stop()
 
 
 async def test_a_crowd_replying_while_the_release_drains_waits_out_no_sticky_timeout(
@@ -229,22 +240,12 @@ async def test_a_crowd_replying_while_the_release_drains_waits_out_no_sticky_tim
         return await real_poll(request, *args, **kw)
 
     monkeypatch.setattr(client.workflow_service, "poll_workflow_task_queue", poll_late)
-    settings = queue_settings(client, "refund-bot-crowd-release")
-    sup = WorkerSupervisor(settings, CHILD, client=client, env=TEST_CODEC_ENV, ready_timeout=20)
-    await sup.start()
-    try:
-        old = sup.pid
-        assert old is not None
-
-        async def announced() -> bool:
-            return await sticky_queue_of(client, worker_identity(old)) is not None
-
-        await wait_for(announced, timeout=20, what="the child to announce its sticky queue")
+    async with announced_child(client, "refund-bot-crowd-release") as (sup, old):
         gate = asyncio.Semaphore(20)
 
         async def sticky_echo() -> WorkflowHandle[Any, str]:
             async with gate:
-                return await start_sticky_echo(client, settings.task_queue)
+                return await start_sticky_echo(client, sup.settings.task_queue)
 
         handles = await asyncio.gather(*(sticky_echo() for _ in range(200)))
         os.kill(old, signal.SIGKILL)
@@ -265,8 +266,6 @@ async def test_a_crowd_replying_while_the_release_drains_waits_out_no_sticky_tim
             == TimeoutType.TIMEOUT_TYPE_SCHEDULE_TO_START
         ]
         assert sticky_timeouts == []
-    finally:
-        await sup.stop()
 
 
 async def test_a_reply_queued_on_the_dead_workers_sticky_queue_before_the_release_goes_on(
@@ -285,34 +284,24 @@ async def test_a_reply_queued_on_the_dead_workers_sticky_queue_before_the_releas
             return await _real(*args, **kw)
 
         monkeypatch.setattr(client.workflow_service, rpc, held)
-    settings = queue_settings(client, "refund-bot-drain")
-    sup = WorkerSupervisor(settings, CHILD, client=client, env=TEST_CODEC_ENV, ready_timeout=20)
-    await sup.start()
-    try:
-        old = sup.pid
-        assert old is not None
+    async with announced_child(client, "refund-bot-drain") as (sup, old):
+        try:
+            handle = await start_sticky_echo(client, sup.settings.task_queue)
+            os.kill(old, signal.SIGKILL)
+            await wait_for(lambda: sup.pid not in (None, old), timeout=20, what="a new child")
+            await handle.signal("reply", "again")
 
-        async def announced() -> bool:
-            return await sticky_queue_of(client, worker_identity(old)) is not None
+            async def queued_on_the_dead_queue() -> bool:
+                scheduled = [
+                    e.workflow_task_scheduled_event_attributes.task_queue.name
+                    for e in (await handle.fetch_history()).events
+                    if e.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_SCHEDULED
+                ]
+                return scheduled[-1].startswith(f"{worker_identity(old)}-")
 
-        await wait_for(announced, timeout=20, what="the child to announce its sticky queue")
-        handle = await start_sticky_echo(client, settings.task_queue)
-        os.kill(old, signal.SIGKILL)
-        await wait_for(lambda: sup.pid not in (None, old), timeout=20, what="a new child")
-        await handle.signal("reply", "again")
-
-        async def queued_on_the_dead_queue() -> bool:
-            scheduled = [
-                e.workflow_task_scheduled_event_attributes.task_queue.name
-                for e in (await handle.fetch_history()).events
-                if e.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_SCHEDULED
-            ]
-            return scheduled[-1].startswith(f"{worker_identity(old)}-")
-
-        await wait_for(queued_on_the_dead_queue, timeout=5, what="the reply's task, sticky")
-        gate.set()
-        # Left there, it would wait out the 10 s sticky timeout.
-        assert await asyncio.wait_for(handle.result(), 5) == "hello again"
-    finally:
-        gate.set()
-        await sup.stop()
+            await wait_for(queued_on_the_dead_queue, timeout=5, what="the reply's task, sticky")
+            gate.set()
+            # Left there, it would wait out the 10 s sticky timeout.
+            assert await asyncio.wait_for(handle.result(), 5) == "hello again"
+        finally:
+            gate.set()  # before the supervisor stops: its release waits for it
