@@ -78,8 +78,8 @@ _DRAIN_POLLERS = 32
 # instead of holding it, and a held poll could reach the queue after its unload, and load it again.
 _DRAIN_POLL_TIMEOUT = timedelta(seconds=10)
 # A poll the server refused for now (its rate limit, a moment unavailable) is made again after
-# this: a crowd's replies are what fills the rate limit, and a poll that gave up there left them
-# on the queue (bench.recovery --held 2000: 32 tasks taken a round, one a poll).
+# this: a crowd's replies are what fills the rate limit, and a poll that gave up there would leave
+# them on the queue.
 _DRAIN_RETRY = 0.05
 _RETRIED = frozenset({RPCStatusCode.RESOURCE_EXHAUSTED, RPCStatusCode.UNAVAILABLE})
 # How the failure of a task the release took ends: Event History tells it from a Worker's own.
