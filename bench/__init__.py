@@ -6,9 +6,9 @@ import asyncio
 import math
 import sys
 import uuid
-from collections.abc import Awaitable, Callable, Coroutine, Iterable, Sequence
+from collections.abc import Coroutine, Iterable, Sequence
 from datetime import datetime
-from typing import Any, NoReturn, TypeVar
+from typing import Any, NoReturn
 
 from temporalio.api.enums.v1 import EventType
 from temporalio.api.history.v1 import HistoryEvent
@@ -60,22 +60,6 @@ def release_and_refund_in(
         ):
             scheduled = event.event_time.ToDatetime()
     return released, scheduled
-
-
-T = TypeVar("T")
-
-
-async def at_most(limit: int, calls: Iterable[Callable[[], Awaitable[T]]]) -> list[T]:
-    """Every call's result, in order, with at most `limit` of them in flight: a crowd's Signals,
-    result waits or history reads sent all at once overrun the dev server (its cache of workflow
-    state, its long polls per namespace) or the client's connection."""
-    gate = asyncio.Semaphore(limit)
-
-    async def one(call: Callable[[], Awaitable[T]]) -> T:
-        async with gate:
-            return await call()
-
-    return await asyncio.gather(*(one(call) for call in calls))
 
 
 async def no_hold() -> bool:

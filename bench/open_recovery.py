@@ -42,13 +42,13 @@ from agent.models import Actor, ConversationStart, CustomerMessage, ThreadRef
 from agent.settings import AgentSettings
 from agent.versions import version_attributes
 from agent.workflow import RefundConversation
-from bench import at_most, percentile, run_benchmark
+from bench import percentile, run_benchmark
 from bench.proc import Sampler, rss_bytes, wait_idle
 from bench.server import free_ports
 from bot.local.thread_store import LocalThreadStore
 from harness.codec import with_test_keys
 from harness.conditions import wait_for
-from harness.crowd import Shopper, place_crowd
+from harness.crowd import Shopper, at_most, place_crowd
 from harness.stack import child_env
 from refund_bot.app import running_stack
 from refund_bot.stack import Stack

@@ -34,11 +34,11 @@ from typing import Any
 from temporalio.api.enums.v1 import EventType, TimeoutType, WorkflowTaskFailedCause
 from temporalio.api.history.v1 import HistoryEvent
 
-from bench import at_most, release_and_refund, release_and_refund_in, run_benchmark
+from bench import release_and_refund, release_and_refund_in, run_benchmark
 from bench.warnings import logged_warnings
 from harness.conditions import wait_for
 from harness.conversation import LocalConversation
-from harness.crowd import place_crowd
+from harness.crowd import at_most, place_crowd
 from harness.dev_server import start_dev_server
 from harness.owner import refunds_made
 from harness.stack import supervised_stack
@@ -55,17 +55,14 @@ IN_FLIGHT = 200
 async def _held(stack: Stack, conversations: list[LocalConversation]) -> None:
     # The setting up is not measured: a few conversations at a time, so that the terminal's thread
     # store (one SQLite file, no busy wait) is not written by hundreds at once.
-    gate = asyncio.Semaphore(20)
-
     async def one(conv: LocalConversation) -> None:
-        async with gate:
-            await conv.open(OPENING[conv.customer.user_id], hold=True)
-            for answer in ("Yes", "Split seam"):
-                await conv.next_bot_message(timeout=120)
-                await conv.reply(answer)
-            await conv.wait_phase("held_before_refund", timeout=120)
+        await conv.open(OPENING[conv.customer.user_id], hold=True)
+        for answer in ("Yes", "Split seam"):
+            await conv.next_bot_message(timeout=120)
+            await conv.reply(answer)
+        await conv.wait_phase("held_before_refund", timeout=120)
 
-    await asyncio.gather(*(one(c) for c in conversations))
+    await at_most(20, (functools.partial(one, c) for c in conversations))
 
 
 async def _standby_ready(stack: Stack) -> None:

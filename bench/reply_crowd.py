@@ -40,12 +40,13 @@ from temporalio.client import WorkflowHandle
 
 from agent.models import CustomerMessage
 from agent.settings import AgentSettings
-from bench import at_most, percentile, run_benchmark
+from bench import percentile, run_benchmark
 from bench.open_recovery import CUSTOMERS, open_conversations, task_retries
 from bench.proc import Sampler, cpu_seconds, rss_bytes
 from bench.server import free_ports
 from bench.warnings import logged_warnings
 from harness.codec import with_test_keys
+from harness.crowd import at_most
 from harness.postgres import PostgresServer
 from harness.stack import child_env
 from refund_bot.app import running_stack

@@ -1,6 +1,7 @@
 """Many customers at once: each a local-channel user with one order of their own, paid offline.
 
     place_crowd(settings, n) -> n Shoppers (actor, order number) in the domain store + ledger
+    at_most(limit, calls) -> every call's result, at most `limit` in flight (a crowd's own calls)
 
 A refund story told hundreds of times needs hundreds of customers: the demo customer's refund
 history grows with every refund (the owner keeps it), so from the second refund on the policy
@@ -9,8 +10,11 @@ would escalate instead of approve. Each shopper is a new customer with no refund
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from datetime import date, timedelta
+from typing import TypeVar
 
 from agent.models import Actor, Platform
 from agent.settings import AgentSettings
@@ -82,3 +86,19 @@ async def place_crowd(
         [(f"pi_crowd_{s.order_number}", s.amount_cents, "usd") for s in shoppers]
     )
     return shoppers
+
+
+T = TypeVar("T")
+
+
+async def at_most(limit: int, calls: Iterable[Callable[[], Awaitable[T]]]) -> list[T]:
+    """Every call's result, in order, with at most `limit` of them in flight: a crowd's Signals,
+    result waits or history reads sent all at once overrun the dev server (its cache of workflow
+    state, its long polls per namespace) or the client's connection."""
+    gate = asyncio.Semaphore(limit)
+
+    async def one(call: Callable[[], Awaitable[T]]) -> T:
+        async with gate:
+            return await call()
+
+    return await asyncio.gather(*(one(call) for call in calls))

@@ -22,6 +22,7 @@ from temporalio.testing import WorkflowEnvironment
 from harness import queue_settings
 from harness.codec import TEST_CODEC_ENV, TEST_CONVERTER
 from harness.conditions import wait_for
+from harness.crowd import at_most
 from worker.control import (
     RestartReport,
     request_worker_restart,
@@ -221,7 +222,7 @@ async def test_a_crowd_replying_while_the_release_drains_waits_out_no_sticky_tim
     refused for a while by a busy server's rate limit: every reply is handed to the normal queue,
     none is left on the dead queue to wait out the sticky timeout. (A release that unloaded the
     queue when its half-second window ended, its polls not yet there, left 137 of a held crowd of
-    200 on it; one whose polls gave up when refused took one task a poll: bench.recovery.)"""
+    200 on it: bench.recovery.)"""
     target = temporal_env.client.service_client.config.target_host
     client = await Client.connect(target, data_converter=TEST_CONVERTER)
     late = asyncio.Event()  # the release's polls wait for it
@@ -241,13 +242,8 @@ async def test_a_crowd_replying_while_the_release_drains_waits_out_no_sticky_tim
 
     monkeypatch.setattr(client.workflow_service, "poll_workflow_task_queue", poll_late)
     async with announced_child(client, "refund-bot-crowd-release") as (sup, old):
-        gate = asyncio.Semaphore(20)
-
-        async def sticky_echo() -> WorkflowHandle[Any, str]:
-            async with gate:
-                return await start_sticky_echo(client, sup.settings.task_queue)
-
-        handles = await asyncio.gather(*(sticky_echo() for _ in range(200)))
+        queue = sup.settings.task_queue
+        handles = await at_most(20, (lambda: start_sticky_echo(client, queue) for _ in range(200)))
         os.kill(old, signal.SIGKILL)
         # At once: the replies reach Temporal while the supervisor learns of the death and
         # begins the release, in this same event loop; its polls arrive after any first window.
