@@ -37,7 +37,7 @@ from harness.codec import TEST_CODEC_ENV
 from harness.conditions import wait_for
 from harness.fakes.slack_api import FakeSlackApi, SlackSender, signed_headers
 from worker.control import worker_identity
-from worker.lifecycle import alive, record_server, stop_left_behind
+from worker.lifecycle import alive, record_server, settled_command_line, stop_left_behind
 from worker.pollers import worker_is_polling
 from worker.server import temporal_answers
 from worker.supervisor import WorkerSupervisor
@@ -215,6 +215,23 @@ async def test_a_pid_file_is_believed_only_for_the_process_it_names(tmp_path: Pa
 # ------------------------------------------------------------------------------------------------
 # No terminal, and Workers of other processes
 # ------------------------------------------------------------------------------------------------
+
+
+async def test_a_process_read_the_moment_it_is_spawned_shows_its_own_command_line() -> None:
+    """A spawn returns while the child is still inside execve, its command line empty for a moment
+    (about 1 in 300 on a busy machine): read then, a just-started server would pass for another
+    program, and its pid file be thrown away. Thousands of spawns, each read at once."""
+    argv = ["sleep", "600"]
+    for _ in range(2000):
+        proc = await asyncio.create_subprocess_exec(*argv)
+        try:
+            assert await settled_command_line(proc.pid) == argv
+        finally:
+            proc.kill()
+            await proc.wait()
+    # A process that has no command line to show is answered at once: a kernel thread, none.
+    assert await asyncio.wait_for(settled_command_line(2), 0.5) is None
+    assert await asyncio.wait_for(settled_command_line(proc.pid), 0.5) is None
 
 
 async def test_without_a_terminal_the_local_channel_stays_closed_and_slack_serves(

@@ -316,7 +316,7 @@ async def stop_left_behind(path: Path, grace: float) -> ServerRecord | None:
     record = read_server(path)
     if record is None:
         return None
-    if command_line(record.pid) != record.argv:
+    if await settled_command_line(record.pid) != record.argv:
         log.debug("Stale pid file %s: pid %s is not that server any more", path, record.pid)
         forget_server(path)
         return None
@@ -387,9 +387,29 @@ def started_at(pid: int) -> int | None:
 
 
 def command_line(pid: int) -> list[str] | None:
-    """The live process's argv, or None when there is no such process (or no /proc)."""
+    """The live process's argv, or None when there is no such process (or no /proc), or none yet."""
     try:
         raw = Path(f"/proc/{pid}/cmdline").read_bytes()
     except OSError:
         return None
     return [os.fsdecode(arg) for arg in raw.split(b"\0")[:-1]] if raw else None
+
+
+_PF_KTHREAD = 0x00200000  # /proc/<pid>/stat flags (field 9): a kernel thread, which has no argv
+_EXEC_SETTLES = 1.0  # s: far beyond an exec's few microseconds, even on a loaded machine
+
+
+async def settled_command_line(pid: int) -> list[str] | None:
+    """`pid`'s argv once its exec has finished: None only if it has none to show.
+
+    A process inside execve shows an empty command line for a moment: the kernel lets its parent go
+    (the spawn returns) before it sets up the new program's arguments. Read then, a just-started
+    server looks like another program (seen about once in 300 spawns on a busy machine).
+    """
+    deadline = time.monotonic() + _EXEC_SETTLES
+    while (argv := command_line(pid)) is None and time.monotonic() < deadline:
+        fields = _stat_fields(pid)
+        if fields is None or fields[0] in ("Z", "X") or int(fields[6]) & _PF_KTHREAD:
+            return None
+        await asyncio.sleep(0.002)
+    return argv
