@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from temporalio.api.enums.v1 import EventType, TimeoutType, WorkflowTaskFailedCause
+from temporalio.api.enums.v1 import EventType, TimeoutType
 from temporalio.api.history.v1 import HistoryEvent
 
 from bench import release_and_refund, release_and_refund_in, run_benchmark
@@ -45,7 +45,7 @@ from harness.stack import supervised_stack
 from refund_bot.stack import Stack
 from refund_bot.wiring import local_thread_store
 from worker.control import request_worker_restart, worker_identity
-from worker.sticky import RELEASED
+from worker.sticky import RELEASED, SENT_ON
 
 OPENING: dict[str, str] = {}  # each shopper's opening message, by user id
 RELEASE_TIMEOUT = 1800.0  # a crowd not refunded in half an hour is a failed run
@@ -146,11 +146,6 @@ class Released:
     task_retries: collections.Counter[str]
 
 
-# How a dead Worker's sticky-queue release fails the tasks it takes (worker.sticky), and how a
-# Worker fails a sticky task of a conversation it no longer caches.
-_SENT_ON = WorkflowTaskFailedCause.WORKFLOW_TASK_FAILED_CAUSE_RESET_STICKY_TASK_QUEUE
-
-
 def _released(events: Iterable[HistoryEvent]) -> dict[str, Any]:
     """The events after the release Signal, by what they mean (the first of each)."""
     stamps: dict[str, Any] = {"retries": collections.Counter()}
@@ -174,7 +169,8 @@ def _released(events: Iterable[HistoryEvent]) -> dict[str, Any]:
         elif kind == EventType.EVENT_TYPE_WORKFLOW_TASK_FAILED:
             when = "after" if "refund_scheduled" in stamps else "before"
             failed = event.workflow_task_failed_event_attributes
-            if failed.cause != _SENT_ON:
+            # The release's cause is a Worker's own for a conversation it no longer caches.
+            if failed.cause != SENT_ON:
                 said = "failed"
             elif failed.failure.message.endswith(RELEASED):
                 said = "sent on by a dead Worker's sticky-queue release"

@@ -355,6 +355,9 @@ async def stop_process(pid: int, grace: float) -> None:
 # ------------------------------------------------------------------------------------------------
 
 
+_ENDED = ("Z", "X")  # /proc/<pid>/stat states: a zombie (dead, not yet reaped), or dead
+
+
 def _stat_fields(pid: int) -> list[str] | None:
     """/proc/<pid>/stat from field 3 (state) on; the name before it may hold spaces."""
     try:
@@ -368,7 +371,7 @@ def alive(pid: int) -> bool:
     """Whether `pid` runs (a zombie, dead and not yet reaped, does not)."""
     fields = _stat_fields(pid)
     if fields is not None:
-        return fields[0] not in ("Z", "X")
+        return fields[0] not in _ENDED
     if Path("/proc/self/stat").exists():
         return False  # /proc works and has no such pid
     try:
@@ -409,7 +412,7 @@ async def settled_command_line(pid: int) -> list[str] | None:
     deadline = time.monotonic() + _EXEC_SETTLES
     while (argv := command_line(pid)) is None and time.monotonic() < deadline:
         fields = _stat_fields(pid)
-        if fields is None or fields[0] in ("Z", "X") or int(fields[6]) & _PF_KTHREAD:
+        if fields is None or fields[0] in _ENDED or int(fields[6]) & _PF_KTHREAD:
             return None
         await asyncio.sleep(0.002)
     return argv

@@ -82,7 +82,9 @@ _DRAIN_POLL_TIMEOUT = timedelta(seconds=10)
 # them on the queue.
 _DRAIN_RETRY = 0.05
 _RETRIED = frozenset({RPCStatusCode.RESOURCE_EXHAUSTED, RPCStatusCode.UNAVAILABLE})
-# How the failure of a task the release took ends: Event History tells it from a Worker's own.
+# How the release fails a task it took: the cause an SDK gives for a sticky task of a Workflow it
+# no longer caches, and a message whose end tells the release's failures from a Worker's own.
+SENT_ON = WorkflowTaskFailedCause.WORKFLOW_TASK_FAILED_CAUSE_RESET_STICKY_TASK_QUEUE
 RELEASED = ": its sticky queue is released"
 # With several Workers on the queue, the probe's first task may go to another one: tries.
 _PROBE_TRIES = 8
@@ -193,9 +195,9 @@ async def release_sticky_queue(
     gone = Failure(message=f"{identity} is gone ({reason}){RELEASED}")
     drained = 0
     while True:
-        took, refused = await _drain_then_unload(client, queue, by, reason, gone, deadline)
+        took, refused_any = await _drain_then_unload(client, queue, by, reason, gone, deadline)
         drained += took
-        if not (took or refused) or loop.time() >= deadline:
+        if not (took or refused_any) or loop.time() >= deadline:
             return drained
 
 
@@ -206,7 +208,7 @@ async def _drain_then_unload(
     reason: str,
     gone: Failure,
     deadline: float,
-) -> tuple[int, int]:
+) -> tuple[int, bool]:
     """One round of the release: poll `queue` as its Worker would, _DRAIN_POLLERS polls at once,
     for _DRAIN seconds and on until the tasks stop coming (_DRAIN_QUIET) or `deadline`; fail
     each task taken with ResetStickyTaskQueue, what an SDK answers when a sticky task names a
@@ -214,8 +216,9 @@ async def _drain_then_unload(
     task again at once on the normal queue, without counting an attempt (a WorkflowTaskFailed
     event in its history, `gone`, no command: replay is unchanged). Then ShutdownWorker, while the
     polls still wait: a task added before it meets a poll; one after it goes to the normal queue
-    directly. Returns how many tasks were taken, and how many polls the server refused."""
-    drained = refused = 0
+    directly. Returns how many tasks were taken, and whether the server refused a poll."""
+    drained = 0
+    refused_any = False
     unloaded = asyncio.Event()
     loop = asyncio.get_running_loop()
     began = last = loop.time()
@@ -228,7 +231,7 @@ async def _drain_then_unload(
                 RespondWorkflowTaskFailedRequest(
                     namespace=client.namespace,
                     task_token=token,
-                    cause=WorkflowTaskFailedCause.WORKFLOW_TASK_FAILED_CAUSE_RESET_STICKY_TASK_QUEUE,
+                    cause=SENT_ON,
                     identity=by,
                     failure=gone,
                 ),
@@ -238,7 +241,7 @@ async def _drain_then_unload(
             )
 
     async def poll() -> None:
-        nonlocal drained, refused, last, quiet
+        nonlocal drained, refused_any, last, quiet
         while not unloaded.is_set():
             try:
                 task = await client.workflow_service.poll_workflow_task_queue(
@@ -251,7 +254,7 @@ async def _drain_then_unload(
                 log.debug("Draining %s: %s", queue.name, err.message)
                 if err.status not in _RETRIED:
                     return
-                refused += 1
+                refused_any = True
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(unloaded.wait(), _DRAIN_RETRY)
                 continue
@@ -297,7 +300,7 @@ async def _drain_then_unload(
         # A poll that reached Temporal only after the unload (a slow machine) loaded the queue
         # again: unloaded once more, now that no poll is left.
         await unload()
-    return drained, refused
+    return drained, refused_any
 
 
 async def release_previous_here(client: Client, task_queue: str, identity: str) -> list[str]:
