@@ -31,6 +31,11 @@ from worker.runner import build_worker
 # other conversations was measured to take, under load, between taking a task and starting it.
 BUSY_SECONDS = 6.0
 
+# Every decide step's first attempt starts BUSY_SECONDS late, and the model's path takes three of
+# them (two lookups chosen, then the question) before the first question shows: a wait for the
+# agent's next message allows for those on top of the harness's usual 20 s.
+NEXT_MESSAGE_DEADLINE = 20.0 + 3 * BUSY_SECONDS
+
 
 class BusyFirst(Interceptor):
     """The first attempt of the Activity named `activity_type` starts BUSY_SECONDS late."""
@@ -69,7 +74,7 @@ async def _late_once(
         conv = LocalConversation(client, threads, task_queue)
         handle = await conv.open("please refund order 1234", **opened)
         for answer in ("Yes", "Split seam"):
-            await conv.next_bot_message()
+            await conv.next_bot_message(timeout=NEXT_MESSAGE_DEADLINE)
             await conv.reply(answer)
         outcome = await handle.result()
     history = await handle.fetch_history()
