@@ -404,9 +404,12 @@ def _latest_result(steps: list[Step], name: str) -> Any:
 
 
 def posted_message(step: Step) -> OutboundMessage | None:
-    """What a post_to_thread step posted: its input (a regular Activity), or the message its
-    result echoes (a post made inside the workflow task, whose input Event History does not
-    keep); None for another step, or a local try that failed."""
+    """What a step posted: a post_to_thread's input (a regular Activity) or the message its result
+    echoes (a post made inside the workflow task, whose input Event History does not keep), or
+    the question a decide step posted itself; None for another step, or a try that failed."""
+    if step.name == "decide_next_step":
+        posted = step.result.posted if step.completed and step.result is not None else None
+        return posted.message if posted is not None else None
     if step.name != "post_to_thread":
         return None
     if step.input is not None:

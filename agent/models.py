@@ -210,6 +210,19 @@ class DecideInput(BaseModel):
     # The day the conversation opened (the refund window counts to it). None in inputs recorded
     # before it existed: the decider reads today's date.
     asked_on: date | None = None
+    # Where the step posts the question it decides to ask (the offline policy's path); None: the
+    # Workflow posts it.
+    post_question: QuestionPost | None = None
+
+
+class QuestionPost(BaseModel):
+    """The decide step's post of the question it asks, so that asking takes one local step: the
+    key is the one the Workflow's own post would have had, so either post finds the other."""
+
+    thread: ThreadRef
+    key: MessageKey
+    # The post's one try; a platform slower than this is left to the Workflow's post.
+    within_seconds: float
 
 
 class AgentStep(_Frozen):
@@ -226,6 +239,9 @@ class AgentStep(_Frozen):
     outcome: Literal["approve", "escalate", "deny"] | None = None
     rationale: str = ""
     source: str = "policy"
+    # The question, posted by the step itself (DecideInput.post_question); None when it was not
+    # asked to, or its try failed and the Workflow posts it.
+    posted: PostedMessage | None = None
 
     @property
     def summary(self) -> str:

@@ -21,9 +21,9 @@ from agent.visibility import VERSION_ATTRIBUTE, check_registered
 
 # The version a conversation records when it starts: bumped with every release that changes the
 # Workflow's commands. A new baseline (the major number) drops every branch older than it.
-WORKFLOW_VERSION = "1.0"
+WORKFLOW_VERSION = "1.1"
 # The versions whose conversations this code replays: the current baseline's releases.
-SUPPORTED = ("1.0",)
+SUPPORTED = ("1.0", "1.1")
 
 # No conversation lives longer than this: every wait (the customer, a support agent, the hold
 # before the refund) ends by this age, and the conversation closes with a sentence. It is the
@@ -44,7 +44,10 @@ class Patch:
 
 
 # Every workflow.patched id in agent/workflow.py, by id. Empty at a baseline.
-PATCHES: dict[str, Patch] = {}
+PATCHES: dict[str, Patch] = {
+    # The offline policy's decide step posts the question it asks: one activation a turn fewer.
+    "question-in-decide": Patch(version="1.1", shipped=date(2026, 12, 2)),
+}
 
 
 def overdue(patches: dict[str, Patch], today: date) -> list[str]:

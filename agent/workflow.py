@@ -11,7 +11,7 @@ only their results are recorded. What waits on the outside world (the model, the
 platform) is a regular Activity that heartbeats. A step whose dependency is down is retried
 quickly, then (the thread told once) patiently as a regular Activity: an outage delays a
 conversation, never ends it. Every wait is bounded by its Timing and by MAX_CONVERSATION_AGE.
-This is Workflow version 1.0 (agent/versions.py); docs/versioning.md says how a change ships.
+This is Workflow version 1.1 (agent/versions.py); docs/versioning.md says how a change ships.
 """
 
 # The workflow sandbox runs this module afresh for every conversation it starts or replays, so it
@@ -68,6 +68,7 @@ with workflow.unsafe.imports_passed_through():
         PolicyInput,
         PostedMessage,
         QuestionId,
+        QuestionPost,
         RefundRequest,
         RefundResult,
         Role,
@@ -294,6 +295,8 @@ class RefundConversation:
         self._taken_over: Actor | None = None
         self._held: list[CustomerMessage] = []
         self._told_waiting = False  # the thread knows a step waits out an outage
+        # The key the decide step posts its question under (1.1 on); None: the Workflow posts it.
+        self._question_key: MessageKey | None = None
 
     # ------------------------------------------------------------------------------------------
     # The loop
@@ -369,7 +372,21 @@ class RefundConversation:
     async def _decide(self, request: DecideInput) -> AgentStep:
         if request.decider == "policy":
             # The offline policy is pure and quick: a local step. Its result is recorded (a marker)
-            # and replayed; the working memory it read is not recorded.
+            # and replayed; the working memory it read is not recorded. From 1.1 it posts the
+            # question it asks (DecideInput.post_question): a turn is then one local step, one
+            # activation of the Worker fewer; a conversation started before keeps posting apart
+            # (docs/versioning.md). The key is taken now, so that a post made while the step runs
+            # (a takeover's sentence) cannot take it; a step that does not ask leaves it unused.
+            self._question_key = None
+            if workflow.patched("question-in-decide"):
+                self._seq += 1
+                self._question_key = self._key()
+                where = QuestionPost(
+                    thread=self._start.thread,
+                    key=self._question_key,
+                    within_seconds=LOCAL_POST_TIMEOUT.total_seconds(),
+                )
+                request = request.model_copy(update={"post_question": where})
             return await self._short_step(DecideActivities.decide_next_step, request)
         # MODEL CALL: recorded once in Event History; replay returns it without calling again. The
         # model needs the whole working memory each turn, and an Activity's input is recorded, so
@@ -415,7 +432,11 @@ class RefundConversation:
                 f"the agent asked an unknown question: {step.question_id}", "UnknownQuestion"
             )
         question = step.question or ""
-        await self._post("question", question)
+        if step.posted is None:
+            # Not posted by the decide step: asked by the model, or a version before 1.1, or its
+            # try there failed (a slow or failing platform: then straight to the Activity that
+            # retries, under the key it tried).
+            await self._post("question", question, tried=self._question_key)
         self._phase, self._pending_question = "waiting_for_customer", question
         message = await self._next_customer_message(question)
         self._pending_question = None
@@ -816,29 +837,35 @@ class RefundConversation:
         actions: list | None = None,
         round: int | None = None,
         mention: Mention | None = None,
+        *,
+        tried: MessageKey | None = None,
     ) -> PostedMessage:
-        self._seq += 1
+        """`tried`: the key this message was already tried under inside a workflow task (the
+        decide step's question): no second try, the Activity posts it under that key."""
+        if tried is None:
+            self._seq += 1
         message = OutboundMessage(
             thread=self._start.thread,
-            key=self._key(),
+            key=tried or self._key(),
             kind=kind,
             text=text,
             actions=actions or [],
             round=round,
             mention=mention,
         )
-        try:
-            # EXTERNAL EFFECT: the post, tried once inside this workflow task.
-            return await _local_activity(
-                NotifyActivities.post_to_thread,
-                message,
-                start_to_close=LOCAL_POST_TIMEOUT,
-                retry_policy=RetryPolicy(maximum_attempts=1),
-            )
-        except ActivityError:
-            # The platform is slow or down. The Activity below retries for a day; if the try
-            # posted before it failed, the message key returns that post.
-            pass
+        if tried is None:
+            try:
+                # EXTERNAL EFFECT: the post, tried once inside this workflow task.
+                return await _local_activity(
+                    NotifyActivities.post_to_thread,
+                    message,
+                    start_to_close=LOCAL_POST_TIMEOUT,
+                    retry_policy=RetryPolicy(maximum_attempts=1),
+                )
+            except ActivityError:
+                # The platform is slow or down. The Activity below retries for a day; if the try
+                # posted before it failed, the message key returns that post.
+                pass
         # EXTERNAL EFFECT: a chat message, posted at most once per stable key.
         return await workflow.execute_activity_method(
             NotifyActivities.post_to_thread,

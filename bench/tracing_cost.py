@@ -36,7 +36,7 @@ from temporalio.client import Client
 from agent import tracing
 from bench import percentile, run_benchmark
 from bench.server import embedded_server
-from bench.turn_latency import ANSWERS, OPENING, POST, Events, _is_signal, _seconds
+from bench.turn_latency import ANSWERS, OPENING, Events, _is_signal, _seconds
 from bench.turn_workers import CONVERTERS, local_threads, queue
 from bot.local.thread_store import LocalThreadStore
 from harness import free_port
@@ -90,14 +90,14 @@ async def conversation(
     conv = LocalConversation(client, threads, task_queue)
     with tracing.span("local.message", "server", platform="local") if traced else _nothing():
         handle = await conv.open(OPENING)
-    events = Events(handle)
-    await events.next(events.completed(POST))
+    events = Events(handle, client.data_converter)
+    await events.next(events.said)
     turns = []
     for answer in ANSWERS:
         with tracing.span("local.message", "server", platform="local") if traced else _nothing():
             await conv.reply(answer)
         signaled = await events.next(_is_signal)
-        turns.append(_seconds(signaled, await events.next(events.completed(POST))))
+        turns.append(_seconds(signaled, await events.next(events.said)))
     await handle.terminate("benchmark done")
     return turns
 

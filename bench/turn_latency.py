@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import inspect
 import statistics
 import tempfile
 import uuid
@@ -35,8 +36,10 @@ from pathlib import Path
 from temporalio.api.enums.v1 import EventType
 from temporalio.api.history.v1 import HistoryEvent
 from temporalio.client import Client, WorkflowHandle
+from temporalio.converter import DataConverter
 
 from agent.history import local_activity
+from agent.models import AgentStep
 from bench import percentile, run_benchmark
 from bench.codec_cost import codec_alone
 from bench.plot import axes, cdf, default_path, save
@@ -50,6 +53,7 @@ OPENING = "I want my money back"
 ANSWERS = ("the green one", "the big one, sorry", "1234", "Yes")
 TURNS = len(ANSWERS)
 POST = "post_to_thread"
+DECIDE = "decide_next_step"
 # No single event may take longer than this to appear: a stuck run fails the benchmark.
 EVENT_TIMEOUT = 60.0
 SIGNALED = EventType.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED
@@ -60,18 +64,34 @@ COMPLETED = EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED
 class Events:
     """A run's Event History as the server writes it (long-polled), read once, in order."""
 
-    def __init__(self, handle: WorkflowHandle) -> None:
+    def __init__(self, handle: WorkflowHandle, converter: DataConverter) -> None:
         self._events = handle.fetch_history_events(wait_new_event=True).__aiter__()
+        self._converter = converter  # the client's: a marker's result is encoded by the codec
         self._activity: dict[int, str] = {}  # scheduled event id -> activity type
 
-    async def next(self, wanted: Callable[[HistoryEvent], bool]) -> HistoryEvent:
+    async def next(self, wanted: Callable[[HistoryEvent], bool | Awaitable[bool]]) -> HistoryEvent:
         while True:
             event = await asyncio.wait_for(anext(self._events), EVENT_TIMEOUT)
             if event.event_type == SCHEDULED:
                 name = event.activity_task_scheduled_event_attributes.activity_type.name
                 self._activity[event.event_id] = name
-            if wanted(event):
+            found = wanted(event)
+            if await found if inspect.isawaitable(found) else found:
                 return event
+
+    async def said(self, event: HistoryEvent) -> bool:
+        """The agent's next message posted: a post_to_thread done, or the decide step that
+        posted the question it asked (Workflow 1.1 on)."""
+        if self.completed(POST)(event):
+            return True
+        meta = local_activity(event)
+        if meta is None or meta["activity_type"] != DECIDE:
+            return False
+        result = event.marker_recorded_event_attributes.details.get("result")
+        if result is None or not result.payloads:
+            return False
+        (step,) = await self._converter.decode(result.payloads, [AgentStep])
+        return step.posted is not None
 
     def completed(self, activity: str | None = None) -> Callable[[HistoryEvent], bool]:
         def wanted(event: HistoryEvent) -> bool:
@@ -100,13 +120,13 @@ def _seconds(start: HistoryEvent, end: HistoryEvent) -> float:
 async def conversation(client: Client, threads: LocalThreadStore, task_queue: str) -> list[float]:
     conv = LocalConversation(client, threads, task_queue)
     handle = await conv.open(OPENING)
-    events = Events(handle)
-    await events.next(events.completed(POST))  # the first question
+    events = Events(handle, client.data_converter)
+    await events.next(events.said)  # the first question
     turns = []
     for answer in ANSWERS:
         await conv.reply(answer)
         signaled = await events.next(_is_signal)
-        turns.append(_seconds(signaled, await events.next(events.completed(POST))))
+        turns.append(_seconds(signaled, await events.next(events.said)))
     await handle.terminate("benchmark done")
     return turns
 
@@ -115,7 +135,7 @@ async def bare(client: Client, task_queue: str, activities: int) -> list[float]:
     handle = await client.start_workflow(
         BareRoundTrip.run, activities, id=f"bare-{uuid.uuid4().hex[:12]}", task_queue=task_queue
     )
-    events = Events(handle)
+    events = Events(handle, client.data_converter)
     turns = []
     for value in range(TURNS):
         await handle.signal(BareRoundTrip.ping, value)

@@ -48,7 +48,7 @@ from agent.stores.sqlite import SqliteDatabase
 from bench import customer_says, no_hold, percentile, run_benchmark
 from bench.round_trip import BareRoundTrip
 from bench.server import SERVERS, embedded_server
-from bench.turn_latency import ANSWERS, OPENING, POST, Events
+from bench.turn_latency import ANSWERS, OPENING, Events
 from bench.turn_workers import BARE, local_threads, queue, turn_workers
 from bot.conversations import ConversationRouter, InboundMessage, Kept, Routed
 from bot.ids import workflow_id_for
@@ -79,8 +79,8 @@ async def conversation(
     routed = await router.on_message(_message(thread, OPENING, opens=True))
     assert routed == Routed.STARTED, routed
     handle = client.get_workflow_handle(workflow_id_for(thread))
-    events = Events(handle)
-    await events.next(events.completed(POST))  # the first question
+    events = Events(handle, client.data_converter)
+    await events.next(events.said)  # the first question
     turns = []
     for answer in ANSWERS:
         kept = await router.keep(_message(thread, answer))  # what the platform's ack waits for
@@ -89,7 +89,7 @@ async def conversation(
         routed = await router.deliver(kept)
         calls.append(time.time() - began)
         assert routed == Routed.SIGNALLED, routed
-        posted = await events.next(events.completed(POST))
+        posted = await events.next(events.said)
         turns.append(_since(began, posted.event_time))
     await handle.terminate("benchmark done")
     return turns

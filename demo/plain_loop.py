@@ -112,12 +112,13 @@ class LoopParts:
 def loop_parts(settings: AgentSettings, posters: dict[str, ThreadPoster]) -> LoopParts:
     database = database_for(settings)
     ledger = Ledger(database)
+    notify = NotifyActivities(posters)
     return LoopParts(
-        decide=DecideActivities(settings),
+        decide=DecideActivities(settings, notify.post_to_thread),
         lookups=LookupActivities(DomainStore(database), effect_owner(settings, ledger)),
         authorize=AuthorizeActivities(GrantStore(database)),
         refund=RefundActivities(settings, ledger),
-        notify=NotifyActivities(posters),
+        notify=notify,
         settings=settings,
     )
 

@@ -1,6 +1,6 @@
 """Replay: the committed Event Histories replay cleanly; a reordered Workflow does not.
 
-tests/histories/*.json are every path of Workflow version 1.0 (tests/histories/record.py records
+tests/histories/*.json are every path of Workflow version 1.1 (tests/histories/record.py records
 them), encrypted with the tests' codec key. A change to the Workflow's commands ships as
 docs/versioning.md says: guarded by workflow.patched, with the histories recorded before it kept
 in a `before-<patch id>/` folder here until the patch is removed (tests/test_versions.py).
@@ -31,7 +31,7 @@ from agent.history import (
 )
 from agent.models import ConversationStart, DecideInput, LookupCustomerInput
 from agent.temporal_client import data_converter
-from agent.versions import WORKFLOW_VERSION
+from agent.versions import PATCHES, WORKFLOW_VERSION
 from agent.workflow import WORKFLOW_TYPE, RefundConversation
 from harness.codec import TEST_CONVERTER, TEST_KEY, codec_payloads
 from worker.sandbox import CompiledOnceSandboxRunner
@@ -131,8 +131,9 @@ def test_every_path_is_recorded() -> None:
 @pytest.mark.parametrize("path", CURRENT, ids=_name)
 async def test_a_conversation_records_the_version_that_started_it(path: Path) -> None:
     """RefundBotVersion is set when the conversation starts (the router sets it, so visibility
-    knows it before any task runs) and the Workflow agrees: no upsert, no patch marker. The
-    Worker that must one day replay it can tell from visibility alone whether it can."""
+    knows it before any task runs) and the Workflow agrees: no upsert, and no patch marker but
+    those of the changes open in PATCHES. The Worker that must one day replay it can tell from
+    visibility alone whether it can."""
     history = await _decoded(path)
     started = history.events[0].workflow_execution_started_event_attributes
     payload = started.search_attributes.indexed_fields["RefundBotVersion"]
@@ -144,7 +145,9 @@ async def test_a_conversation_records_the_version_that_started_it(path: Path) ->
     ]
     upserted = {name for attributes in upserts for name in attributes.indexed_fields}
     assert "RefundBotVersion" not in upserted  # the starter's was right
-    assert not _patch_ids(history)  # a baseline: no branch taken, no marker recorded
+    # The offline policy's path takes the 1.1 branch; the model's has no branch.
+    expected = set() if path.stem.startswith("model_") else set(PATCHES)
+    assert _patch_ids(history) == expected
 
 
 @pytest.mark.parametrize("path", CURRENT, ids=_name)
@@ -157,10 +160,28 @@ async def test_a_new_conversation_posts_inside_its_workflow_tasks(path: Path) ->
     at_once = {"refunded_twice", "raced", "late_message", "model_overruled", "model_refused"}
     assert (True, "question") in posts or path.stem in at_once, posts
     if path.stem == "post_timed_out":  # a platform that did not answer: the Activity posted it
-        assert posts[0] == (False, "question"), posts
-        posts = posts[1:]
+        assert (False, "escalation") in posts, posts
+        posts.remove((False, "escalation"))
     assert posts and all(local for local, _kind in posts), posts
     assert "outcome" in {kind for _local, kind in posts}, posts
+
+
+@pytest.mark.parametrize("path", CURRENT, ids=_name)
+async def test_the_offline_policy_posts_each_question_in_the_step_that_asks_it(path: Path) -> None:
+    """A turn of the offline policy is one local step: the decide step posts the question it asks
+    (its result carries the post). The model's questions are posted apart, by post_to_thread."""
+    steps = steps_of((await _decoded(path)).events, TEST_CONVERTER)
+    askers = [s.name for s in steps if (m := posted_message(s)) and m.kind == "question"]
+    if path.stem.startswith("model_"):
+        assert set(askers) <= {"post_to_thread"}, askers
+    else:
+        assert set(askers) <= {"decide_next_step"}, askers
+    asked = [
+        s
+        for s in steps
+        if s.name == "decide_next_step" and s.completed and s.result.action == "ask"
+    ]
+    assert len(askers) == len(asked), (askers, asked)
 
 
 def _posts(history: WorkflowHistory) -> list[tuple[bool, str]]:
@@ -301,7 +322,8 @@ def test_histories_are_ciphertext_and_compressed() -> None:
     # The local activities' results are among them.
     escalated = _read(ROOT / "escalated.json").events
     results = [e for e in escalated if "result" in e.marker_recorded_event_attributes.details]
-    assert len(results) == 15  # decide steps, lookups, the rules, the grant read, local posts
+    # Decide steps (two posting their questions), lookups, the rules, the grant read, posts.
+    assert len(results) == 13
     assert all(p.metadata["encoding"] == ENCODING for e in results for p in codec_payloads(e))
 
 

@@ -208,13 +208,15 @@ async def test_a_conversation_on_the_local_channel_is_one_connected_trace_per_me
         "RunWorkflow:RefundConversation",
         "HandleSignal:customer_message",
         "RunActivity:decide_next_step",
-        "RunActivity:post_to_thread",
         "chat.post",
     ):
         assert named(opening_trace, name), f"{name} missing from the opening message's trace"
     (post,) = named(opening_trace, "chat.post")
     assert attributes(post)["refund_bot.message_kind"] == "question"
     assert children(opening_trace, post) == ["INSERT threads"]
+    # The question is posted by the decide step that asks it.
+    decides = named(opening_trace, "RunActivity:decide_next_step")
+    assert [children(opening_trace, d).count("chat.post") for d in decides][-1] == 1
 
     # Each answer: an Update, then the steps it causes and the agent's next post, one trace.
     for trace, kind in ((yes_trace, "question"), (seam_trace, "escalation")):

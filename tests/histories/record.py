@@ -202,18 +202,19 @@ async def answered_by_update(conv: LocalConversation) -> WorkflowHandle:
 
 
 async def post_timed_out(conv: LocalConversation) -> WorkflowHandle:
-    """The platform does not answer the first post: its local try times out (a marker holding the
-    timeout) and the regular Activity posts the question; the conversation then refunds (its own
-    Worker, whose platform is silent for that post)."""
+    """The platform does not answer the escalation's post: its local try times out (a marker
+    holding the timeout) and the regular Activity posts it; a support agent approves and the
+    conversation refunds (its own Worker, whose platform is silent for that post)."""
     data_dir = _data_dir(conv)
     settings = AgentSettings(_env_file=None, data_dir=data_dir)
     queue = conv.task_queue + "-silent"
-    async with await build_worker(
-        conv.client, queue, settings, {"local": SilentFirstPost(conv.threads)}
-    ):
+    platform = SilentFirstPost(conv.threads, kind="escalation")
+    async with await build_worker(conv.client, queue, settings, {"local": platform}):
         silent = LocalConversation(conv.client, conv.threads, queue)
-        handle = await silent.open("please refund order 1234")
+        handle = await silent.open("please refund order 4500")
         await silent.answer_the_questions()
+        await silent.next_bot_message(timeout=30)
+        await silent.click("approve", SUPPORT)
         await asyncio.wait_for(handle.result(), 30)
     return handle
 
