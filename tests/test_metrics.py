@@ -28,6 +28,7 @@ from harness.conditions import wait_for
 from harness.conversation import SUPPORT, LocalConversation
 from harness.inproc import running_worker
 from refund_bot.ops import Ops, serving_ops
+from worker.conversation_metrics import DECIDE
 from worker.telemetry import prometheus_runtime
 
 ROOT = Path(__file__).parent.parent
@@ -63,6 +64,15 @@ def value(text: str, name: str, **labels: str) -> float:
         if line.startswith(name + "{") and all(f'{k}="{v}"' in line for k, v in labels.items()):
             return float(line.rsplit(" ", 1)[1])
     raise AssertionError(f"no {name} with {labels} in /metrics")
+
+
+def total(text: str, name: str, **labels: str) -> float:
+    """The sum over every series of `name` with these labels (as a dashboard's `sum by` reads)."""
+    return sum(
+        float(line.rsplit(" ", 1)[1])
+        for line in text.splitlines()
+        if line.startswith(name + "{") and all(f'{k}="{v}"' in line for k, v in labels.items())
+    )
 
 
 async def scrape(url: str) -> str:
@@ -123,9 +133,12 @@ async def test_every_metric_the_dashboard_and_the_alerts_name_is_exported(
     assert value(waiting, "refund_bot_workers_polling", task_queue=task_queue) == 1
     assert value(done, "refund_bot_conversations_ended_total", outcome="refunded") >= 1
     assert value(done, "refund_bot_conversations_ended_total", outcome="error") == 0  # at zero
-    # The opening, "Yes" (Signals) and "Split seam" (the Update).
-    assert value(done, "refund_bot_turn_duration_seconds_count", signal="customer_message") >= 3
-    assert value(done, "refund_bot_turn_duration_seconds_count", signal="approval") >= 1
+    # The opening, "Yes" (Signals) and "Split seam" (the Update), each counted by the step that
+    # answered it (its activity_type): the decide step that posted a question, or a post.
+    turns = {"name": "refund_bot_turn_duration_seconds_count", "task_queue": task_queue}
+    assert total(done, **turns, signal="customer_message") == 3
+    assert total(done, **turns, signal="customer_message", activity_type=DECIDE) == 2
+    assert total(done, **turns, signal="approval") == 1
     assert value(done, "refund_bot_refusals_total", reason="owner_refused") == 0
     assert value(done, "refund_bot_worker_standby") == 0
     assert value(done, "refund_bot_platform_connected", platform="slack") == 1

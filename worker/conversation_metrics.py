@@ -2,7 +2,8 @@
 
     customer_message | approval Signal, customer_message_update Update
         -> a turn starts (the workflow task's time)
-        -> the next post_to_thread carries that time in a header -> refund_bot_turn_duration_seconds
+        -> the next post_to_thread, or a decide step that may post its question, carries that
+           time in a header -> the post made -> refund_bot_turn_duration_seconds
     the run returns its outcome, or fails -> refund_bot_conversations_ended_total{outcome}
 
 A turn is what a customer waits for: from the workflow task that took their message to the
@@ -44,6 +45,8 @@ TURN_SIGNALS = frozenset({MESSAGE_SIGNAL, "approval"})
 # counted under the Signal's label, so a dashboard reads one series whichever carried the message.
 TURN_UPDATES = {MESSAGE_UPDATE: MESSAGE_SIGNAL}
 POST = "post_to_thread"
+# The offline policy's step, which posts the question it asks (DecideInput.post_question).
+DECIDE = "decide_next_step"
 
 TURN_METRIC = "refund_bot_turn_duration_seconds"
 TURN_DESCRIPTION = (
@@ -130,34 +133,69 @@ class _StampPosts(WorkflowOutboundInterceptor):
         super().__init__(next)
         self._conversation = conversation
 
-    def _stamp(self, input: StartActivityInput | StartLocalActivityInput) -> None:
+    def _stamp(self, input: StartActivityInput | StartLocalActivityInput) -> _Turn | None:
+        """Stamp a post, or a decide step that may post; the turn a decide step's post would
+        answer."""
         turn = self._conversation.turn
-        if input.activity != POST or turn is None or not input.args:
-            return
+        if turn is None or not input.args:
+            return None
+        if input.activity == DECIDE:
+            # It answers the turn only if it posts: known from its result (_answered).
+            where = getattr(input.args[0], "post_question", None)
+            if where is None or turn.seq is not None:
+                return None
+            self._header(input, turn)
+            return turn
+        if input.activity != POST:
+            return None
         seq = getattr(getattr(input.args[0], "key", None), "seq", None)
         if turn.seq is None:
             turn.seq = seq  # this post answers the turn (or its regular Activity, same key)
         elif turn.seq != seq:
-            return
+            return None
+        self._header(input, turn)
+        return None
+
+    @staticmethod
+    def _header(input: StartActivityInput | StartLocalActivityInput, turn: _Turn) -> None:
         stamp = {"started_ns": turn.started_ns, "signal": turn.signal}
         input.headers = {**input.headers, TURN_HEADER: _CONVERTER.to_payloads([stamp])[0]}
 
     def start_activity(self, input: StartActivityInput) -> temporalio.workflow.ActivityHandle:
-        self._stamp(input)
-        return super().start_activity(input)
+        turn = self._stamp(input)
+        return _watched(super().start_activity(input), turn)
 
     def start_local_activity(
         self, input: StartLocalActivityInput
     ) -> temporalio.workflow.ActivityHandle:
-        self._stamp(input)
-        return super().start_local_activity(input)
+        turn = self._stamp(input)
+        return _watched(super().start_local_activity(input), turn)
+
+
+def _watched(
+    handle: temporalio.workflow.ActivityHandle, turn: _Turn | None
+) -> temporalio.workflow.ActivityHandle:
+    """A decide step's handle: the turn is answered once its result says it posted (replayed
+    from the same result, so the Workflow's state stays deterministic)."""
+    if turn is not None:
+
+        def answered(done: Any) -> None:
+            if done.cancelled() or done.exception() is not None:
+                return
+            posted = getattr(done.result(), "posted", None)
+            if posted is not None and posted.message is not None:
+                turn.seq = posted.message.key.seq
+
+        handle.add_done_callback(answered)
+    return handle
 
 
 class _TurnEnd(ActivityInboundInterceptor):
     async def execute_activity(self, input: ExecuteActivityInput) -> Any:
         header = input.headers.get(TURN_HEADER)
         result = await super().execute_activity(input)
-        if header is not None:
+        # A decide step answers the turn only when it posted its question.
+        if header is not None and getattr(result, "posted", True) is not None:
             stamp = _CONVERTER.from_payloads([header])[0]
             took = max(0, time.time_ns() - int(stamp["started_ns"]))
             temporalio.activity.metric_meter().create_histogram_timedelta(
