@@ -67,6 +67,11 @@ class RunningStory:
     upcoming: str  # what the next press does ("" at the end)
 
 
+# A claim that finds the slot held reads which story holds it; these many tries, when the holder
+# ends or starts between those two reads, before it answers that the slot is taken.
+CLAIM_TRIES = 3
+
+
 @dataclass(frozen=True)
 class Press:
     press_id: str
@@ -92,8 +97,17 @@ class DemoPace:
     async def claim(self, story_id: str, channel: str, moment: str) -> RunningStory | None:
         """Take the lease for `story_id`: None if taken, else the story that holds it."""
         claim = self._lease(story_id)
-        if await claim.try_acquire() is not None:
-            return await self.running()
+        for _ in range(CLAIM_TRIES):
+            holder = await claim.try_acquire()
+            if holder is None:
+                break
+            if (running := await self.running()) is not None:
+                return running
+            # Its holder's lease ran out between the two reads (the slot may be free now: try
+            # again), or its story is being started or let go (no row yet, or none left).
+        else:
+            assert holder is not None  # every try found the slot held
+            return RunningStory(holder.holder, "another channel", "starting or stopping", "")
         self._leases[story_id] = claim
         async with self._database.connect(SCHEMA) as db:
             await db.execute(

@@ -6,9 +6,12 @@ once -> the story stops reporting -> after STALE_AFTER the lease is free; releas
 
 from __future__ import annotations
 
+import asyncio
+
 from agent.stores.database import Database
 from bot.lease import SCHEMA as LEASE_SCHEMA
-from demo.pace import SCHEMA, DemoPace
+from bot.lease import DatabaseLease
+from demo.pace import LEASE, SCHEMA, DemoPace, RunningStory
 from harness.conditions import wait_for
 
 
@@ -51,3 +54,33 @@ async def test_a_story_whose_process_died_frees_the_slot(database: Database) -> 
     await dead.report("story-a", "late", "")  # the old story's report changes nothing
     running = await alive.running()
     assert running is not None and running.upcoming == "the first question"
+
+
+async def test_a_slot_freed_while_a_claim_reads_it_is_taken_by_that_claim(
+    database: Database,
+) -> None:
+    """The holder's lease runs out between the claim's failed take and its read of who holds it:
+    the claim takes the slot then, never answering "yours" for a slot nobody holds."""
+    await database.migrate(SCHEMA, LEASE_SCHEMA)
+    dead, alive = DemoPace(database, stale_after=0.5), DemoPace(database, stale_after=0.5)
+    assert await dead.claim("story-a", "local support", "opening") is None
+    read = alive.running
+
+    async def read_late() -> RunningStory | None:
+        await asyncio.sleep(0.8)  # the slot's holder expires meanwhile
+        return await read()
+
+    alive.running = read_late  # type: ignore[method-assign]
+    assert await alive.claim("story-b", "local support", "opening") is None
+    running = await dead.running()
+    assert running is not None and running.story_id == "story-b"
+
+
+async def test_a_slot_held_by_a_story_still_starting_is_not_taken(database: Database) -> None:
+    """The lease is held but its story's row is not written yet (another replica between the two
+    steps of its claim): the claim is told the slot is taken."""
+    await database.migrate(SCHEMA, LEASE_SCHEMA)
+    starting = DatabaseLease(database, LEASE, "host-a", 30.0, holder="story-a")
+    assert await starting.try_acquire() is None
+    told = await DemoPace(database).claim("story-b", "local support", "opening")
+    assert told is not None and told.story_id == "story-a"
