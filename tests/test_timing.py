@@ -77,8 +77,14 @@ async def test_an_undecided_escalation_reminds_the_approvers_once_then_closes(
         escalation = await conv.answer_until_decided()
         assert escalation.kind == "escalation"
         assert "A support agent decides; that usually takes under 2 seconds." in escalation.text
-        queued = [w for w in await escalations_waiting(client) if w.workflow_id == handle.id]
-        assert [(w.order, w.amount_cents, w.reminded) for w in queued] == [("4500", 45000, False)]
+
+        async def queued() -> list:
+            # Visibility is written after the workflow task that posted the escalation completes:
+            # the thread can show the message a moment before the queue lists it.
+            return [w for w in await escalations_waiting(client) if w.workflow_id == handle.id]
+
+        listed = await wait_for(queued, timeout=10, what="the escalation in the queue")
+        assert [(w.order, w.amount_cents, w.reminded) for w in listed] == [("4500", 45000, False)]
         reminder = await conv.next_bot_message(timeout=20)
         # The terminal's outbound half names the support agents in the reminder, and only there.
         assert reminder.text.startswith(
