@@ -8,14 +8,8 @@ import time
 import uuid
 from typing import Any
 
-from temporalio import activity
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import WorkflowHandle
-from temporalio.worker import (
-    ActivityInboundInterceptor,
-    ExecuteActivityInput,
-    Interceptor,
-)
 
 from agent.models import ConversationOutcome
 from agent.settings import AgentSettings
@@ -25,6 +19,7 @@ from agent.stores.sqlite import SqliteDatabase
 from bot.local.thread_store import LocalThreadStore
 from harness.conversation import LocalConversation
 from harness.fakes.openai_api import FakeOpenAI
+from tests.support.first_activity import BeforeFirst
 from worker.runner import build_worker
 
 # Longer than a 4 s heartbeat timeout plus the first heartbeat's second: what a Worker busy with
@@ -37,31 +32,17 @@ BUSY_SECONDS = 6.0
 NEXT_MESSAGE_DEADLINE = 20.0 + 3 * BUSY_SECONDS
 
 
-class BusyFirst(Interceptor):
+def busy_first(activity_type: str) -> BeforeFirst:
     """The first Activity named `activity_type` that the Worker runs starts BUSY_SECONDS late (one
     late start is the case; each decide step's, three before the first question, only made the
     test slow and its waits long)."""
 
-    def __init__(self, activity_type: str) -> None:
-        self.activity_type = activity_type
-        self.delayed = False
+    async def busy() -> None:
+        # The Worker's event loop held (as by other conversations' work, GIL and all) after
+        # Temporal handed the task over and before the Activity's first line runs.
+        time.sleep(BUSY_SECONDS)  # noqa: ASYNC251
 
-    def intercept_activity(self, next: ActivityInboundInterceptor) -> ActivityInboundInterceptor:
-        return _Busy(next, self)
-
-
-class _Busy(ActivityInboundInterceptor):
-    def __init__(self, next: ActivityInboundInterceptor, busy: BusyFirst) -> None:
-        super().__init__(next)
-        self.busy = busy
-
-    async def execute_activity(self, input: ExecuteActivityInput) -> Any:
-        if activity.info().activity_type == self.busy.activity_type and not self.busy.delayed:
-            self.busy.delayed = True
-            # The Worker's event loop held (as by other conversations' work, GIL and all) after
-            # Temporal handed the task over and before the Activity's first line runs.
-            time.sleep(BUSY_SECONDS)  # noqa: ASYNC251
-        return await super().execute_activity(input)
+    return BeforeFirst(activity_type, busy)
 
 
 async def _late_once(
@@ -71,7 +52,7 @@ async def _late_once(
     BUSY_SECONDS late; no Activity of it timed out meanwhile."""
     task_queue = f"test-busy-{uuid.uuid4().hex[:8]}"
     worker = await build_worker(
-        client, task_queue, settings, {"local": threads}, interceptors=[BusyFirst(activity_type)]
+        client, task_queue, settings, {"local": threads}, interceptors=[busy_first(activity_type)]
     )
     async with worker:
         conv = LocalConversation(client, threads, task_queue)

@@ -7,12 +7,9 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from typing import Any
 
 import pytest
-from temporalio import activity
 from temporalio.testing import ActivityEnvironment
-from temporalio.worker import ActivityInboundInterceptor, ExecuteActivityInput, Interceptor
 
 from agent.activities.decide import DecideActivities
 from agent.models import (
@@ -29,6 +26,7 @@ from agent.sayings import taken_over
 from agent.settings import AgentSettings
 from agent.workflow import RefundConversation
 from harness.conversation import SUPPORT, LocalConversation
+from tests.support.first_activity import BeforeFirst
 from worker.runner import build_worker
 
 THREAD = ThreadRef(platform="local", workspace="local", channel="support", thread="t1")
@@ -102,47 +100,33 @@ async def test_without_a_place_to_post_the_step_only_decides(tmp_path) -> None:
     assert step.action == "ask" and step.posted is None and platform.asked == []
 
 
-class HeldDecide(Interceptor):
-    """The first decide step waits, once it has started, until the test lets it go."""
-
-    def __init__(self) -> None:
-        self.started = asyncio.Event()
-        self.go = asyncio.Event()
-
-    def intercept_activity(self, next: ActivityInboundInterceptor) -> ActivityInboundInterceptor:
-        return _Held(next, self)
-
-
-class _Held(ActivityInboundInterceptor):
-    def __init__(self, next: ActivityInboundInterceptor, held: HeldDecide) -> None:
-        super().__init__(next)
-        self.held = held
-
-    async def execute_activity(self, input: ExecuteActivityInput) -> Any:
-        if activity.info().activity_type == "decide_next_step" and not self.held.started.is_set():
-            self.held.started.set()
-            await self.held.go.wait()
-        return await super().execute_activity(input)
-
-
 async def test_a_post_made_while_the_step_decides_does_not_take_the_questions_key(
     client, agent_settings, threads
 ) -> None:
     """A support agent takes the conversation over while the decide step runs: the takeover's
     sentence is posted then, and the question the step asks still reaches the thread (the key was
     the question's before the step began)."""
-    held = HeldDecide()
+    started, go = asyncio.Event(), asyncio.Event()
+
+    async def hold() -> None:
+        started.set()
+        await go.wait()
+
     task_queue = f"test-asks-{uuid.uuid4().hex[:8]}"
     worker = await build_worker(
-        client, task_queue, agent_settings, {"local": threads}, interceptors=[held]
+        client,
+        task_queue,
+        agent_settings,
+        {"local": threads},
+        interceptors=[BeforeFirst("decide_next_step", hold)],
     )
     async with worker:
         conv = LocalConversation(client, threads, task_queue)
         handle = await conv.open(NO_ORDER)
-        await asyncio.wait_for(held.started.wait(), 20)
+        await asyncio.wait_for(started.wait(), 20)
         await handle.signal(RefundConversation.takeover, Takeover(actor=SUPPORT, taken=True))
         said = await conv.next_bot_message()
-        held.go.set()
+        go.set()
         asked = await conv.next_bot_message()
     assert said.text == taken_over(SUPPORT.label)
     assert asked.text == QUESTIONS["order_number"]
