@@ -36,6 +36,7 @@ from temporalio.worker import (
 )
 
 from agent.intake import MESSAGE_SIGNAL, MESSAGE_UPDATE
+from agent.models import AgentStep, OutboundMessage
 from agent.workflow import WORKFLOW_TYPE
 
 TURN_HEADER = "refund-bot-turn"
@@ -182,20 +183,28 @@ def _watched(
         def answered(done: Any) -> None:
             if done.cancelled() or done.exception() is not None:
                 return
-            posted = getattr(done.result(), "posted", None)
-            if posted is not None and posted.message is not None:
-                turn.seq = posted.message.key.seq
+            question = _question_posted(done.result())
+            if question is not None:
+                turn.seq = question.key.seq
 
         handle.add_done_callback(answered)
     return handle
+
+
+def _question_posted(result: Any) -> OutboundMessage | None:
+    """The question a decide step's result says it posted, if it is one and did."""
+    if isinstance(result, AgentStep) and result.posted is not None:
+        return result.posted.message
+    return None
 
 
 class _TurnEnd(ActivityInboundInterceptor):
     async def execute_activity(self, input: ExecuteActivityInput) -> Any:
         header = input.headers.get(TURN_HEADER)
         result = await super().execute_activity(input)
-        # A decide step answers the turn only when it posted its question.
-        if header is not None and getattr(result, "posted", True) is not None:
+        # A post answers the turn; a decide step only when it posted its question.
+        answered = not isinstance(result, AgentStep) or _question_posted(result) is not None
+        if header is not None and answered:
             stamp = _CONVERTER.from_payloads([header])[0]
             took = max(0, time.time_ns() - int(stamp["started_ns"]))
             temporalio.activity.metric_meter().create_histogram_timedelta(
