@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import re
+import time
 from pathlib import Path
 
 import aiohttp
@@ -102,6 +103,7 @@ async def test_every_metric_the_dashboard_and_the_alerts_name_is_exported(
         address = f"127.0.0.1:{free_port()}"
         async with serving_ops(address, ops):
             conversation = LocalConversation(client, threads, task_queue)
+            opened_at = time.time()
             handle = await conversation.open("refund order 4500")
             assert (await conversation.next_bot_message()).text == "Was the package opened?"
             await conversation.reply("Yes")
@@ -109,6 +111,7 @@ async def test_every_metric_the_dashboard_and_the_alerts_name_is_exported(
             # As the router sends a reply: an Update, whose turn counts under the Signal's label.
             await conversation.reply("Split seam", update=True)
             assert (await conversation.next_bot_message()).kind == "escalation"
+            escalated_at = time.time()
 
             async def the_worker_is_seen() -> str | None:
                 # Counted from its heartbeats: a Worker that just started is seen within seconds.
@@ -135,6 +138,15 @@ async def test_every_metric_the_dashboard_and_the_alerts_name_is_exported(
     assert total(done, **turns, signal="customer_message") == 3
     assert total(done, **turns, signal="customer_message", activity_type=DECIDE) == 2
     assert total(done, **turns, signal="approval") == 1
+    # Each turn ends before the next reply starts the next (a turn is answered once its question
+    # is posted), so the three lie apart within the exchange and add up to less than it took.
+    took = total(
+        done,
+        "refund_bot_turn_duration_seconds_sum",
+        task_queue=task_queue,
+        signal="customer_message",
+    )
+    assert 0 < took < escalated_at - opened_at, (took, escalated_at - opened_at)
     assert total(done, "refund_bot_refusals_total", reason="owner_refused") == 0
     assert total(done, "refund_bot_worker_standby") == 0
     assert total(done, "refund_bot_platform_connected", platform="slack") == 1
