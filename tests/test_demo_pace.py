@@ -6,8 +6,6 @@ once -> the story stops reporting -> after STALE_AFTER the lease is free; releas
 
 from __future__ import annotations
 
-import asyncio
-
 from agent.stores.database import Database
 from bot.lease import SCHEMA as LEASE_SCHEMA
 from bot.lease import DatabaseLease
@@ -66,8 +64,12 @@ async def test_a_slot_freed_while_a_claim_reads_it_is_taken_by_that_claim(
     assert await dead.claim("story-a", "local support", "opening") is None
     read = alive.running
 
+    async def holder_gone() -> bool:
+        return await dead.running() is None
+
     async def read_late() -> RunningStory | None:
-        await asyncio.sleep(0.8)  # the slot's holder expires meanwhile
+        # The slot's holder expires meanwhile.
+        await wait_for(holder_gone, timeout=10, what="story-a's lease to run out")
         return await read()
 
     alive.running = read_late  # type: ignore[method-assign]
