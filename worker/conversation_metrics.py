@@ -203,8 +203,9 @@ class _TurnEnd(ActivityInboundInterceptor):
         header = input.headers.get(TURN_HEADER)
         result = await super().execute_activity(input)
         # A post answers the turn; a decide step only when it posted its question.
-        answered = not isinstance(result, AgentStep) or _question_posted(result) is not None
-        if header is not None and answered:
+        if header is not None and (
+            not isinstance(result, AgentStep) or _question_posted(result) is not None
+        ):
             stamp = _CONVERTER.from_payloads([header])[0]
             took = max(0, time.time_ns() - int(stamp["started_ns"]))
             temporalio.activity.metric_meter().create_histogram_timedelta(
