@@ -155,8 +155,11 @@ async def test_a_conversation_on_the_local_channel_is_one_connected_trace_per_me
 
         async def the_agent_says(count: int) -> None:
             async def posts() -> bool:
-                await channel.show_new()  # the terminal's own tail: it learns the round
-                return len([m for m in await threads.messages() if m.author_is_bot]) >= count
+                said = len([m for m in await threads.messages() if m.author_is_bot])
+                # The terminal's own tail (it learns the round), after the count: every post
+                # counted is on the terminal too.
+                await channel.show_new()
+                return said >= count
 
             await wait_for(posts, what=f"the agent's post number {count}")
 
