@@ -132,20 +132,19 @@ async def test_every_metric_the_dashboard_and_the_alerts_name_is_exported(
     assert total(waiting, "refund_bot_workers_polling", task_queue=task_queue) == 1
     assert total(done, "refund_bot_conversations_ended_total", outcome="refunded") >= 1
     assert total(done, "refund_bot_conversations_ended_total", outcome="error") == 0  # at zero
+
+    def turns(series: str, **labels: str) -> float:
+        name = f"refund_bot_turn_duration_seconds_{series}"
+        return total(done, name, task_queue=task_queue, **labels)
+
     # The opening, "Yes" (Signals) and "Split seam" (the Update), each counted by the step that
     # answered it (its activity_type): the decide step that posted a question, or a post.
-    turns = {"name": "refund_bot_turn_duration_seconds_count", "task_queue": task_queue}
-    assert total(done, **turns, signal="customer_message") == 3
-    assert total(done, **turns, signal="customer_message", activity_type=DECIDE) == 2
-    assert total(done, **turns, signal="approval") == 1
+    assert turns("count", signal="customer_message") == 3
+    assert turns("count", signal="customer_message", activity_type=DECIDE) == 2
+    assert turns("count", signal="approval") == 1
     # Each turn ends before the next reply starts the next (a turn is answered once its question
     # is posted), so the three lie apart within the exchange and add up to less than it took.
-    took = total(
-        done,
-        "refund_bot_turn_duration_seconds_sum",
-        task_queue=task_queue,
-        signal="customer_message",
-    )
+    took = turns("sum", signal="customer_message")
     assert 0 < took < escalated_at - opened_at, (took, escalated_at - opened_at)
     assert total(done, "refund_bot_refusals_total", reason="owner_refused") == 0
     assert total(done, "refund_bot_worker_standby") == 0

@@ -13,9 +13,10 @@ agent's next post. Both are the SDK's replay-safe meters, and headers add no com
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any
+from typing import Any, TypeVar
 
 import temporalio.activity
 import temporalio.exceptions
@@ -93,7 +94,7 @@ class _Conversation(WorkflowInboundInterceptor):
         self.turn: _Turn | None = None
 
     def init(self, outbound: WorkflowOutboundInterceptor) -> None:
-        super().init(_StampPosts(outbound, self))
+        super().init(_StampAnswers(outbound, self))
 
     async def execute_workflow(self, input: ExecuteWorkflowInput) -> Any:
         if temporalio.workflow.info().workflow_type != WORKFLOW_TYPE:
@@ -127,67 +128,73 @@ def _ended(outcome: str) -> None:
     )
 
 
-class _StampPosts(WorkflowOutboundInterceptor):
-    """The turn's start, in the header of the post that answers it."""
+# Either kind of Activity start: a post or a decide step runs as a local activity first.
+_Start = TypeVar("_Start", StartActivityInput, StartLocalActivityInput)
+
+
+class _StampAnswers(WorkflowOutboundInterceptor):
+    """The turn's start, in the header of the step that answers it."""
 
     def __init__(self, next: WorkflowOutboundInterceptor, conversation: _Conversation) -> None:
         super().__init__(next)
         self._conversation = conversation
 
-    def _stamp(self, input: StartActivityInput | StartLocalActivityInput) -> _Turn | None:
-        """Stamp a post, or a decide step that may post; the turn a decide step's post would
-        answer."""
-        turn = self._conversation.turn
-        if turn is None or not input.args:
-            return None
-        if input.activity == DECIDE:
-            # It answers the turn only if it posts: known from its result (_answered).
-            where = getattr(input.args[0], "post_question", None)
-            if where is None or turn.seq is not None:
-                return None
-            self._header(input, turn)
-            return turn
-        if input.activity != POST:
-            return None
-        seq = getattr(getattr(input.args[0], "key", None), "seq", None)
-        if turn.seq is None:
-            turn.seq = seq  # this post answers the turn (or its regular Activity, same key)
-        elif turn.seq != seq:
-            return None
-        self._header(input, turn)
-        return None
-
-    @staticmethod
-    def _header(input: StartActivityInput | StartLocalActivityInput, turn: _Turn) -> None:
-        stamp = {"started_ns": turn.started_ns, "signal": turn.signal}
-        input.headers = {**input.headers, TURN_HEADER: _CONVERTER.to_payloads([stamp])[0]}
-
     def start_activity(self, input: StartActivityInput) -> temporalio.workflow.ActivityHandle:
-        turn = self._stamp(input)
-        return _watched(super().start_activity(input), turn)
+        return self._start(input, super().start_activity)
 
     def start_local_activity(
         self, input: StartLocalActivityInput
     ) -> temporalio.workflow.ActivityHandle:
-        turn = self._stamp(input)
-        return _watched(super().start_local_activity(input), turn)
+        return self._start(input, super().start_local_activity)
+
+    def _start(
+        self, input: _Start, start: Callable[[_Start], temporalio.workflow.ActivityHandle]
+    ) -> temporalio.workflow.ActivityHandle:
+        turn = self._conversation.turn
+        if turn is None or not input.args:
+            return start(input)
+        if input.activity == POST and _post_answers(turn, input):
+            _stamp(input, turn)
+        elif input.activity == DECIDE and _decide_may_answer(turn, input):
+            _stamp(input, turn)
+            return _watched(start(input), turn)
+        return start(input)
+
+
+def _post_answers(turn: _Turn, input: StartActivityInput | StartLocalActivityInput) -> bool:
+    """The turn's first post answers it, and so does a retry of that post (the regular Activity
+    after its local try), which has the same message key."""
+    seq = getattr(getattr(input.args[0], "key", None), "seq", None)
+    if turn.seq is None:
+        turn.seq = seq
+    return turn.seq == seq
+
+
+def _decide_may_answer(turn: _Turn, input: StartActivityInput | StartLocalActivityInput) -> bool:
+    """A decide step answers an unanswered turn if it posts its question: asked of it here,
+    known only from its result (_watched)."""
+    return turn.seq is None and getattr(input.args[0], "post_question", None) is not None
+
+
+def _stamp(input: StartActivityInput | StartLocalActivityInput, turn: _Turn) -> None:
+    stamp = {"started_ns": turn.started_ns, "signal": turn.signal}
+    input.headers = {**input.headers, TURN_HEADER: _CONVERTER.to_payloads([stamp])[0]}
 
 
 def _watched(
-    handle: temporalio.workflow.ActivityHandle, turn: _Turn | None
+    handle: temporalio.workflow.ActivityHandle, turn: _Turn
 ) -> temporalio.workflow.ActivityHandle:
     """A decide step's handle: the turn is answered once its result says it posted (replayed
     from the same result, so the Workflow's state stays deterministic)."""
-    if turn is not None:
 
-        def answered(done: Any) -> None:
-            if done.cancelled() or done.exception() is not None:
-                return
-            question = _question_posted(done.result())
-            if question is not None:
-                turn.seq = question.key.seq
+    def answered(done: Any) -> None:
+        if done.cancelled() or done.exception() is not None:
+            return
+        question = _question_posted(done.result())
+        if question is not None:
+            turn.seq = question.key.seq
 
-        handle.add_done_callback(answered)
+    handle.add_done_callback(answered)
     return handle
 
 
