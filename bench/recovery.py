@@ -12,7 +12,8 @@ same clock). The two kinds alternate on one stack, each starting with the standb
 Held crowd: `--held` conversations held before their refunds, the Worker killed unannounced, all
 released together: seconds from the release to the last refund scheduled (server timestamps).
 
-    uv run python -m bench.recovery [--drills 20] [--held 200] [--plot docs/recovery.png]
+    uv run python -m bench.recovery [--drills 20] [--held 200] [--workers 1]
+        [--backend sqlite|postgresql] [--breakdown] [--plot recovery.png]
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ import statistics
 import tempfile
 import time
 from collections.abc import Iterable
+from contextlib import AsyncExitStack
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -41,6 +43,7 @@ from harness.conversation import LocalConversation
 from harness.crowd import at_most, place_crowd
 from harness.dev_server import start_dev_server
 from harness.owner import refunds_made
+from harness.postgres import PostgresServer
 from harness.stack import supervised_stack
 from refund_bot.stack import Stack
 from refund_bot.wiring import local_thread_store
@@ -312,25 +315,34 @@ def _plot(path: Path, seconds: dict[str, list[float]]) -> None:
     fig.savefig(path)
 
 
-async def main(count: int, held: int, plot: Path | None, breakdown: bool, workers: int) -> None:
-    env = await start_dev_server()
-    async with env:
-        with tempfile.TemporaryDirectory() as tmp:
-            async with supervised_stack(env, Path(tmp), workers=workers) as stack:
-                if count:
-                    print(f"{count} drills, SIGKILL to the next step (warm standby):", flush=True)
-                    seconds = await drills(stack, count)
-                    for kind, values in seconds.items():
-                        print(_row(kind, values), flush=True)
-                    if plot:
-                        _plot(plot, seconds)
-                if held:
-                    took = await held_crowd(stack, held, breakdown)
-                    print(
-                        f"{held} held conversations, Worker SIGKILLed, all released: last refund "
-                        f"scheduled {took:.2f} s after the first release",
-                        flush=True,
-                    )
+async def main(
+    count: int, held: int, plot: Path | None, breakdown: bool, workers: int, backend: str
+) -> None:
+    async with AsyncExitStack() as outside:
+        env = await outside.enter_async_context(await start_dev_server())
+        tmp = Path(outside.enter_context(tempfile.TemporaryDirectory()))
+        database_url = None
+        if backend == "postgresql":
+            postgres = PostgresServer()
+            await postgres.start()
+            outside.push_async_callback(postgres.stop)
+            database_url = await postgres.create_database()
+        print(f"stores: {backend}, Workers: {workers}", flush=True)
+        async with supervised_stack(env, tmp, workers=workers, database_url=database_url) as stack:
+            if count:
+                print(f"{count} drills, SIGKILL to the next step (warm standby):", flush=True)
+                seconds = await drills(stack, count)
+                for kind, values in seconds.items():
+                    print(_row(kind, values), flush=True)
+                if plot:
+                    _plot(plot, seconds)
+            if held:
+                took = await held_crowd(stack, held, breakdown)
+                print(
+                    f"{held} held conversations, Worker SIGKILLed, all released: last refund "
+                    f"scheduled {took:.2f} s after the first release",
+                    flush=True,
+                )
 
 
 if __name__ == "__main__":
@@ -349,5 +361,13 @@ if __name__ == "__main__":
         default=1,
         help="Worker processes polling at once (REFUND_BOT_WORKERS); the kill takes the first",
     )
+    parser.add_argument(
+        "--backend",
+        choices=("sqlite", "postgresql"),
+        default="sqlite",
+        help="the stores: SQLite files, or one PostgreSQL database (pgserver)",
+    )
     args = parser.parse_args()
-    run_benchmark(main(args.drills, args.held, args.plot, args.breakdown, args.workers))
+    run_benchmark(
+        main(args.drills, args.held, args.plot, args.breakdown, args.workers, args.backend)
+    )

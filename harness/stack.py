@@ -12,6 +12,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 
+from pydantic import SecretStr
 from temporalio.testing import WorkflowEnvironment
 
 from agent.settings import AgentSettings, TemporalSettings
@@ -54,11 +55,17 @@ async def supervised_stack(
     *,
     hold: bool = False,
     workers: int = 1,
+    database_url: str | None = None,
 ) -> AsyncIterator[Stack]:
     """`worker_env` adds settings for the Worker child (e.g. SLACK_BOT_TOKEN, SLACK_API_URL);
-    `workers`: Worker children polling at once."""
+    `workers`: Worker children polling at once; `database_url`: the stores on PostgreSQL (the
+    SQLite files in `data_dir` without it), for this process and the Worker both."""
     temporal, settings = settings_for(temporal_env, data_dir)
-    settings = settings.model_copy(update={"hold_before_refund": hold})
+    update: dict[str, object] = {"hold_before_refund": hold}
+    if database_url is not None:
+        update["database_url"] = SecretStr(database_url)
+        worker_env = {**(worker_env or {}), "DATABASE_URL": database_url}
+    settings = settings.model_copy(update=update)
     env = child_env(data_dir, worker_env)
     async with running_stack(temporal, settings, worker_env=env, workers=workers) as stack:
         yield stack
