@@ -43,7 +43,7 @@ from harness.conversation import LocalConversation
 from harness.crowd import at_most, place_crowd
 from harness.dev_server import start_dev_server
 from harness.owner import refunds_made
-from harness.postgres import PostgresServer
+from harness.postgres import postgres_database
 from harness.stack import supervised_stack
 from refund_bot.stack import Stack
 from refund_bot.wiring import local_thread_store
@@ -323,10 +323,7 @@ async def main(
         tmp = Path(outside.enter_context(tempfile.TemporaryDirectory()))
         database_url = None
         if backend == "postgresql":
-            postgres = PostgresServer()
-            await postgres.start()
-            outside.push_async_callback(postgres.stop)
-            database_url = await postgres.create_database()
+            database_url = await outside.enter_async_context(postgres_database())
         print(f"stores: {backend}, Workers: {workers}", flush=True)
         async with supervised_stack(env, tmp, workers=workers, database_url=database_url) as stack:
             if count:

@@ -47,7 +47,7 @@ from bench.server import free_ports
 from bench.warnings import logged_warnings
 from harness.codec import with_test_keys
 from harness.crowd import at_most
-from harness.postgres import PostgresServer
+from harness.postgres import postgres_database
 from harness.stack import child_env
 from refund_bot.app import running_stack
 from refund_bot.wiring import local_thread_store
@@ -62,10 +62,7 @@ async def crowd(n: int, cache: int, workers: int, backend: str, sticky: float) -
         data_dir = Path(outside.enter_context(tempfile.TemporaryDirectory()))
         env = {"WORKER_CACHED_CONVERSATIONS": str(cache), "WORKER_STICKY_TIMEOUT": f"{sticky}s"}
         if backend == "postgresql":
-            postgres = PostgresServer()
-            await postgres.start()
-            outside.push_async_callback(postgres.stop)
-            env["DATABASE_URL"] = await postgres.create_database()
+            env["DATABASE_URL"] = await outside.enter_async_context(postgres_database())
         settings = with_test_keys(
             AgentSettings(_env_file=None, data_dir=data_dir, DATABASE_URL=env.get("DATABASE_URL"))  # type: ignore[arg-type]
         )

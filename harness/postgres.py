@@ -31,6 +31,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import TypedDict
 
@@ -261,3 +262,15 @@ class PostgresServer:
         if self._proc is not None:
             await terminate(self._proc, grace=15.0)  # the keeper: postgres's fast shutdown
         shutil.rmtree(self.root, ignore_errors=True)
+
+
+@contextlib.asynccontextmanager
+async def postgres_database() -> AsyncIterator[str]:
+    """A PostgreSQL server of its own with one database on it, for one benchmark run: its URL.
+    Stopped on the way out."""
+    server = PostgresServer()
+    await server.start()
+    try:
+        yield await server.create_database()
+    finally:
+        await server.stop()

@@ -153,27 +153,22 @@ class _StampAnswers(WorkflowOutboundInterceptor):
         turn = self._conversation.turn
         if turn is None or not input.args:
             return start(input)
-        if input.activity == POST and _post_answers(turn, input):
-            _stamp(input, turn)
-        elif input.activity == DECIDE and _decide_may_answer(turn, input):
+        if input.activity == POST:
+            seq = getattr(getattr(input.args[0], "key", None), "seq", None)
+            if turn.seq is None:
+                turn.seq = seq  # the turn's first post answers it
+            if turn.seq == seq:  # that post, or its retry as the regular Activity (same key)
+                _stamp(input, turn)
+        elif (
+            input.activity == DECIDE
+            and turn.seq is None
+            and getattr(input.args[0], "post_question", None) is not None
+        ):
+            # A decide step answers the turn if it posts its question: asked of it here, known
+            # only from its result (_watched).
             _stamp(input, turn)
             return _watched(start(input), turn)
         return start(input)
-
-
-def _post_answers(turn: _Turn, input: StartActivityInput | StartLocalActivityInput) -> bool:
-    """The turn's first post answers it, and so does a retry of that post (the regular Activity
-    after its local try), which has the same message key."""
-    seq = getattr(getattr(input.args[0], "key", None), "seq", None)
-    if turn.seq is None:
-        turn.seq = seq
-    return turn.seq == seq
-
-
-def _decide_may_answer(turn: _Turn, input: StartActivityInput | StartLocalActivityInput) -> bool:
-    """A decide step answers an unanswered turn if it posts its question: asked of it here,
-    known only from its result (_watched)."""
-    return turn.seq is None and getattr(input.args[0], "post_question", None) is not None
 
 
 def _stamp(input: StartActivityInput | StartLocalActivityInput, turn: _Turn) -> None:
