@@ -55,6 +55,9 @@ BASELINE_COMMIT = "13c9782"
 # Placeholders in a benchmark's arguments, filled in once the checkouts are ready.
 REFERENCE = "{reference}"
 BASELINE = "{baseline}"
+# The run's results directory: where one benchmark keeps what a later one draws beside its own.
+RESULTS = "{results}"
+CROWD_KEPT = f"{RESULTS}/reply_crowd.json"
 
 # A benchmark stopped by a signal gets this long to clean up after SIGINT, then SIGTERM, then KILL.
 STOP_GRACE = 20.0
@@ -71,10 +74,12 @@ class Benchmark:
     needs_reference: bool = False
     argv: tuple[str, ...] = ()  # a command of its own instead of the module (--extra)
 
-    def command(self, quick: bool, plot_dir: Path, checkouts: dict[str, Path | None]) -> list[str]:
+    def command(
+        self, quick: bool, plot_dir: Path, checkouts: dict[str, Path | None], results: Path
+    ) -> list[str]:
         if self.argv:
             return list(self.argv)
-        args = list(self.quick if quick else self.full)
+        args = [a.replace(RESULTS, str(results)) for a in (self.quick if quick else self.full)]
         if self.plot:
             args += ["--plot", str(plot_dir / f"{self.plot}.png")]
         filled: list[str] = []
@@ -127,11 +132,15 @@ BENCHMARKS = (
               ("--open", "100", "--rounds", "1", "--replies", "5", "--variants", "shutdown")),
     Benchmark("successor_recovery", "bench.successor_recovery", ("--open", "500", "--rounds", "2"),
               ("--open", "30", "--rounds", "1", "--replies", "5")),
-    Benchmark("reply_crowd", "bench.reply_crowd", ("--open", "10000", "--cache", "1000", "10000"),
-              ("--open", "50"), plot="reply_crowd"),
+    # The crowd's plot is drawn by its second entry: two Workers beside the first entry's runs.
+    Benchmark("reply_crowd", "bench.reply_crowd",
+              ("--open", "10000", "--cache", "1000", "10000", "--keep", CROWD_KEPT),
+              ("--open", "50", "--keep", CROWD_KEPT)),
     Benchmark("reply_crowd_two_workers", "bench.reply_crowd",
-              ("--open", "10000", "--cache", "10000", "--sticky", "120", "--workers", "2"),
-              ("--open", "50", "--sticky", "120", "--workers", "2")),
+              ("--open", "10000", "--cache", "10000", "--sticky", "120", "--workers", "2",
+               "--beside", CROWD_KEPT),
+              ("--open", "50", "--sticky", "120", "--workers", "2", "--beside", CROWD_KEPT),
+              plot="reply_crowd"),
     Benchmark("crash_drill", "bench.crash_drill", ("--drills", "5"), ("--drills", "1")),
     Benchmark("replay_cost", "bench.replay_cost", (), ("--replays", "20")),
     Benchmark("sandbox_instance", "bench.sandbox_instance", (), ("--instances", "50")),
@@ -332,7 +341,7 @@ async def run_all(
         if bench.needs_reference and checkouts[REFERENCE] is None:
             run.outcomes.append(Outcome(bench.name, "skipped: no reference demo"))
             continue
-        argv = bench.command(quick, plot_dir, checkouts)
+        argv = bench.command(quick, plot_dir, checkouts, run.results)
         _say(f"{bench.name}: {shlex.join(argv)}")
         outcome = Outcome(bench.name, "stopped", failed=True)
         run.outcomes.append(outcome)
@@ -438,8 +447,10 @@ def listing(quick: bool, plot_dir: Path) -> str:
         REFERENCE: CACHE / "reference",
         BASELINE: CACHE / f"baseline-{BASELINE_COMMIT}",
     }
+    results = CACHE / "results" / "<UTC time>"
     return "\n".join(
-        f"{b.name:<26} {shlex.join(b.command(quick, plot_dir, checkouts)[1:])}" for b in BENCHMARKS
+        f"{b.name:<26} {shlex.join(b.command(quick, plot_dir, checkouts, results)[1:])}"
+        for b in BENCHMARKS
     )
 
 

@@ -181,7 +181,12 @@ async def main(
     earlier: list[Path],
 ) -> None:
     print(f"load average before: {os.getloadavg()[0]:.2f} ({os.cpu_count()} cores)", flush=True)
-    curves = _kept(earlier)  # runs kept by --keep before, drawn beside this one's
+    # Runs kept by --keep before, drawn beside this one's. `make bench` names the file its
+    # `reply_crowd` entry keeps; run alone, this entry has none, and says so.
+    missing = [path for path in earlier if not path.exists()]
+    if missing:
+        print(f"not drawn beside this run (no such file): {', '.join(map(str, missing))}")
+    curves = _kept([path for path in earlier if path.exists()])
     for cache in caches:
         label = f"cache {cache:,}, sticky timeout {sticky:g} s, {workers} Worker(s), {backend}"
         took = await crowd(n, cache, workers, backend, sticky)

@@ -47,8 +47,21 @@ def test_a_quick_run_leaves_the_published_plots_alone() -> None:
     args = parse(["--quick"])
     assert args.plot_dir is None  # chosen once the results directory is: <results>/img
     drawing = [b for b in BENCHMARKS if b.plot]
-    quick = {b.name: b.command(True, Path("/r/img"), {}) for b in drawing}
+    quick = {b.name: b.command(True, Path("/r/img"), {}, Path("/r")) for b in drawing}
     assert all("/r/img/" in " ".join(argv) for argv in quick.values())
+
+
+def test_the_crowd_plot_draws_the_runs_its_first_entry_kept() -> None:
+    entries = {b.name: b for b in BENCHMARKS}
+    names = [b.name for b in BENCHMARKS]
+    assert names.index("reply_crowd") < names.index("reply_crowd_two_workers")
+    for quick in (False, True):
+        first = entries["reply_crowd"].command(quick, Path("/img"), {}, Path("/r/run"))
+        second = entries["reply_crowd_two_workers"].command(quick, Path("/img"), {}, Path("/r/run"))
+        kept = first[first.index("--keep") + 1]
+        assert kept.startswith("/r/run/")
+        assert second[second.index("--beside") + 1] == kept
+        assert second[second.index("--plot") + 1] == "/img/reply_crowd.png"
 
 
 def test_a_stop_signal_stops_the_running_benchmark_and_the_rest(tmp_path: Path) -> None:
