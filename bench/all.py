@@ -79,18 +79,18 @@ class Benchmark:
     ) -> list[str]:
         if self.argv:
             return list(self.argv)
-        args = [a.replace(RESULTS, str(results)) for a in (self.quick if quick else self.full)]
+        args = list(self.quick if quick else self.full)
         if self.plot:
             args += ["--plot", str(plot_dir / f"{self.plot}.png")]
         filled: list[str] = []
-        for arg in args:
+        for arg in args:  # every placeholder filled in this one pass
             if arg in (REFERENCE, BASELINE):
                 path = checkouts.get(arg)
                 if path is None:  # the option goes with its value: drop the flag before it
                     filled.pop()
                     continue
                 arg = str(path)
-            filled.append(arg)
+            filled.append(arg.replace(RESULTS, str(results)))
         return [sys.executable, "-m", self.module, *filled]
 
 

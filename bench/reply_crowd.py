@@ -159,15 +159,21 @@ def _plot(path: Path, n: int, curves: dict[str, list[float]]) -> None:
     print(f"plot: {plot.save(fig, path)}", flush=True)
 
 
-def _kept(paths: list[Path]) -> dict[str, list[float]]:
+def _kept(paths: list[Path]) -> tuple[dict[str, list[float]], list[Path]]:
+    """The runs kept in those of `paths` that exist, and the paths that do not."""
     curves: dict[str, list[float]] = {}
+    missing: list[Path] = []
     for path in paths:
+        if not path.exists():
+            missing.append(path)
+            continue
         curves.update(json.loads(path.read_text()))
-    return curves
+    return curves, missing
 
 
 def _keep(path: Path, label: str, took: list[float]) -> None:
-    path.write_text(json.dumps({**_kept([path] if path.exists() else []), label: took}))
+    kept, _ = _kept([path])  # the first run kept in a file starts it
+    path.write_text(json.dumps({**kept, label: took}))
 
 
 async def main(
@@ -183,10 +189,10 @@ async def main(
     print(f"load average before: {os.getloadavg()[0]:.2f} ({os.cpu_count()} cores)", flush=True)
     # Runs kept by --keep before, drawn beside this one's. `make bench` names the file its
     # `reply_crowd` entry keeps; run alone, this entry has none, and says so.
-    missing = [path for path in earlier if not path.exists()]
+    curves, missing = _kept(earlier)
     if missing:
-        print(f"not drawn beside this run (no such file): {', '.join(map(str, missing))}")
-    curves = _kept([path for path in earlier if path.exists()])
+        names = ", ".join(map(str, missing))
+        print(f"not drawn beside this run (no such file): {names}", flush=True)
     for cache in caches:
         label = f"cache {cache:,}, sticky timeout {sticky:g} s, {workers} Worker(s), {backend}"
         took = await crowd(n, cache, workers, backend, sticky)
