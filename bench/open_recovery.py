@@ -32,9 +32,11 @@ import signal
 import statistics
 import tempfile
 import time
+from collections.abc import Iterable
 from pathlib import Path
 
 from temporalio.api.enums.v1 import EventType, TimeoutType, WorkflowTaskFailedCause
+from temporalio.api.history.v1 import HistoryEvent
 from temporalio.client import Client, WorkflowHandle
 
 import worker.supervisor as supervisor_module
@@ -183,32 +185,38 @@ async def _round(stack: Stack, variant: str, n: int, replies: int, every: float,
 
 
 async def task_retries(handles: list[WorkflowHandle]) -> dict[str, int]:
-    """The workflow tasks that failed (by cause) or timed out after each conversation's reply, by
-    kind: a timeout is one left on a dead or busy sticky queue (schedule-to-start), or one handed
-    to a poll that never completed it (start-to-close: a dead Worker Temporal had not yet seen go,
-    or a Worker too busy), named by the Worker that took it. Twenty histories read at a time."""
+    """The workflow tasks that failed or timed out after each conversation's reply, by kind (see
+    `retries_in`), over all `handles`. Twenty histories read at a time."""
     found: collections.Counter[str] = collections.Counter()
     for history in await at_most(20, (h.fetch_history for h in handles)):
-        signals = 0
-        taken_by = ""
-        for event in history.events:
-            if event.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED:
-                signals += 1
-            elif event.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_STARTED:
-                taken_by = event.workflow_task_started_event_attributes.identity
-            elif signals > 1 and event.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_FAILED:
-                cause = event.workflow_task_failed_event_attributes.cause
-                name = WorkflowTaskFailedCause.Name(cause).removeprefix(
-                    "WORKFLOW_TASK_FAILED_CAUSE_"
-                )
-                found[f"failed ({name.lower()})"] += 1
-            elif signals > 1 and event.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_TIMED_OUT:
-                kind = TimeoutType.Name(event.workflow_task_timed_out_event_attributes.timeout_type)
-                key = kind.removeprefix("TIMEOUT_TYPE_").lower()
-                if key == "start_to_close":
-                    key += f" (taken by {taken_by})"
-                found[key] += 1
+        found.update(retries_in(history.events))
     return dict(found)
+
+
+def retries_in(events: Iterable[HistoryEvent]) -> collections.Counter[str]:
+    """The workflow tasks that failed (by cause) or timed out after a conversation's reply, by
+    kind: a timeout is one left on a dead or busy sticky queue (schedule-to-start), or one handed
+    to a poll that never completed it (start-to-close: a dead Worker Temporal had not yet seen go,
+    or a Worker too busy), named by the Worker that took it."""
+    found: collections.Counter[str] = collections.Counter()
+    signals = 0
+    taken_by = ""
+    for event in events:
+        if event.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED:
+            signals += 1
+        elif event.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_STARTED:
+            taken_by = event.workflow_task_started_event_attributes.identity
+        elif signals > 1 and event.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_FAILED:
+            cause = event.workflow_task_failed_event_attributes.cause
+            name = WorkflowTaskFailedCause.Name(cause).removeprefix("WORKFLOW_TASK_FAILED_CAUSE_")
+            found[f"failed ({name.lower()})"] += 1
+        elif signals > 1 and event.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_TIMED_OUT:
+            kind = TimeoutType.Name(event.workflow_task_timed_out_event_attributes.timeout_type)
+            key = kind.removeprefix("TIMEOUT_TYPE_").lower()
+            if key == "start_to_close":
+                key += f" (taken by {taken_by})"
+            found[key] += 1
+    return found
 
 
 async def _unknown(*args: object, **kwargs: object) -> None:

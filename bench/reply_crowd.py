@@ -2,7 +2,7 @@
 
     N conversations opened (each asked its first question) -> N replies, sent together as the
     router's Signal -> each answered (the agent's next question posted in its thread) -> every
-    history read: workflow tasks that timed out, and why
+    history read: workflow tasks that timed out, and why; where each reply's seconds went
 
 What a support desk sees after an outage upstream of it (a chat platform's resend of everything
 it held, a marketing mail that lands in 10,000 inboxes at once): the Worker as shipped, on the
@@ -13,35 +13,42 @@ its Worker's sticky queue (`--sticky`, WORKER_STICKY_TIMEOUT), the Worker proces
 started here from the pgserver wheel's binaries, for every store).
 
 Answered is the post of the next question, as the local platform stored it (the Worker's clock,
-the same host's as the sender's). The replies go as Signals: the router's Update waits at most a
-second for a Worker to accept it and then sends the same Signal, which is what a crowd this size
-gets.
+the same host's as the sender's). Each reply's history gives the server's side of its way (the
+Signal received, its workflow task queued, timed out on a sticky queue, started by a Worker,
+completed), printed step by step and as a timeline of the crowd. The replies go as Signals: the
+router's Update waits at most a second for a Worker to accept it and then sends the same Signal,
+which is what a crowd this size gets.
 
     .venv/bin/python -m bench.reply_crowd [--open 10000] [--cache 1000 [10000 ...]]
-        [--sticky 10] [--workers 1] [--backend sqlite|postgresql] [--plot docs/img/reply_crowd.png]
-        [--keep RUN.json] [--beside EARLIER.json ...]
+        [--sticky 10] [--workers 1] [--backend sqlite|postgresql] [--in-flight 200]
+        [--plot docs/img/reply_crowd.png] [--keep RUN.json] [--beside EARLIER.json ...]
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import collections
 import functools
 import json
 import os
 import statistics
 import tempfile
 import time
+from collections.abc import Iterable
 from contextlib import AsyncExitStack
+from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
+from temporalio.api.enums.v1 import EventType, TimeoutType
+from temporalio.api.history.v1 import HistoryEvent
 from temporalio.client import WorkflowHandle
 
 from agent.models import CustomerMessage
 from agent.settings import AgentSettings
 from bench import percentile, run_benchmark
-from bench.open_recovery import CUSTOMERS, open_conversations, task_retries
+from bench.open_recovery import CUSTOMERS, open_conversations, retries_in
 from bench.proc import Sampler, cpu_seconds, rss_bytes
 from bench.server import free_ports
 from bench.warnings import logged_warnings
@@ -54,9 +61,84 @@ from refund_bot.wiring import local_thread_store
 
 ANSWER_TIMEOUT = 1800.0  # a crowd that is not answered in half an hour is a failed run
 GOAL = 60.0  # seconds for the last of 10,000 replies
+WINDOWS = (1, 2, 5, 10, 20, 30, 60)  # seconds a row of the crowd's timeline: 15 rows at most
+IN_FLIGHT = 200  # replies sent at once by default: what one client connection carries well
 
 
-async def crowd(n: int, cache: int, workers: int, backend: str, sticky: float) -> list[float]:
+@dataclass
+class Reply:
+    """One reply's way through Temporal: server timestamps, epoch seconds, from its history."""
+
+    signaled: float = 0.0  # the reply's Signal in the history
+    queued: float = 0.0  # the first workflow task scheduled after it
+    sticky_timeouts: list[float] = field(default_factory=list)  # a task left on a sticky queue
+    started: float = 0.0  # the start of the task that completed: the one that answered
+    completed: float = 0.0
+    answered: float = 0.0  # the next question's post, as the platform stored it
+
+
+def _reply(events: Iterable[HistoryEvent]) -> Reply:
+    reply = Reply()
+    seconds = 0.0
+    for event in events:
+        kind, at = event.event_type, event.event_time.ToNanoseconds() / 1e9
+        if kind == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED:
+            reply = Reply(signaled=at)  # the last Signal is the reply: the history ends with it
+        elif not reply.signaled or reply.completed:
+            continue
+        elif kind == EventType.EVENT_TYPE_WORKFLOW_TASK_SCHEDULED:
+            reply.queued = reply.queued or at
+        elif kind == EventType.EVENT_TYPE_WORKFLOW_TASK_TIMED_OUT:
+            timeout = event.workflow_task_timed_out_event_attributes.timeout_type
+            if timeout == TimeoutType.TIMEOUT_TYPE_SCHEDULE_TO_START:
+                reply.sticky_timeouts.append(at)
+        elif kind == EventType.EVENT_TYPE_WORKFLOW_TASK_STARTED:
+            seconds = at
+        elif kind == EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED:
+            reply.started, reply.completed = seconds, at
+    return reply
+
+
+def _breakdown(replies: list[Reply], zero: float) -> None:
+    """Where the crowd's seconds went: each step's spread, then the crowd second by second."""
+    steps = [
+        ("reply's Signal received (from the first sent)", [r.signaled - zero for r in replies]),
+        ("  -> workflow task queued", [r.queued - r.signaled for r in replies]),
+        ("  -> answering task started (queue wait)", [r.started - r.queued for r in replies]),
+        ("  -> next question posted (Worker turn)", [r.answered - r.started for r in replies]),
+        ("  -> task completed", [r.completed - r.answered for r in replies]),
+    ]
+    print("  step (per reply)                                 p50       p90       max", flush=True)
+    for name, values in steps:
+        print(
+            f"  {name:<46} {statistics.median(values):7.3f}s {percentile(values, 90):7.3f}s "
+            f"{max(values):7.3f}s",
+            flush=True,
+        )
+    timed_out = sum(bool(r.sticky_timeouts) for r in replies)
+    print(f"  replies whose task timed out on a sticky queue: {timed_out}", flush=True)
+    columns = {
+        "Signals received": [r.signaled for r in replies],
+        "tasks queued": [r.queued for r in replies],
+        "sticky timeouts": [t for r in replies for t in r.sticky_timeouts],
+        "answering tasks started": [r.started for r in replies],
+        "answered": [r.answered for r in replies],
+    }
+    print(f"  seconds  {'  '.join(f'{name:>23}' for name in columns)}", flush=True)
+    last = max(max(times) for times in columns.values() if times) - zero
+    width = next((w for w in WINDOWS if last / w < 15), WINDOWS[-1])
+    for row in range(int(last // width) + 1):
+        begin = zero + row * width
+        counts = [sum(begin <= t < begin + width for t in times) for times in columns.values()]
+        print(
+            f"  {row * width:4d}-{(row + 1) * width:<3d}{'  '.join(f'{c:>23}' for c in counts)}",
+            flush=True,
+        )
+
+
+async def crowd(
+    n: int, cache: int, workers: int, backend: str, sticky: float, in_flight: int
+) -> list[float]:
     """One variant on a stack of its own: seconds from the first Signal to each answer."""
     async with AsyncExitStack() as outside:
         data_dir = Path(outside.enter_context(tempfile.TemporaryDirectory()))
@@ -99,9 +181,9 @@ async def crowd(n: int, cache: int, workers: int, backend: str, sticky: float) -
                 await handle.signal("customer_message", message)
 
             started = time.time()
-            # 200 at a time: the client's connection, not the Worker, is the gate.
+            # `in_flight` at a time: the client's connection, not the Worker, is the gate.
             sending = asyncio.ensure_future(
-                at_most(200, (functools.partial(reply, h) for h in handles))
+                at_most(in_flight, (functools.partial(reply, h) for h in handles))
             )
             waiting = set(thread_of.values())
             deadline = time.monotonic() + ANSWER_TIMEOUT
@@ -119,7 +201,15 @@ async def crowd(n: int, cache: int, workers: int, backend: str, sticky: float) -
                 f"{len(waiting)} of {n} replies not answered in {ANSWER_TIMEOUT:.0f} s"
             )
         took = sorted(a.timestamp() - started for a in answered.values())
-        retries = await task_retries(handles)
+        # Each history read once, for the timeouts and the breakdown both.
+        histories = await at_most(20, (h.fetch_history for h in handles))
+        retries: collections.Counter[str] = collections.Counter()
+        replies: list[Reply] = []
+        for handle, history in zip(handles, histories, strict=True):
+            retries.update(retries_in(history.events))
+            way = _reply(history.events)
+            way.answered = answered[thread_of[handle.id]].timestamp()
+            replies.append(way)
         cores = {p: (cpu_seconds(p) - cpu_before[p]) / took[-1] for p in pids}
         print(
             f"  {n} replies sent in {sent_in:.1f} s; answered from the first Signal: p50 "
@@ -141,6 +231,7 @@ async def crowd(n: int, cache: int, workers: int, backend: str, sticky: float) -
             f"{', '.join(f'{sampler.usage.peak_rss[p] / 2**20:.0f}' for p in workers_pids)} MB",
             flush=True,
         )
+        _breakdown(replies, started)
         return took
 
 
@@ -182,6 +273,7 @@ async def main(
     workers: int,
     backend: str,
     sticky: float,
+    in_flight: int,
     plot_path: Path | None,
     keep: Path | None,
     earlier: list[Path],
@@ -195,7 +287,7 @@ async def main(
         print(f"not drawn beside this run (no such file): {names}", flush=True)
     for cache in caches:
         label = f"cache {cache:,}, sticky timeout {sticky:g} s, {workers} Worker(s), {backend}"
-        took = await crowd(n, cache, workers, backend, sticky)
+        took = await crowd(n, cache, workers, backend, sticky, in_flight)
         curves[label] = took
         if keep is not None:
             _keep(keep, label, took)
@@ -217,6 +309,9 @@ if __name__ == "__main__":
     parser.add_argument("--workers", type=int, default=1, help="REFUND_BOT_WORKERS")
     parser.add_argument("--backend", choices=("sqlite", "postgresql"), default="sqlite")
     parser.add_argument("--sticky", type=float, default=10.0, help="WORKER_STICKY_TIMEOUT, seconds")
+    parser.add_argument(
+        "--in-flight", type=int, default=IN_FLIGHT, help="replies sent at once (Signals in flight)"
+    )
     parser.add_argument("--plot", type=Path, default=None)
     parser.add_argument(
         "--keep", type=Path, default=None, help="a JSON file each variant's answer times go into"
@@ -232,6 +327,7 @@ if __name__ == "__main__":
             args.workers,
             args.backend,
             args.sticky,
+            args.in_flight,
             args.plot,
             args.keep,
             args.beside,
