@@ -194,10 +194,10 @@ async def task_retries(handles: list[WorkflowHandle]) -> dict[str, int]:
 
 
 def retries_in(events: Iterable[HistoryEvent]) -> collections.Counter[str]:
-    """The workflow tasks that failed (by cause) or timed out after a conversation's reply, by
-    kind: a timeout is one left on a dead or busy sticky queue (schedule-to-start), or one handed
-    to a poll that never completed it (start-to-close: a dead Worker Temporal had not yet seen go,
-    or a Worker too busy), named by the Worker that took it."""
+    """The workflow tasks that failed (by cause and message) or timed out after a conversation's
+    reply, by kind: a timeout is one left on a dead or busy sticky queue (schedule-to-start), or
+    one handed to a poll that never completed it (start-to-close: a dead Worker Temporal had not
+    yet seen go, or a Worker too busy), named by the Worker that took it."""
     found: collections.Counter[str] = collections.Counter()
     signals = 0
     taken_by = ""
@@ -207,9 +207,13 @@ def retries_in(events: Iterable[HistoryEvent]) -> collections.Counter[str]:
         elif event.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_STARTED:
             taken_by = event.workflow_task_started_event_attributes.identity
         elif signals > 1 and event.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_FAILED:
-            cause = event.workflow_task_failed_event_attributes.cause
-            name = WorkflowTaskFailedCause.Name(cause).removeprefix("WORKFLOW_TASK_FAILED_CAUSE_")
-            found[f"failed ({name.lower()})"] += 1
+            failed = event.workflow_task_failed_event_attributes
+            name = WorkflowTaskFailedCause.Name(failed.cause).removeprefix(
+                "WORKFLOW_TASK_FAILED_CAUSE_"
+            )
+            # What the Worker said, so that no failure goes unexplained (its first line, cut).
+            said = failed.failure.message.splitlines()[0][:100] if failed.failure.message else ""
+            found[f"failed ({name.lower()}{': ' + said if said else ''})"] += 1
         elif signals > 1 and event.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_TIMED_OUT:
             kind = TimeoutType.Name(event.workflow_task_timed_out_event_attributes.timeout_type)
             key = kind.removeprefix("TIMEOUT_TYPE_").lower()

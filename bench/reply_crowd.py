@@ -79,7 +79,7 @@ class Reply:
 
 def _reply(events: Iterable[HistoryEvent]) -> Reply:
     reply = Reply()
-    seconds = 0.0
+    last_started = 0.0
     for event in events:
         kind, at = event.event_type, event.event_time.ToNanoseconds() / 1e9
         if kind == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED:
@@ -93,14 +93,14 @@ def _reply(events: Iterable[HistoryEvent]) -> Reply:
             if timeout == TimeoutType.TIMEOUT_TYPE_SCHEDULE_TO_START:
                 reply.sticky_timeouts.append(at)
         elif kind == EventType.EVENT_TYPE_WORKFLOW_TASK_STARTED:
-            seconds = at
+            last_started = at
         elif kind == EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED:
-            reply.started, reply.completed = seconds, at
+            reply.started, reply.completed = last_started, at
     return reply
 
 
 def _breakdown(replies: list[Reply], zero: float) -> None:
-    """Where the crowd's seconds went: each step's spread, then the crowd second by second."""
+    """Where the crowd's seconds went: each step's spread, then a timeline of the whole crowd."""
     steps = [
         ("reply's Signal received (from the first sent)", [r.signaled - zero for r in replies]),
         ("  -> workflow task queued", [r.queued - r.signaled for r in replies]),
