@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+import statistics
 import sys
 import uuid
 from collections.abc import Coroutine, Iterable, Sequence
@@ -35,6 +36,18 @@ def percentile(values: Sequence[float], q: float) -> float:
     ordered = sorted(values)
     rank = max(1, math.ceil(q / 100 * len(ordered)))
     return ordered[rank - 1]
+
+
+def print_steps(heading: str, steps: list[tuple[str, list[float]]]) -> None:
+    """A crowd's breakdown: one row a step, its p50, p90 and max over the crowd, in seconds."""
+    width = max(len(heading), *(len(name) for name, _ in steps))
+    print(f"  {heading:<{width}}       p50       p90       max", flush=True)
+    for name, values in steps:
+        p90 = statistics.quantiles(values, n=10)[-1] if len(values) > 1 else values[0]
+        print(
+            f"  {name:<{width}} {statistics.median(values):8.3f}s {p90:8.3f}s {max(values):8.3f}s",
+            flush=True,
+        )
 
 
 async def release_and_refund(handle: WorkflowHandle) -> tuple[datetime | None, datetime | None]:

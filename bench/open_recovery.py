@@ -212,8 +212,8 @@ def retries_in(events: Iterable[HistoryEvent]) -> collections.Counter[str]:
                 "WORKFLOW_TASK_FAILED_CAUSE_"
             )
             # What the Worker said, so that no failure goes unexplained (its first line, cut).
-            said = failed.failure.message.splitlines()[0][:100] if failed.failure.message else ""
-            found[f"failed ({name.lower()}{': ' + said if said else ''})"] += 1
+            said = (failed.failure.message.splitlines() or [""])[0][:100]
+            found[f"failed ({name.lower()}: {said})" if said else f"failed ({name.lower()})"] += 1
         elif signals > 1 and event.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_TIMED_OUT:
             kind = TimeoutType.Name(event.workflow_task_timed_out_event_attributes.timeout_type)
             key = kind.removeprefix("TIMEOUT_TYPE_").lower()

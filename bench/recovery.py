@@ -36,7 +36,7 @@ from typing import Any
 from temporalio.api.enums.v1 import EventType, TimeoutType
 from temporalio.api.history.v1 import HistoryEvent
 
-from bench import release_and_refund, release_and_refund_in, run_benchmark
+from bench import print_steps, release_and_refund, release_and_refund_in, run_benchmark
 from bench.warnings import logged_warnings
 from harness.conditions import wait_for
 from harness.conversation import LocalConversation
@@ -237,13 +237,7 @@ def _breakdown(phases: list[Released]) -> None:
         ("  -> issue_refund started", [p.refund_started - p.refund_scheduled for p in phases]),
         ("  -> issue_refund completed", [p.refund_completed - p.refund_started for p in phases]),
     ]  # fmt: skip
-    print("  step (per conversation)                      p50       p90       max", flush=True)
-    for name, values in steps:
-        q = statistics.quantiles(values, n=10)
-        print(
-            f"  {name:<44} {statistics.median(values):7.3f}s {q[-1]:7.3f}s {max(values):7.3f}s",
-            flush=True,
-        )
+    print_steps("step (per conversation)", steps)
     for name, values in (
         ("last release Signal received", [p.signaled for p in phases]),
         ("last workflow task polled by a Worker", [p.task_started for p in phases]),

@@ -47,7 +47,7 @@ from temporalio.client import WorkflowHandle
 
 from agent.models import CustomerMessage
 from agent.settings import AgentSettings
-from bench import percentile, run_benchmark
+from bench import percentile, print_steps, run_benchmark
 from bench.open_recovery import CUSTOMERS, open_conversations, retries_in
 from bench.proc import Sampler, cpu_seconds, rss_bytes
 from bench.server import free_ports
@@ -108,13 +108,7 @@ def _breakdown(replies: list[Reply], zero: float) -> None:
         ("  -> next question posted (Worker turn)", [r.answered - r.started for r in replies]),
         ("  -> task completed", [r.completed - r.answered for r in replies]),
     ]
-    print("  step (per reply)                                 p50       p90       max", flush=True)
-    for name, values in steps:
-        print(
-            f"  {name:<46} {statistics.median(values):7.3f}s {percentile(values, 90):7.3f}s "
-            f"{max(values):7.3f}s",
-            flush=True,
-        )
+    print_steps("step (per reply)", steps)
     timed_out = sum(bool(r.sticky_timeouts) for r in replies)
     print(f"  replies whose task timed out on a sticky queue: {timed_out}", flush=True)
     columns = {
@@ -127,13 +121,12 @@ def _breakdown(replies: list[Reply], zero: float) -> None:
     print(f"  seconds  {'  '.join(f'{name:>23}' for name in columns)}", flush=True)
     last = max(max(times) for times in columns.values() if times) - zero
     width = next((w for w in WINDOWS if last / w < 15), WINDOWS[-1])
+    rows = [
+        collections.Counter(int((t - zero) // width) for t in times) for times in columns.values()
+    ]
     for row in range(int(last // width) + 1):
-        begin = zero + row * width
-        counts = [sum(begin <= t < begin + width for t in times) for times in columns.values()]
-        print(
-            f"  {row * width:4d}-{(row + 1) * width:<3d}{'  '.join(f'{c:>23}' for c in counts)}",
-            flush=True,
-        )
+        counts = "  ".join(f"{in_row[row]:>23}" for in_row in rows)
+        print(f"  {row * width:4d}-{(row + 1) * width:<3d}{counts}", flush=True)
 
 
 async def crowd(
@@ -181,7 +174,7 @@ async def crowd(
                 await handle.signal("customer_message", message)
 
             started = time.time()
-            # `in_flight` at a time: the client's connection, not the Worker, is the gate.
+            # `in_flight` at a time (IN_FLIGHT unless --in-flight says otherwise).
             sending = asyncio.ensure_future(
                 at_most(in_flight, (functools.partial(reply, h) for h in handles))
             )
