@@ -13,7 +13,7 @@ from typing import Any, NoReturn
 
 from temporalio.api.enums.v1 import EventType
 from temporalio.api.history.v1 import HistoryEvent
-from temporalio.client import WorkflowHandle
+from temporalio.client import Client, WorkflowHandle
 
 from agent.codec import CodecKeyError
 from agent.models import Actor, ThreadRef
@@ -93,3 +93,13 @@ def customer_says(
         text=text,
         opens_thread=opens,
     )
+
+
+async def read_failures(client: Client, events: Iterable[HistoryEvent]) -> None:
+    """Each failed workflow task's message, in place, as its Worker wrote it: the codec encrypts a
+    failure's message (agent/codec.py), so the history itself says only "Encoded failure"."""
+    for event in events:
+        if event.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_FAILED:
+            failure = event.workflow_task_failed_event_attributes.failure
+            if failure.HasField("encoded_attributes"):
+                failure.message = str(await client.data_converter.decode_failure(failure))

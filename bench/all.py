@@ -144,6 +144,7 @@ BENCHMARKS = (
     Benchmark("crash_drill", "bench.crash_drill", ("--drills", "5"), ("--drills", "1")),
     Benchmark("replay_cost", "bench.replay_cost", (), ("--replays", "20")),
     Benchmark("sandbox_instance", "bench.sandbox_instance", (), ("--instances", "50")),
+    Benchmark("gc_pause", "bench.gc_pause", (), ("--cached", "100", "200")),
     Benchmark("random_kills", "bench.random_kills", ("--conversations", "200"),
               ("--conversations", "20")),
     Benchmark("random_kills_two_workers", "bench.random_kills",

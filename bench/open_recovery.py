@@ -44,7 +44,7 @@ from agent.models import Actor, ConversationStart, CustomerMessage, ThreadRef
 from agent.settings import AgentSettings
 from agent.versions import version_attributes
 from agent.workflow import RefundConversation
-from bench import percentile, run_benchmark
+from bench import percentile, read_failures, run_benchmark
 from bench.proc import Sampler, rss_bytes, wait_idle
 from bench.server import free_ports
 from bot.local.thread_store import LocalThreadStore
@@ -106,7 +106,7 @@ async def open_conversations(
 
     async def asked() -> bool:
         for handle in sample:
-            if not await _answered_after(handle, 0):
+            if not await answered_after(handle, 0):
                 return False
         for pid in supervisor.pids:
             if not await wait_idle(pid, quiet=1.0, within=5.0):
@@ -117,7 +117,7 @@ async def open_conversations(
     return handles
 
 
-async def _answered_after(handle: WorkflowHandle, signals: int) -> float | None:
+async def answered_after(handle: WorkflowHandle, signals: int) -> float | None:
     """When the workflow task after the conversation's (`signals`+1)-th customer_message Signal
     completed (the server's clock, seconds since the epoch); None if not yet."""
     seen = 0
@@ -165,9 +165,9 @@ async def _round(stack: Stack, variant: str, n: int, replies: int, every: float,
         supervisor_module.release_sticky_queue = release_sticky_queue
     answered: list[float] = []
     for handle in targets:
-        at = await wait_for(functools.partial(_answered_after, handle, 1), timeout=120)
+        at = await wait_for(functools.partial(answered_after, handle, 1), timeout=120)
         answered.append(at)
-    timed_out = await task_retries(targets)
+    timed_out = await task_retries(stack.client, targets)
     from_kill = [a - killed for a in answered]
     from_signal = [a - s for a, s in zip(answered, sent, strict=True)]
     report = supervisor.last_report
@@ -184,11 +184,12 @@ async def _round(stack: Stack, variant: str, n: int, replies: int, every: float,
     )
 
 
-async def task_retries(handles: list[WorkflowHandle]) -> dict[str, int]:
+async def task_retries(client: Client, handles: list[WorkflowHandle]) -> dict[str, int]:
     """The workflow tasks that failed or timed out after each conversation's reply, by kind (see
     `retries_in`), over all `handles`. Twenty histories read at a time."""
     found: collections.Counter[str] = collections.Counter()
     for history in await at_most(20, (h.fetch_history for h in handles)):
+        await read_failures(client, history.events)
         found.update(retries_in(history.events))
     return dict(found)
 

@@ -36,8 +36,14 @@ from typing import Any
 from temporalio.api.enums.v1 import EventType, TimeoutType
 from temporalio.api.history.v1 import HistoryEvent
 
-from bench import print_steps, release_and_refund, release_and_refund_in, run_benchmark
-from bench.warnings import logged_warnings
+from bench import (
+    print_steps,
+    read_failures,
+    release_and_refund,
+    release_and_refund_in,
+    run_benchmark,
+)
+from bench.warnings import gc_pauses, logged_warnings
 from harness.conditions import wait_for
 from harness.conversation import LocalConversation
 from harness.crowd import at_most, place_crowd
@@ -174,7 +180,8 @@ def _released(events: Iterable[HistoryEvent]) -> dict[str, Any]:
             failed = event.workflow_task_failed_event_attributes
             # The release's cause is a Worker's own for a conversation it no longer caches.
             if failed.cause != SENT_ON:
-                said = "failed"
+                # What the Worker said (read_failures decrypted it), its first line.
+                said = f"failed ({(failed.failure.message.splitlines() or [''])[0][:100]})"
             elif failed.failure.message.endswith(RELEASED):
                 said = "sent on by a dead Worker's sticky-queue release"
             else:
@@ -265,6 +272,8 @@ async def held_crowd(stack: Stack, count: int, breakdown: bool = False) -> float
     await asyncio.wait_for(at_most(IN_FLIGHT, (h.result for h in handles)), RELEASE_TIMEOUT)
     # Each history read once, for the release's clock and the breakdown both.
     histories = await at_most(IN_FLIGHT, (h.fetch_history for h in handles))
+    for history in histories:
+        await read_failures(stack.client, history.events)
     times = [release_and_refund_in(history.events) for history in histories]
     first_release = min(r for r, _ in times if r)
     last_scheduled = max(s for _, s in times if s)
@@ -277,6 +286,8 @@ async def held_crowd(stack: Stack, count: int, breakdown: bool = False) -> float
     print(f"  refunds in the ledger: {len(made)}, asked more than once: {asked_again}", flush=True)
     warned = logged_warnings(stack.settings.data_dir / "worker.log")
     print(f"  the Workers' warnings: {warned}", flush=True)
+    paused = gc_pauses(stack.settings.data_dir / "worker.log")
+    print(f"  the Workers' full garbage collections: {paused}", flush=True)
     if breakdown:
         _breakdown(_phases([_released(history.events) for history in histories]))
     return (last_scheduled - first_release).total_seconds()

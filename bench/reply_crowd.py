@@ -47,11 +47,11 @@ from temporalio.client import WorkflowHandle
 
 from agent.models import CustomerMessage
 from agent.settings import AgentSettings
-from bench import percentile, print_steps, run_benchmark
+from bench import percentile, print_steps, read_failures, run_benchmark
 from bench.open_recovery import CUSTOMERS, open_conversations, retries_in
 from bench.proc import Sampler, cpu_seconds, rss_bytes
 from bench.server import free_ports
-from bench.warnings import logged_warnings
+from bench.warnings import gc_pauses, logged_warnings
 from harness.codec import with_test_keys
 from harness.crowd import at_most
 from harness.postgres import postgres_database
@@ -199,6 +199,7 @@ async def crowd(
         retries: collections.Counter[str] = collections.Counter()
         replies: list[Reply] = []
         for handle, history in zip(handles, histories, strict=True):
+            await read_failures(stack.client, history.events)
             retries.update(retries_in(history.events))
             way = _reply(history.events)
             way.answered = answered[thread_of[handle.id]].timestamp()
@@ -212,6 +213,8 @@ async def crowd(
         )
         warned = logged_warnings(data_dir / "worker.log")
         print(f"  the Workers' warnings: {warned}", flush=True)
+        paused = gc_pauses(data_dir / "worker.log")
+        print(f"  the Workers' full garbage collections: {paused}", flush=True)
         print(
             f"  workflow tasks failed or timed out after the reply: "
             f"{', '.join(f'{k} {v}' for k, v in sorted(retries.items())) or 'none'}",

@@ -38,7 +38,7 @@ from temporalio.client import Client, WorkflowHandle
 
 from agent.settings import AgentSettings
 from bench import percentile, run_benchmark
-from bench.open_recovery import OPEN_TIMEOUT, _answered_after, _reply, open_one
+from bench.open_recovery import OPEN_TIMEOUT, _reply, answered_after, open_one
 from bench.proc import wait_idle
 from bench.server import embedded_server
 from bench.workers import _spawn, refund_bot_env
@@ -85,7 +85,7 @@ async def _open(
 
     async def asked() -> bool:
         for handle in sample:
-            if not await _answered_after(handle, 0):
+            if not await answered_after(handle, 0):
                 return False
         return await wait_idle(pid, quiet=1.0, within=5.0)
 
@@ -136,7 +136,7 @@ async def _round(
         await _polling(client, queue, second.pid)
         polling = time.time() - killed
         answered = [
-            await wait_for(functools.partial(_answered_after, handle, 1), timeout=120)
+            await wait_for(functools.partial(answered_after, handle, 1), timeout=120)
             for handle in targets
         ]
         from_kill = [a - killed for a in answered]

@@ -28,3 +28,20 @@ def logged_warnings(log: Path, *, top: int = 5) -> str:
     shown = [f"{n} x {kind}" for kind, n in kinds.most_common(top)]
     rest = sum(kinds.values()) - sum(n for _, n in kinds.most_common(top))
     return "; ".join(shown + ([f"{rest} others"] if rest else []))
+
+
+# worker.gc_pauses' line for a full collection of 0.1 s or more.
+_PAUSE = re.compile(r"a full garbage collection held this Worker (\d+\.\d+) s")
+
+
+def gc_pauses(log: Path) -> str:
+    """The Worker's full garbage collections it logged (0.1 s or more): how many, the longest, the
+    seconds they held it in all, and how many reached the SDK's 2 s deadlock timeout."""
+    text = log.read_text(errors="replace") if log.exists() else ""
+    pauses = [float(p) for p in _PAUSE.findall(text)]
+    if not pauses:
+        return "none of 0.1 s or more"
+    return (
+        f"{len(pauses)} of 0.1 s or more, longest {max(pauses):.2f} s, {sum(pauses):.1f} s in "
+        f"all; {sum(p >= 2 for p in pauses)} of 2 s or more"
+    )

@@ -27,6 +27,7 @@ ALERTS = (
     "PlatformDown",
     "RefundsFailing",
     "EscalationWaitingPastReminder",
+    "WorkerPausedByGarbageCollection",
 )
 
 

@@ -43,6 +43,7 @@ from worker.conversation_metrics import (
     ENDED_OUTCOMES,
     ConversationMetrics,
 )
+from worker.gc_pauses import watching_gc_pauses
 from worker.pair import WorkerPair
 from worker.sandbox import CompiledOnceSandboxRunner
 from worker.settings import DEFAULT_CACHED_CONVERSATIONS, DEFAULT_STICKY_TIMEOUT
@@ -248,7 +249,7 @@ async def run_worker(
         standby.set(1)
         await go()  # DURABLE WAIT (of a process): until the supervisor promotes this standby
     standby.set(0)
-    async with worker:
+    async with worker, watching_gc_pauses(metric_meter(), cached_conversations):
         identity = worker_identity(host=host)
         log.info("worker %s polling %s", identity, temporal.task_queue)
         # Once polling: the probe's tasks need this Worker. Its name is then in Temporal for
