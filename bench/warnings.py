@@ -34,11 +34,15 @@ def logged_warnings(log: Path, *, top: int = 5) -> str:
 _PAUSE = re.compile(r"a full garbage collection held this Worker (\d+\.\d+) s")
 
 
+def pauses_in(text: str) -> list[float]:
+    """The seconds of each full garbage collection a Worker said in `text` (0.1 s or more)."""
+    return [float(p) for p in _PAUSE.findall(text)]
+
+
 def gc_pauses(log: Path) -> str:
     """The Worker's full garbage collections it logged (0.1 s or more): how many, the longest, the
     seconds they held it in all, and how many reached the SDK's 2 s deadlock timeout."""
-    text = log.read_text(errors="replace") if log.exists() else ""
-    pauses = [float(p) for p in _PAUSE.findall(text)]
+    pauses = pauses_in(log.read_text(errors="replace") if log.exists() else "")
     if not pauses:
         return "none of 0.1 s or more"
     return (
