@@ -82,11 +82,11 @@ async def watching_gc_pauses(
     """While inside: every full collection of this process recorded in `meter`'s histogram, and
     the long ones logged (see `said`), `every` seconds and once more on the way out."""
     histogram = meter.create_histogram_timedelta(PAUSE_METRIC, PAUSE_DESCRIPTION)
-    collections_ = _FullCollections()
+    watched = _FullCollections()
 
     def report() -> None:
-        while collections_.pauses:
-            pause = collections_.pauses.popleft()
+        while watched.pauses:
+            pause = watched.pauses.popleft()
             histogram.record(timedelta(seconds=pause))
             if (line := said(pause, cached_conversations)) is not None:
                 log.log(*line)
@@ -96,11 +96,11 @@ async def watching_gc_pauses(
             await asyncio.sleep(every)
             report()
 
-    gc.callbacks.append(collections_)
+    gc.callbacks.append(watched)
     task = asyncio.create_task(reporting())
     try:
         yield
     finally:
-        gc.callbacks.remove(collections_)
+        gc.callbacks.remove(watched)
         task.cancel()
         report()
