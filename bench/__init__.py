@@ -103,3 +103,8 @@ async def read_failures(client: Client, events: Iterable[HistoryEvent]) -> None:
             failure = event.workflow_task_failed_event_attributes.failure
             if failure.HasField("encoded_attributes"):
                 failure.message = str(await client.data_converter.decode_failure(failure))
+
+
+def first_line(message: str) -> str:
+    """A failure's message as a benchmark prints it: its first line, cut to 100 characters."""
+    return (message.splitlines() or [""])[0][:100]

@@ -22,21 +22,16 @@ import functools
 import gc
 import logging
 import random
-import tempfile
 import time
-import uuid
-from pathlib import Path
 
-from agent.settings import AgentSettings
 from bench import run_benchmark
-from bench.open_recovery import answered_after, open_one
-from bench.warnings import pauses_in
+from bench.open_recovery import all_asked, open_one
+from bench.warnings import pauses_in, pauses_said
 from harness.conditions import wait_for
 from harness.crowd import place_crowd
-from harness.dev_server import start_dev_server
-from refund_bot.wiring import local_thread_store
+from harness.inproc import standalone_agent
 from worker.gc_pauses import watching_gc_pauses
-from worker.runner import build_worker, prepare_stores
+from worker.settings import DEFAULT_CACHED_CONVERSATIONS
 from worker.telemetry import metric_meter
 
 COLLECT_EVERY = 0.3  # seconds between the end of one full collection and the next
@@ -78,30 +73,27 @@ async def main(objects: int, conversations: int) -> None:
     gc.collect()
     print(f"{objects:,} objects beside the Worker: a full collection takes "
           f"{time.perf_counter() - started:.2f} s", flush=True)  # fmt: skip
-    env = await start_dev_server()
-    with tempfile.TemporaryDirectory() as tmp:
-        settings = AgentSettings(_env_file=None, data_dir=Path(tmp))
-        await prepare_stores(settings)
-        threads = local_thread_store(settings)
-        queue = f"gc-{uuid.uuid4().hex[:8]}"
-        worker = await build_worker(env.client, queue, settings, {"local": threads})
-        async with env, worker, watching_gc_pauses(metric_meter(), len(heap)):
-            shoppers = await place_crowd(settings, conversations, prefix="gcd-", first_order=1)
-            stop = asyncio.Event()
-            collecting = asyncio.create_task(_collecting(stop))
-            handles = [await open_one(env.client, threads, s, "gcd", queue) for s in shoppers]
-            for handle in handles:
-                await wait_for(functools.partial(answered_after, handle, 0), timeout=600)
-            stop.set()
-            await collecting
+    async with (
+        standalone_agent() as agent,
+        watching_gc_pauses(metric_meter(), DEFAULT_CACHED_CONVERSATIONS),
+    ):
+        shoppers = await place_crowd(agent.settings, conversations, prefix="gcd-", first_order=1)
+        stop = asyncio.Event()
+        collecting = asyncio.create_task(_collecting(stop))
+        handles = [
+            await open_one(agent.client, agent.threads, shopper, "gcd", agent.task_queue)
+            for shopper in shoppers
+        ]
+        await wait_for(functools.partial(all_asked, handles), timeout=600, what="every question")
+        stop.set()
+        await collecting
     del heap
     pauses = pauses_in("\n".join(r.getMessage() for r in kept.records))
     failed = [r for r in kept.records if r.exc_info and DEADLOCK in str(r.exc_info[1])]
     print(
         f"{conversations} conversations opened, each asked its first question; full collections "
-        f"said by the Worker: {len(pauses)} ({min(pauses, default=0):.2f}-"
-        f"{max(pauses, default=0):.2f} s, {sum(p >= 2 for p in pauses)} of 2 s or more); "
-        f"activations failed as deadlocked ({DEADLOCK}): {len(failed)}",
+        f"said by the Worker: {pauses_said(pauses)}; activations failed as deadlocked "
+        f"({DEADLOCK}): {len(failed)}",
         flush=True,
     )
     for record in failed[:3]:

@@ -44,7 +44,7 @@ from agent.models import Actor, ConversationStart, CustomerMessage, ThreadRef
 from agent.settings import AgentSettings
 from agent.versions import version_attributes
 from agent.workflow import RefundConversation
-from bench import percentile, read_failures, run_benchmark
+from bench import first_line, percentile, read_failures, run_benchmark
 from bench.proc import Sampler, rss_bytes, wait_idle
 from bench.server import free_ports
 from bot.local.thread_store import LocalThreadStore
@@ -115,6 +115,13 @@ async def open_conversations(
 
     await wait_for(asked, timeout=OPEN_TIMEOUT, interval=2.0, what="every first question")
     return handles
+
+
+async def all_asked(handles: list[WorkflowHandle]) -> bool:
+    """Every conversation asked its first question (and so is in its Worker's cache); twenty
+    histories read at a time."""
+    asked = await at_most(20, (functools.partial(answered_after, h, 0) for h in handles))
+    return all(asked)
 
 
 async def answered_after(handle: WorkflowHandle, signals: int) -> float | None:
@@ -213,7 +220,7 @@ def retries_in(events: Iterable[HistoryEvent]) -> collections.Counter[str]:
                 "WORKFLOW_TASK_FAILED_CAUSE_"
             )
             # What the Worker said, so that no failure goes unexplained (its first line, cut).
-            said = (failed.failure.message.splitlines() or [""])[0][:100]
+            said = first_line(failed.failure.message)
             found[f"failed ({name.lower()}: {said})" if said else f"failed ({name.lower()})"] += 1
         elif signals > 1 and event.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_TIMED_OUT:
             kind = TimeoutType.Name(event.workflow_task_timed_out_event_attributes.timeout_type)

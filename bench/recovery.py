@@ -37,13 +37,14 @@ from temporalio.api.enums.v1 import EventType, TimeoutType
 from temporalio.api.history.v1 import HistoryEvent
 
 from bench import (
+    first_line,
     print_steps,
     read_failures,
     release_and_refund,
     release_and_refund_in,
     run_benchmark,
 )
-from bench.warnings import gc_pauses, logged_warnings
+from bench.warnings import print_worker_log
 from harness.conditions import wait_for
 from harness.conversation import LocalConversation
 from harness.crowd import at_most, place_crowd
@@ -181,7 +182,7 @@ def _released(events: Iterable[HistoryEvent]) -> dict[str, Any]:
             # The release's cause is a Worker's own for a conversation it no longer caches.
             if failed.cause != SENT_ON:
                 # What the Worker said (read_failures decrypted it), its first line.
-                said = f"failed ({(failed.failure.message.splitlines() or [''])[0][:100]})"
+                said = f"failed ({first_line(failed.failure.message)})"
             elif failed.failure.message.endswith(RELEASED):
                 said = "sent on by a dead Worker's sticky-queue release"
             else:
@@ -284,10 +285,7 @@ async def held_crowd(stack: Stack, count: int, breakdown: bool = False) -> float
         raise RuntimeError(f"{len(made)} refunds in the ledger for {count} held conversations")
     asked_again = sum(r.calls > 1 for r in made)
     print(f"  refunds in the ledger: {len(made)}, asked more than once: {asked_again}", flush=True)
-    warned = logged_warnings(stack.settings.data_dir / "worker.log")
-    print(f"  the Workers' warnings: {warned}", flush=True)
-    paused = gc_pauses(stack.settings.data_dir / "worker.log")
-    print(f"  the Workers' full garbage collections: {paused}", flush=True)
+    print_worker_log(stack.settings.data_dir / "worker.log")
     if breakdown:
         _breakdown(_phases([_released(history.events) for history in histories]))
     return (last_scheduled - first_release).total_seconds()

@@ -51,7 +51,7 @@ from bench import percentile, print_steps, read_failures, run_benchmark
 from bench.open_recovery import CUSTOMERS, open_conversations, retries_in
 from bench.proc import Sampler, cpu_seconds, rss_bytes
 from bench.server import free_ports
-from bench.warnings import gc_pauses, logged_warnings
+from bench.warnings import print_worker_log
 from harness.codec import with_test_keys
 from harness.crowd import at_most
 from harness.postgres import postgres_database
@@ -211,10 +211,7 @@ async def crowd(
             f"{percentile(took, 99):.1f} s, last {took[-1]:.1f} s ({n / took[-1]:.0f} a second)",
             flush=True,
         )
-        warned = logged_warnings(data_dir / "worker.log")
-        print(f"  the Workers' warnings: {warned}", flush=True)
-        paused = gc_pauses(data_dir / "worker.log")
-        print(f"  the Workers' full garbage collections: {paused}", flush=True)
+        print_worker_log(data_dir / "worker.log")
         print(
             f"  workflow tasks failed or timed out after the reply: "
             f"{', '.join(f'{k} {v}' for k, v in sorted(retries.items())) or 'none'}",

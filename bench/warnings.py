@@ -2,6 +2,7 @@
 
 a Worker's log -> the WARNING / ERROR lines -> counted by what they say (ids and numbers
 stripped) -> "heartbeat failed ... UnknownActivity: 3, ..." in the run's figures
+               -> its full garbage collections (worker.gc_pauses' lines) -> how many, how long
 """
 
 from __future__ import annotations
@@ -17,12 +18,16 @@ _VARYING = re.compile(r"\(\{.*$|'[^']*'|\"[^\"]*\"|[0-9a-f]{8}-[0-9a-f-]{27}|\d+
 
 def logged_warnings(log: Path, *, top: int = 5) -> str:
     """The log's warnings and errors, each kind counted, the most frequent first: "none" if none."""
+    return warnings_in(_read(log), top=top)
+
+
+def warnings_in(text: str, *, top: int = 5) -> str:
+    """`logged_warnings` of a log's text."""
     kinds: collections.Counter[str] = collections.Counter()
-    if log.exists():
-        for line in log.read_text(errors="replace").splitlines():
-            if match := _LEVEL.search(line):
-                said = _VARYING.sub("…", line[match.start() :]).strip()
-                kinds[said[:120]] += 1
+    for line in text.splitlines():
+        if match := _LEVEL.search(line):
+            said = _VARYING.sub("…", line[match.start() :]).strip()
+            kinds[said[:120]] += 1
     if not kinds:
         return "none"
     shown = [f"{n} x {kind}" for kind, n in kinds.most_common(top)]
@@ -39,13 +44,23 @@ def pauses_in(text: str) -> list[float]:
     return [float(p) for p in _PAUSE.findall(text)]
 
 
-def gc_pauses(log: Path) -> str:
-    """The Worker's full garbage collections it logged (0.1 s or more): how many, the longest, the
-    seconds they held it in all, and how many reached the SDK's 2 s deadlock timeout."""
-    pauses = pauses_in(log.read_text(errors="replace") if log.exists() else "")
+def pauses_said(pauses: list[float]) -> str:
+    """Full collections (those a Worker said: 0.1 s or more): how many, how long, the seconds
+    they held it in all, and how many reached the SDK's 2 s deadlock timeout."""
     if not pauses:
         return "none of 0.1 s or more"
     return (
-        f"{len(pauses)} of 0.1 s or more, longest {max(pauses):.2f} s, {sum(pauses):.1f} s in "
-        f"all; {sum(p >= 2 for p in pauses)} of 2 s or more"
+        f"{len(pauses)} of 0.1 s or more, {min(pauses):.2f}-{max(pauses):.2f} s, "
+        f"{sum(pauses):.1f} s in all; {sum(p >= 2 for p in pauses)} of 2 s or more"
     )
+
+
+def print_worker_log(log: Path) -> None:
+    """A run's two lines from its Workers' log, read once: the warnings and the full collections."""
+    text = _read(log)
+    print(f"  the Workers' warnings: {warnings_in(text)}", flush=True)
+    print(f"  the Workers' full garbage collections: {pauses_said(pauses_in(text))}", flush=True)
+
+
+def _read(log: Path) -> str:
+    return log.read_text(errors="replace") if log.exists() else ""

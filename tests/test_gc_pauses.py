@@ -11,11 +11,9 @@ from __future__ import annotations
 import asyncio
 import gc
 import logging
-import re
 import time
 import uuid
 
-import aiohttp
 import pytest
 from temporalio.client import Client
 
@@ -24,6 +22,7 @@ from agent.stores.databases import database_for
 from bot.local.thread_store import LocalThreadStore
 from harness import free_port
 from harness.conditions import wait_for
+from harness.metrics import scrape, total
 from worker import gc_pauses
 from worker.gc_pauses import PAUSE_METRIC, said, watching_gc_pauses
 from worker.runner import run_worker
@@ -34,11 +33,6 @@ LOGGER = "worker.gc_pauses"
 
 def _full_collections() -> int:
     return gc.get_stats()[2]["collections"]
-
-
-def _series(text: str, name: str) -> float | None:
-    found = re.search(rf"^{name}(?:{{[^}}]*}})? (\S+)$", text, re.MULTILINE)
-    return float(found.group(1)) if found else None
 
 
 async def test_each_full_collection_is_recorded_in_the_histogram_and_young_ones_are_not() -> None:
@@ -54,20 +48,17 @@ async def test_each_full_collection_is_recorded_in_the_histogram_and_young_ones_
         full = _full_collections() - before
 
         async def recorded() -> str | None:
-            url = f"http://{exporter}/metrics"
-            async with aiohttp.ClientSession() as http, http.get(url) as resp:
-                text = await resp.text()
-            return text if _series(text, f"{PAUSE_METRIC}_count") else None
+            text = await scrape(f"http://{exporter}/metrics")
+            return text if f"{PAUSE_METRIC}_count{{" in text else None
 
         text = await wait_for(recorded, timeout=10, what="the pause exported")
     took = time.perf_counter() - started
-    count = _series(text, f"{PAUSE_METRIC}_count")
+    count = total(text, f"{PAUSE_METRIC}_count")
     # The one made here, and any the interpreter made on its own meanwhile; never the 100 young.
-    assert count is not None and 1 <= count <= full <= 3, (count, full)
-    total = _series(text, f"{PAUSE_METRIC}_sum")
-    assert total is not None and 0 < total < took
+    assert 1 <= count <= full <= 3, (count, full)
+    assert 0 < total(text, f"{PAUSE_METRIC}_sum") < took
     # The buckets reach past the SDK's deadlock timeout, so a dashboard sees a pause near it.
-    assert re.search(rf'^{PAUSE_METRIC}_bucket{{[^}}]*le="2"}} ', text, re.MULTILINE)
+    assert total(text, f"{PAUSE_METRIC}_bucket", le="2") == count
 
 
 def test_a_pause_is_said_by_what_it_risks() -> None:

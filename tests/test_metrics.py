@@ -14,7 +14,6 @@ import re
 import time
 from pathlib import Path
 
-import aiohttp
 import pytest
 from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
@@ -29,6 +28,7 @@ from harness.codec import TEST_CONVERTER
 from harness.conditions import wait_for
 from harness.conversation import SUPPORT, LocalConversation
 from harness.inproc import running_worker
+from harness.metrics import scrape, total
 from refund_bot.ops import Ops, serving_ops
 from worker.conversation_metrics import DECIDE
 from worker.gc_pauses import watching_gc_pauses
@@ -60,24 +60,6 @@ def exported(text: str) -> set[str]:
     """The metric families of a Prometheus text page, and each histogram's series names."""
     families = set(re.findall(r"^# TYPE (\S+) ", text, flags=re.MULTILINE))
     return families | {f + s for f in families for s in SERIES}
-
-
-def total(text: str, name: str, **labels: str) -> float:
-    """The sum over every series of `name` with these labels (as a dashboard's `sum by` reads);
-    no such series at all fails, so a zero is one the exporter wrote."""
-    found = [
-        float(line.rsplit(" ", 1)[1])
-        for line in text.splitlines()
-        if line.startswith(name + "{") and all(f'{k}="{v}"' in line for k, v in labels.items())
-    ]
-    assert found, f"no {name} with {labels} in /metrics"
-    return sum(found)
-
-
-async def scrape(url: str) -> str:
-    async with aiohttp.ClientSession() as http, http.get(url) as resp:
-        assert resp.status == 200
-        return await resp.text()
 
 
 async def test_every_metric_the_dashboard_and_the_alerts_name_is_exported(

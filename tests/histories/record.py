@@ -253,7 +253,7 @@ async def record(names: list[str]) -> None:
                 "openai_base_url": model.api_url,
             }
             # A fresh data directory each: a refund one scenario makes is the next one's history.
-            async with standalone_agent(**overrides) as (client, threads, tq):
+            async with standalone_agent(overrides) as (client, threads, tq, _):
                 handle = await SCENARIOS[name](LocalConversation(client, threads, tq))
                 history = await handle.fetch_history()
             (HERE / f"{name}.json").write_text(history.to_json())
