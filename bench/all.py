@@ -145,7 +145,7 @@ BENCHMARKS = (
     Benchmark("replay_cost", "bench.replay_cost", (), ("--replays", "20")),
     Benchmark("sandbox_instance", "bench.sandbox_instance", (), ("--instances", "50")),
     Benchmark("gc_pause", "bench.gc_pause", ("--cached", "500", "1000", "2000", "3000", "5000"),
-              ("--cached", "100", "200")),
+              ("--cached", "100", "200", "--pairs", "1")),
     Benchmark("gc_deadlock", "bench.gc_deadlock", (),
               ("--objects", "1000000", "--conversations", "30")),
     Benchmark("random_kills", "bench.random_kills", ("--conversations", "200"),

@@ -7,8 +7,12 @@ crowd pays per conversation it did not hold.
 
 Runners: the SDK's sandbox as it ships (`sdk`), refund-bot's (worker.sandbox: the same sandbox with
 its code strings compiled once, `compiled-once`), and no sandbox (`unsandboxed`, for scale: what
-the sandbox costs at all). One Replayer per runner, reused, in one process: no server is involved,
-so the figure is the Worker's own share of a takeover (its interpreter and the SDK's core).
+the sandbox costs at all). Each with the converter the Worker uses (agent.temporal_client: its
+pydantic converter made once per process), and refund-bot's runner once more with the SDK's
+pydantic converter (`compiled-once, SDK converter`: one made for every instance and two for every
+activation, each with its own TypeAdapters). One Replayer per runner, reused, in one process: no
+server is involved, so the figure is the Worker's own share of a takeover (its interpreter and the
+SDK's core).
 
     .venv/bin/python -m bench.replay_cost [--replays 200] [--history tests/histories/...json]
 """
@@ -16,11 +20,14 @@ so the figure is the Worker's own share of a takeover (its interpreter and the S
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import statistics
 import time
 from pathlib import Path
 
 from temporalio.client import WorkflowHistory
+from temporalio.contrib.pydantic import PydanticPayloadConverter
+from temporalio.converter import DataConverter
 from temporalio.worker import Replayer, UnsandboxedWorkflowRunner, WorkflowRunner
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 
@@ -30,19 +37,24 @@ from harness.codec import TEST_CONVERTER
 from worker.sandbox import CompiledOnceSandboxRunner
 
 HISTORY = Path(__file__).parent.parent / "tests" / "histories" / "auto_approved.json"
-RUNNERS: dict[str, WorkflowRunner] = {
-    "sdk": SandboxedWorkflowRunner(),
-    "compiled-once": CompiledOnceSandboxRunner(),
-    "unsandboxed": UnsandboxedWorkflowRunner(),
+# The Worker's converter with the SDK's pydantic payload converter in place of its own.
+SDK_CONVERTER = dataclasses.replace(
+    TEST_CONVERTER, payload_converter_class=PydanticPayloadConverter
+)
+RUNNERS: dict[str, tuple[WorkflowRunner, DataConverter]] = {
+    "sdk": (SandboxedWorkflowRunner(), TEST_CONVERTER),
+    "compiled-once": (CompiledOnceSandboxRunner(), TEST_CONVERTER),
+    "compiled-once, SDK converter": (CompiledOnceSandboxRunner(), SDK_CONVERTER),
+    "unsandboxed": (UnsandboxedWorkflowRunner(), TEST_CONVERTER),
 }
 
 
 async def main(replays: int, history: WorkflowHistory) -> None:
     replayers = {
         name: Replayer(
-            workflows=[RefundConversation], data_converter=TEST_CONVERTER, workflow_runner=runner
+            workflows=[RefundConversation], data_converter=converter, workflow_runner=runner
         )
-        for name, runner in RUNNERS.items()
+        for name, (runner, converter) in RUNNERS.items()
     }
     wall: dict[str, list[float]] = {name: [] for name in RUNNERS}
     cpu: dict[str, list[float]] = {name: [] for name in RUNNERS}
@@ -61,7 +73,7 @@ async def main(replays: int, history: WorkflowHistory) -> None:
     for name in RUNNERS:
         p50 = statistics.median(wall[name])
         print(
-            f"  {name:<14} wall p50 {p50:6.1f} ms  p90 {percentile(wall[name], 90):6.1f} ms  "
+            f"  {name:<28} wall p50 {p50:6.1f} ms  p90 {percentile(wall[name], 90):6.1f} ms  "
             f"CPU p50 {statistics.median(cpu[name]):6.1f} ms  ({p50 / base:.2f}x the SDK's)",
             flush=True,
         )

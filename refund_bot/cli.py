@@ -102,6 +102,7 @@ async def _worker(cfg: Config, standby: bool = False, metrics_slot: int = 0) -> 
             # starting never made a coroutine it would leave unawaited.
             go=_promoted if standby else None,
             interceptors=drill_interceptors(cfg.drill),
+            freeze_startup=True,  # this process is the Worker's
         )
 
 

@@ -11,7 +11,8 @@ import sys
 import pytest
 from pydantic import SecretStr, ValidationError
 from temporalio.api.common.v1 import Payload
-from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.contrib.pydantic import PydanticPayloadConverter, pydantic_data_converter
+from temporalio.converter import CompositePayloadConverter
 
 from agent import codec_dictionary
 from agent.codec import (
@@ -234,6 +235,23 @@ async def test_the_data_converter_encrypts_values_and_failure_messages() -> None
     assert (
         isinstance(decoded, ApplicationError) and decoded.message == "customer said: plush python"
     )
+
+
+def test_every_payload_converter_shares_one_pydantic_json_converter_and_writes_as_the_sdks() -> (
+    None
+):
+    # The SDK makes one for every conversation and two for every activation: each type's pydantic
+    # TypeAdapter is built once in the process, not once in each (agent.temporal_client).
+    made_class = data_converter([K1]).payload_converter_class
+    first, second, sdks = made_class(), made_class(), PydanticPayloadConverter()
+    assert isinstance(first, CompositePayloadConverter)
+    assert isinstance(second, CompositePayloadConverter)
+    assert first.converters[b"json/plain"] is second.converters[b"json/plain"]
+    assert list(first.converters) == list(sdks.converters)
+    for value in (MESSAGE, None, b"bytes", {"order": 1234}):
+        (payload,) = first.to_payloads([value])
+        assert payload == sdks.to_payloads([value])[0]
+        assert second.from_payloads([payload], [type(value)]) == [value]
 
 
 def test_keys_parse_in_order_and_errors_never_quote_a_key() -> None:

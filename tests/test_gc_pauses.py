@@ -1,5 +1,7 @@
-"""A Worker's full garbage collections: each one measured into its histogram, the long ones said.
+"""A Worker's full garbage collections: what its start made left out of them, each one measured
+into its histogram, the long ones said.
 
+    freeze_startup_heap -> what exists now is walked by no later collection
     gc.collect() (a full collection, as the interpreter makes one when its heap has grown)
       -> watching_gc_pauses -> refund_bot_worker_gc_pause_seconds on the exporter; a log line
 
@@ -13,6 +15,7 @@ import gc
 import logging
 import time
 import uuid
+import weakref
 
 import pytest
 from temporalio.client import Client
@@ -24,7 +27,7 @@ from harness import free_port
 from harness.conditions import wait_for
 from harness.metrics import scrape, total
 from worker import gc_pauses
-from worker.gc_pauses import PAUSE_METRIC, said, watching_gc_pauses
+from worker.gc_pauses import PAUSE_METRIC, freeze_startup_heap, said, watching_gc_pauses
 from worker.runner import run_worker
 from worker.telemetry import prometheus_runtime
 
@@ -33,6 +36,27 @@ LOGGER = "worker.gc_pauses"
 
 def _full_collections() -> int:
     return gc.get_stats()[2]["collections"]
+
+
+class _Node:
+    def __init__(self) -> None:
+        self.me = self  # a cycle: only a collection frees it
+
+
+def test_what_the_start_left_is_walked_by_no_later_collection_and_its_garbage_is_freed() -> None:
+    started: list[list[int]] = [[]]  # tracked by the collector, as the start's schemas are
+    garbage = _Node()
+    gone = weakref.ref(garbage)
+    del garbage  # unreachable, but a cycle: freed by the collection made before freezing
+    try:
+        frozen = freeze_startup_heap()
+        later: list[list[int]] = [[]]
+        walked = {id(o) for o in gc.get_objects()}  # what a full collection walks
+        assert frozen == gc.get_freeze_count() > 0
+        assert id(started) not in walked and id(later) in walked
+        assert gone() is None
+    finally:
+        gc.unfreeze()  # this test process goes on as it was
 
 
 async def test_each_full_collection_is_recorded_in_the_histogram_and_young_ones_are_not() -> None:

@@ -326,15 +326,21 @@ async def test_a_worker_of_another_process_on_the_task_queue_is_reported(
 # ------------------------------------------------------------------------------------------------
 
 
-async def test_refund_bot_worker_stops_gracefully_on_sighup(
-    temporal_env: WorkflowEnvironment, tmp_path: Path
-) -> None:
+def _worker_env(temporal_env: WorkflowEnvironment, tmp_path: Path) -> tuple[str, dict[str, str]]:
+    """(task queue, environment) of a `refund-bot worker` on the test server, on a queue of its
+    own. A Worker on a shared server encrypts with the deployment's keys (it never makes one)."""
     queue = f"lifecycle-{uuid.uuid4().hex[:8]}"
     address = temporal_env.client.service_client.config.target_host
-    # A Worker on a shared server encrypts with the deployment's keys (it never generates one).
     env = fresh_env(
         tmp_path / "data", TEMPORAL_ADDRESS=address, TEMPORAL_TASK_QUEUE=queue, **TEST_CODEC_ENV
     )
+    return queue, env
+
+
+async def test_refund_bot_worker_stops_gracefully_on_sighup(
+    temporal_env: WorkflowEnvironment, tmp_path: Path
+) -> None:
+    queue, env = _worker_env(temporal_env, tmp_path)
     async with refund_bot(["worker"], env, tmp_path) as worker:
 
         async def polls() -> bool:
@@ -345,6 +351,24 @@ async def test_refund_bot_worker_stops_gracefully_on_sighup(
         worker.send(signal.SIGHUP)
         assert await worker.exit_code(timeout=10) == 0, worker.output
     assert "SIGHUP: stopping" in worker.stderr and "Traceback" not in worker.output
+
+
+async def test_refund_bot_worker_freezes_what_its_start_made_before_it_polls(
+    temporal_env: WorkflowEnvironment, tmp_path: Path
+) -> None:
+    _, env = _worker_env(temporal_env, tmp_path)
+    async with refund_bot(["worker"], env, tmp_path) as worker:
+        await worker.expect(r"worker \S+ polling")
+        worker.send(signal.SIGTERM)
+        assert await worker.exit_code(timeout=10) == 0, worker.output
+    # The imports, the SDK and the stores: tens of thousands of objects no collection walks again
+    # (worker.gc_pauses.freeze_startup_heap), frozen before the first poll.
+    frozen = re.search(
+        r"(\d+) objects the start made frozen: full collections leave", worker.stderr
+    )
+    polling = re.search(r"worker \S+ polling", worker.stderr)
+    assert frozen and polling, worker.stderr
+    assert int(frozen[1]) > 20_000 and frozen.start() < polling.start()
 
 
 async def test_refund_bot_demo_stops_gracefully_on_sigint(tmp_path: Path) -> None:

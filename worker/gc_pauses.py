@@ -1,15 +1,18 @@
-"""How long Python's full garbage collections stop this Worker: measured, exported and said.
+"""How long Python's full garbage collections stop this Worker: made shorter, measured, exported
+and said.
 
+    Worker built -> freeze_startup_heap: what the start made, left out of every later collection
     full collection (generation 2) -> gc.callbacks: its start and its stop -> the pause, queued
       -> each second: refund_bot_worker_gc_pause_seconds; a log line for a long one
 
-A full collection holds the interpreter while it walks every object Python tracks, and a Worker
-tracks about 420 for each conversation in its cache (the conversation's sandboxed module and its
-state), so the pause grows with WORKER_CACHED_CONVERSATIONS: on the 2-core benchmark machine
-about 0.35 s with 1,000 cached and 1.9 s with 5,000 (docs/benchmarks.md, "Garbage collection
-pauses"). Every workflow task in flight waits it out, and the SDK fails one whose activation has
-not finished within 2 s as deadlocked ("[TMPRL1101] Potential deadlock detected"; the task runs
-again, on a replay). A warning says so from half of that, with what to change.
+A full collection holds the interpreter while it walks every object Python tracks: what the
+Worker's start made (modules, the SDK, pydantic's schemas: about 86,000 objects, there for the
+life of the process) unless frozen, and about 400 for each conversation in its cache (the
+conversation's sandboxed module and its state), so the pause grows with
+WORKER_CACHED_CONVERSATIONS (docs/benchmarks.md, "Garbage collection pauses"). Every workflow task
+in flight waits it out, and the SDK fails one whose activation has not finished within 2 s as
+deadlocked ("[TMPRL1101] Potential deadlock detected"; the task runs again, on a replay). A
+warning says so from half of that, with what to change.
 """
 
 from __future__ import annotations
@@ -57,6 +60,18 @@ class _FullCollections:
             self.started = time.perf_counter()
         else:
             self.pauses.append(time.perf_counter() - self.started)
+
+
+def freeze_startup_heap() -> int:
+    """Collect once, then move every object tracked now out of all later collections (gc.freeze);
+    returns how many. Called by the Worker's own process as its start ends, before a standby waits
+    to be promoted: what the start made lives as long as the process, and a full collection that
+    walks only what came after is about half as long at the default cache. Not for a process that
+    will drop what it holds now: a frozen object is still freed when nothing refers to it, but a
+    cycle of frozen objects never is."""
+    gc.collect()
+    gc.freeze()
+    return gc.get_freeze_count()
 
 
 def said(pause: float, cached_conversations: int) -> tuple[int, str] | None:

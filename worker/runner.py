@@ -43,7 +43,7 @@ from worker.conversation_metrics import (
     ENDED_OUTCOMES,
     ConversationMetrics,
 )
-from worker.gc_pauses import watching_gc_pauses
+from worker.gc_pauses import freeze_startup_heap, watching_gc_pauses
 from worker.pair import WorkerPair
 from worker.sandbox import CompiledOnceSandboxRunner
 from worker.settings import DEFAULT_CACHED_CONVERSATIONS, DEFAULT_STICKY_TIMEOUT
@@ -203,8 +203,12 @@ async def run_worker(
     cached_conversations: int = DEFAULT_CACHED_CONVERSATIONS,
     sticky_timeout: timedelta = DEFAULT_STICKY_TIMEOUT,
     release_previous: bool = False,
+    freeze_startup: bool = False,
 ) -> None:
     """Run until cancelled, then shut down gracefully (in-flight Activities get 5 s).
+
+    `freeze_startup`: the process is this Worker's own (`refund-bot worker`), so what its start
+    made is frozen out of later garbage collections (worker.gc_pauses.freeze_startup_heap).
 
     `release_previous`: a Worker no supervisor watches releases, as it starts, the sticky queues
     of this host's Workers that are gone (worker.sticky.release_previous_here).
@@ -240,6 +244,11 @@ async def run_worker(
     unsupported = await unsupported_conversations(client, WORKFLOW_TYPE)
     if unsupported.count:
         log.warning("%s", unsupported_line(unsupported))
+    if freeze_startup:  # before a standby's wait: the collection it makes is off the promotion
+        log.info(
+            "%d objects the start made frozen: full collections leave them out",
+            freeze_startup_heap(),
+        )
     # A warm standby says so on its own /metrics, until it is promoted (or let go).
     standby = metric_meter().create_gauge(PREFIX + "worker_standby", STANDBY_DESCRIPTION)
     if go is not None:
