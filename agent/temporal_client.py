@@ -7,9 +7,9 @@ The data converter is built here and nowhere else: pydantic values (agent.models
 the AES-GCM payload codec (agent.codec), and failure messages and stack traces moved into an
 encoded payload, so an ApplicationError's message is encrypted like any other value. Its pydantic
 JSON converter is made once per process (OnePydanticConverter): the SDK makes a payload converter
-for every conversation it runs and two for every activation. With tracing
-on (agent.tracing), the client carries each call's trace context in Temporal's headers, and so
-does every Worker built on it.
+for every conversation it runs and two for every activation. With tracing on (agent.tracing), the
+client carries each call's trace context in Temporal's headers, and so does every Worker built on
+it.
 
 Every client is made on this process's Runtime, whose Workers send Temporal a heartbeat every
 WORKER_HEARTBEAT (the SDK's default is a minute). Temporal keeps listing a poller for a minute or
@@ -80,7 +80,9 @@ class OnePydanticConverter(CompositePayloadConverter):
     The SDK calls the payload converter class for every workflow instance and twice for every
     activation (temporalio 1.35); each PydanticPayloadConverter built its own schema serializer
     and an empty TypeAdapter cache. The converter is stateless apart from that cache, which is
-    thread-safe (functools.lru_cache), so one serves every workflow thread."""
+    thread-safe (functools.lru_cache), so one serves every workflow thread. The cache is keyed by
+    type and bounded (1,024): the types decoded are agent.models', passed through the sandbox, so
+    every conversation finds the same ones."""
 
     def __init__(self) -> None:
         super().__init__(
