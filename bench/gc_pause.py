@@ -44,12 +44,12 @@ ROW = "row "  # a run's result line, read by the comparison
 
 
 async def one_run(cached: list[int], heap: str) -> None:
-    """One process's run: its table, and a ROW line (JSON) for each N."""
+    """One process's run: its table, and a ROW line (JSON) for each N (`cached` in order)."""
     async with standalone_agent(cached_conversations=max(cached)) as agent:
         frozen = freeze_startup_heap() if heap == "frozen" else 0
         print(f"  {heap}: {frozen:,} objects frozen at the start", flush=True)
         opened = 0
-        for step, target in enumerate(sorted(cached)):
+        for step, target in enumerate(cached):
             shoppers = await place_crowd(
                 agent.settings, target - opened, prefix=f"gc{step}-", first_order=700_000 + opened
             )
@@ -71,13 +71,13 @@ async def one_run(cached: list[int], heap: str) -> None:
                 pauses.append(time.perf_counter() - started)
             row = {
                 "cached": target,
-                "tracked": len(gc.get_objects()),
+                "walked": len(gc.get_objects()),  # what a full collection walks: frozen are not
                 "p50": statistics.median(pauses),
                 "max": max(pauses),
                 "rss_mb": rss_bytes(os.getpid()) / 2**20,
             }
             print(
-                f"  {heap:>8} {target:>7,} {row['tracked']:>15,} {row['p50']:>9.3f}s "
+                f"  {heap:>8} {target:>7,} {row['walked']:>15,} {row['p50']:>9.3f}s "
                 f"{row['max']:>7.3f}s {row['rss_mb']:>6.0f}MB",
                 flush=True,
             )
@@ -114,7 +114,7 @@ async def main(cached: list[int], pairs: int) -> None:
         for heap in HEAPS if pair % 2 == 0 else HEAPS[::-1]:
             runs[heap].append(await run_in_child(cached, heap))
     print("the pause at each N, median over the runs (spread), frozen against scanned:")
-    for step, target in enumerate(sorted(cached)):
+    for step, target in enumerate(cached):
         p50 = {heap: [run[step]["p50"] for run in runs[heap]] for heap in HEAPS}
         frozen, scanned = (statistics.median(p50[heap]) for heap in HEAPS)
         print(
