@@ -30,6 +30,12 @@ ENV_FILE = ".env"
 # A span in a setting: a number and its unit (seconds without one).
 _SPAN = re.compile(r"(\d+(?:\.\d+)?)\s*([smhd]?)")
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+# A size as Go's runtime reads GOMEMLIMIT: whole bytes, or a binary unit; "off" for none. Go stops
+# a process at start on anything else, so a setting is checked here, where it can be named.
+_GO_SIZE = re.compile(r"(\d+)(B|KiB|MiB|GiB|TiB)?")
+_GO_UNITS = {"B": 1, "KiB": 2**10, "MiB": 2**20, "GiB": 2**30, "TiB": 2**40}
+# The idle server's heap is about 50 MB: under this, its collector would run without end.
+MIN_SERVER_MEMORY = 64 * 2**20
 # The seed data's demo customer (agent.stores.domain), whom the local channel's users play.
 DEMO_CUSTOMER = "cus_nyghtowl"
 _PLATFORMS: tuple[Platform, ...] = ("slack", "discord", "local")
@@ -76,6 +82,30 @@ class TemporalSettings(BaseSettings):
     # How long Temporal keeps a closed conversation's Event History. Applied to the namespace when
     # refund-bot starts the embedded server; on Temporal Cloud or a cluster it is set there.
     retention_days: int = Field(default=7, ge=1)
+    # The embedded server's memory, as Go's soft limit (GOMEMLIMIT): near it the server's garbage
+    # collector runs more often rather than let its heap grow to twice what is live. Unset, the
+    # server runs as Go does by default (no limit; a GOMEMLIMIT in the environment still reaches
+    # it): where the limit binds it costs the server CPU (docs/settings.md).
+    server_memory_limit: str | None = None
+
+    @field_validator("server_memory_limit")
+    @classmethod
+    def _go_size(cls, value: str | None) -> str | None:
+        value = value.strip() if value is not None else None
+        if value is None or value == "off":
+            return value
+        if not (size := _GO_SIZE.fullmatch(value)):
+            raise ValueError(
+                f"TEMPORAL_SERVER_MEMORY_LIMIT={value!r} is not a size Go reads: write whole "
+                "bytes with a binary unit (350MiB, 1GiB; B, KiB, MiB, GiB or TiB), or off"
+            )
+        number, unit = size.groups()
+        if not MIN_SERVER_MEMORY <= int(number) * _GO_UNITS[unit or "B"] < 2**63:
+            raise ValueError(
+                f"TEMPORAL_SERVER_MEMORY_LIMIT={value} is out of range: 64MiB at least (what "
+                "the server needs idle), less than 8388608TiB (what Go counts), or off"
+            )
+        return value
 
 
 def span(value: Any) -> Any:

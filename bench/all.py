@@ -141,6 +141,11 @@ BENCHMARKS = (
                "--beside", CROWD_KEPT),
               ("--open", "50", "--sticky", "120", "--workers", "2", "--beside", CROWD_KEPT),
               plot="reply_crowd"),
+    # The server's memory: no limit, then the limit that held it under 500 MB.
+    Benchmark("reply_crowd_server_memory", "bench.reply_crowd",
+              ("--open", "10000", "--cache", "10000", "--sticky", "120", "--workers", "2",
+               "--server-memory", "off", "350MiB"),
+              ("--open", "50", "--server-memory", "off", "64MiB")),
     Benchmark("crash_drill", "bench.crash_drill", ("--drills", "5"), ("--drills", "1")),
     Benchmark("replay_cost", "bench.replay_cost", (), ("--replays", "20")),
     Benchmark("sandbox_instance", "bench.sandbox_instance", (), ("--instances", "50")),

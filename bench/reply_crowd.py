@@ -30,6 +30,7 @@ import argparse
 import asyncio
 import collections
 import functools
+import itertools
 import json
 import os
 import statistics
@@ -41,12 +42,13 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
+from pydantic import ValidationError
 from temporalio.api.enums.v1 import EventType, TimeoutType
 from temporalio.api.history.v1 import HistoryEvent
 from temporalio.client import WorkflowHandle
 
 from agent.models import CustomerMessage
-from agent.settings import AgentSettings
+from agent.settings import AgentSettings, TemporalSettings
 from bench import percentile, print_steps, read_failures, run_benchmark
 from bench.open_recovery import CUSTOMERS, open_conversations, retries_in
 from bench.proc import Sampler, cpu_seconds, rss_bytes
@@ -130,7 +132,13 @@ def _breakdown(replies: list[Reply], zero: float) -> None:
 
 
 async def crowd(
-    n: int, cache: int, workers: int, backend: str, sticky: float, in_flight: int
+    n: int,
+    cache: int,
+    workers: int,
+    backend: str,
+    sticky: float,
+    in_flight: int,
+    server_memory: str | None,
 ) -> list[float]:
     """One variant on a stack of its own: seconds from the first Signal to each answer."""
     async with AsyncExitStack() as outside:
@@ -142,6 +150,8 @@ async def crowd(
             AgentSettings(_env_file=None, data_dir=data_dir, DATABASE_URL=env.get("DATABASE_URL"))  # type: ignore[arg-type]
         )
         temporal = free_ports("reply-crowd")
+        if server_memory is not None:
+            temporal = temporal.model_copy(update={"server_memory_limit": server_memory})
         stack = await outside.enter_async_context(
             running_stack(temporal, settings, worker_env=child_env(data_dir, env), workers=workers)
         )
@@ -154,7 +164,8 @@ async def crowd(
         workers_pids = list(supervisor.pids)
         print(
             f"{n} conversations open in {time.monotonic() - opened:.0f} s ({backend}, {workers} "
-            f"Worker(s), cache {cache}, sticky timeout {sticky:g} s); Worker RSS "
+            f"Worker(s), cache {cache}, sticky timeout {sticky:g} s, server memory limit "
+            f"{temporal.server_memory_limit or 'unset'}); Worker RSS "
             f"{', '.join(f'{rss_bytes(p) / 2**20:.0f}' for p in workers_pids)} MB; server RSS "
             f"{rss_bytes(server) / 2**20:.0f} MB; load average {os.getloadavg()[0]:.2f}",
             flush=True,
@@ -260,9 +271,18 @@ def _keep(path: Path, label: str, took: list[float]) -> None:
     path.write_text(json.dumps({**kept, label: took}))
 
 
+def go_size(value: str) -> str | None:
+    """A memory limit as the setting takes it (argparse says why it does not)."""
+    try:
+        return TemporalSettings(_env_file=None, server_memory_limit=value).server_memory_limit
+    except ValidationError as error:
+        raise argparse.ArgumentTypeError(error.errors()[0]["msg"]) from None
+
+
 async def main(
     n: int,
     caches: list[int],
+    server_memories: list[str | None],
     workers: int,
     backend: str,
     sticky: float,
@@ -278,9 +298,11 @@ async def main(
     if missing:
         names = ", ".join(map(str, missing))
         print(f"not drawn beside this run (no such file): {names}", flush=True)
-    for cache in caches:
+    for cache, server_memory in itertools.product(caches, server_memories):
         label = f"cache {cache:,}, sticky timeout {sticky:g} s, {workers} Worker(s), {backend}"
-        took = await crowd(n, cache, workers, backend, sticky, in_flight)
+        if server_memory is not None:
+            label += f", server memory limit {server_memory}"
+        took = await crowd(n, cache, workers, backend, sticky, in_flight, server_memory)
         curves[label] = took
         if keep is not None:
             _keep(keep, label, took)
@@ -298,6 +320,13 @@ if __name__ == "__main__":
         nargs="+",
         default=[1000],
         help="WORKER_CACHED_CONVERSATIONS: each value a run on a fresh stack, in turn",
+    )
+    parser.add_argument(
+        "--server-memory",
+        type=go_size,
+        nargs="+",
+        default=[None],
+        help="TEMPORAL_SERVER_MEMORY_LIMIT (350MiB, off): each a run on a fresh stack, in turn",
     )
     parser.add_argument("--workers", type=int, default=1, help="REFUND_BOT_WORKERS")
     parser.add_argument("--backend", choices=("sqlite", "postgresql"), default="sqlite")
@@ -317,6 +346,7 @@ if __name__ == "__main__":
         main(
             args.open,
             args.cache,
+            args.server_memory,
             args.workers,
             args.backend,
             args.sticky,

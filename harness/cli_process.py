@@ -50,6 +50,14 @@ def fresh_env(data_dir: Path, **settings: str) -> dict[str, str]:
     return clean_environment(**{**defaults, **settings})
 
 
+def environ(pid: int) -> dict[str, str]:
+    """The environment process `pid` was started with, as /proc shows it."""
+    raw = Path(f"/proc/{pid}/environ").read_bytes()
+    return dict(
+        entry.split("=", 1) for entry in raw.decode(errors="replace").split("\0") if "=" in entry
+    )
+
+
 def descendants(pid: int) -> set[int]:
     """Every live process below `pid` (children, their children, …), from /proc: a child that
     started its own session is still a descendant by parent pid."""

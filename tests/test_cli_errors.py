@@ -66,6 +66,12 @@ CASES: list[tuple[str, list[str], dict[str, str], list[str]]] = [
     ("integer setting not an integer", ["run"], {"SLACK_PORT": "three thousand"}, ["SLACK_PORT"]),
     ("port not an integer", ["demo"], {"TEMPORAL_UI_PORT": "82x3"}, ["TEMPORAL_UI_PORT"]),
     (
+        "server memory limit in a unit Go does not read",
+        ["run"],
+        {"TEMPORAL_SERVER_MEMORY_LIMIT": "300MB"},
+        ["TEMPORAL_SERVER_MEMORY_LIMIT", "350MiB"],
+    ),
+    (
         "discord channel id not a number",
         ["run"],
         {"DISCORD_TOKEN": "t", "DISCORD_SUPPORT_CHANNEL_ID": "#support"},

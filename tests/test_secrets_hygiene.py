@@ -53,7 +53,7 @@ from agent.models import Actor, ThreadRef
 from agent.settings import AgentSettings
 from demo.plain_process import PLAIN_LOOP_SECRETS, PlainProcess
 from harness import free_port
-from harness.cli_process import clean_environment, descendants
+from harness.cli_process import clean_environment, descendants, environ
 from harness.codec import raw_bytes
 from harness.conditions import wait_for
 from harness.fakes.discord_api import FakeDiscordAPI
@@ -163,13 +163,6 @@ class Story:
         for p in self.processes:
             assert p.proc.returncode is None, f"{p.name} exited: {p.output.read_text()[-3000:]}"
         return True
-
-
-def environ(pid: int) -> dict[str, str]:
-    raw = Path(f"/proc/{pid}/environ").read_bytes()
-    return dict(
-        entry.split("=", 1) for entry in raw.decode(errors="replace").split("\0") if "=" in entry
-    )
 
 
 def cmdline(pid: int) -> str:

@@ -3,24 +3,36 @@
 from __future__ import annotations
 
 import contextlib
+import os
 import re
 import socket
 import sqlite3
+import subprocess
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import aiohttp
+import hypothesis
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from pydantic import ValidationError
 from temporalio.api.workflowservice.v1 import DescribeNamespaceRequest
 from temporalio.client import Client, WorkflowExecutionStatus
 
 from agent.settings import TemporalSettings
 from agent.temporal_client import connect
 from harness import free_port
+from harness.cli_process import environ
 from harness.conditions import wait_for
 from worker.lifecycle import alive
-from worker.server import EmbeddedTemporal, TemporalServerError, temporal_answers
+from worker.server import (
+    EmbeddedTemporal,
+    TemporalServerError,
+    temporal_answers,
+    temporal_cli_path,
+)
 
 
 def local_settings(
@@ -46,10 +58,16 @@ async def namespace_retention(settings: TemporalSettings) -> timedelta:
 
 async def test_start_reuse_stop_and_persist(tmp_path: Path) -> None:
     codec_server = "http://127.0.0.1:8081"
-    settings = local_settings(retention_days=3, ui_codec_endpoint=codec_server)
+    settings = local_settings(
+        retention_days=3, ui_codec_endpoint=codec_server, server_memory_limit="256MiB"
+    )
     first = EmbeddedTemporal(settings, tmp_path)
     async with first:
         assert first.started
+        pid = first.pid
+        assert pid is not None
+        # Its memory limit, in the environment Go's runtime reads it from.
+        assert environ(pid)["GOMEMLIMIT"] == "256MiB"
         assert first.db_path.exists()
         # Write-ahead logging, kept in the file itself: what any connection to it reports.
         with contextlib.closing(sqlite3.connect(first.db_path)) as db:
@@ -72,8 +90,6 @@ async def test_start_reuse_stop_and_persist(tmp_path: Path) -> None:
 
         ui = await wait_for(ui_settings, timeout=30, what="the Web UI's settings")
         assert ui["Codec"]["Endpoint"] == codec_server
-        pid = first.pid
-        assert pid is not None
 
         async with EmbeddedTemporal(settings, tmp_path / "unused") as second:
             assert not second.started
@@ -116,3 +132,66 @@ async def test_start_failure_reports_the_log(tmp_path: Path) -> None:
         with pytest.raises(TemporalServerError, match=re.escape("temporal-server.log")):
             await server.__aenter__()
         assert server.pid is None  # nothing left running
+
+
+def go_starts_with(memory_limit: str) -> bool:
+    """Whether Go's runtime takes `memory_limit` as GOMEMLIMIT: it stops at start if not."""
+    env = {**os.environ, "GOMEMLIMIT": memory_limit}
+    run = subprocess.run([temporal_cli_path(), "--version"], env=env, capture_output=True)
+    return run.returncode == 0 and b"GOMEMLIMIT" not in run.stderr
+
+
+def memory_limit(value: str) -> str | None:
+    """The setting's value as the server is given it; ValidationError when it refuses it."""
+    return local_settings(server_memory_limit=value).server_memory_limit
+
+
+# Go's sizes and what people write instead: decimal or lower-case units, signs, decimals, spaces.
+_UNITS = st.sampled_from(["", "B", "KiB", "MiB", "GiB", "TiB", "MB", "GB", "kib", "mib", "K", "M"])
+_LIMITS = st.one_of(
+    st.tuples(st.integers(min_value=0, max_value=2**42).map(str), _UNITS).map("".join),
+    st.tuples(
+        st.sampled_from(["", " ", "-", "+"]),
+        st.integers(min_value=0, max_value=2**42).map(str),
+        st.sampled_from(["", ".5"]),
+        st.sampled_from(["", " "]),
+        _UNITS,
+    ).map("".join),
+    st.sampled_from(["off", "OFF", "none", "", "0"]),
+)
+
+
+@hypothesis.settings(max_examples=60, deadline=None)
+@given(value=_LIMITS)
+@hypothesis.example("350MB")
+@hypothesis.example("1GB")
+@hypothesis.example("512mib")
+@hypothesis.example("350MiB")
+@hypothesis.example("8388608TiB")
+def test_the_server_memory_limit_is_one_go_starts_with(value: str) -> None:
+    # Checked against Go itself: a limit the setting takes never stops the server at start.
+    try:
+        taken = memory_limit(value)
+    except ValidationError:
+        hypothesis.event("refused")
+        return
+    hypothesis.event("taken")
+    assert taken is not None and go_starts_with(taken), f"took {value!r}, which Go refuses"
+
+
+def test_the_server_memory_limit_takes_go_sizes_and_refuses_too_little() -> None:
+    for value in ("300MiB", " 1GiB", "67108864", "64MiB", "8388607TiB", "off"):
+        assert memory_limit(value) == value.strip()
+    for value in ("300MB", "1.5GiB", "300 MiB", "1kib", "-1", "0", "63MiB", "8388608TiB"):
+        with pytest.raises(ValidationError, match="TEMPORAL_SERVER_MEMORY_LIMIT"):
+            memory_limit(value)
+
+
+def test_an_unset_memory_limit_leaves_the_server_as_go_runs_it(monkeypatch, tmp_path: Path) -> None:
+    monkeypatch.delenv("GOMEMLIMIT", raising=False)
+    assert "GOMEMLIMIT" not in EmbeddedTemporal(local_settings(), tmp_path).environment()
+    # One the operator's environment holds reaches the server; the setting, when set, wins.
+    monkeypatch.setenv("GOMEMLIMIT", "1GiB")
+    assert EmbeddedTemporal(local_settings(), tmp_path).environment()["GOMEMLIMIT"] == "1GiB"
+    limited = EmbeddedTemporal(local_settings(server_memory_limit="350MiB"), tmp_path)
+    assert limited.environment()["GOMEMLIMIT"] == "350MiB"

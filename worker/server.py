@@ -4,7 +4,8 @@ Started only when nothing answers at the configured address, so a developer's ow
 reused (said in one line), and stopped only by the object that started it, or, when its refund-bot
 died without stopping it, by the next run on the same data directory (worker.lifecycle's pid file).
 Its SQLite file lives in the data directory, so open conversations survive a full restart. A server
-it starts gets the namespace's history retention from settings (TEMPORAL_RETENTION_DAYS).
+it starts gets the namespace's history retention from settings (TEMPORAL_RETENTION_DAYS) and
+its memory limit (TEMPORAL_SERVER_MEMORY_LIMIT, Go's GOMEMLIMIT).
 """
 
 from __future__ import annotations
@@ -199,6 +200,14 @@ class EmbeddedTemporal:
             *codec,
         ]  # fmt: skip
 
+    def environment(self) -> dict[str, str]:
+        """The server's environment: none of refund-bot's secrets (it uses none), and Go's memory
+        limit when one is set."""
+        env = child_environment()
+        if limit := self.settings.server_memory_limit:
+            env["GOMEMLIMIT"] = limit
+        return env
+
     async def __aenter__(self) -> EmbeddedTemporal:
         if not self.settings.embedded:
             log.info("Embedded Temporal disabled; using the server at %s", self.address)
@@ -238,8 +247,7 @@ class EmbeddedTemporal:
             self._proc = await spawn_child(
                 command,
                 on_parent_death=signal.SIGTERM,
-                # The server uses none of refund-bot's secrets: it is given none of them.
-                env=child_environment(),
+                env=self.environment(),
                 stdout=log_file,
                 stderr=asyncio.subprocess.STDOUT,
             )
