@@ -9,8 +9,9 @@ it held, a marketing mail that lands in 10,000 inboxes at once): the Worker as s
 server `refund-bot run` embeds, with its warm standby. The variants are settings of the same
 stack: the Worker's cache (`--cache`, WORKER_CACHED_CONVERSATIONS), how long a task waits on
 its Worker's sticky queue (`--sticky`, WORKER_STICKY_TIMEOUT), the Worker processes
-(`--workers`, REFUND_BOT_WORKERS) and the stores (`--backend postgresql`: one PostgreSQL database,
-started here from the pgserver wheel's binaries, for every store).
+(`--workers`, REFUND_BOT_WORKERS), the stores (`--backend postgresql`: one PostgreSQL database,
+started here from the pgserver wheel's binaries, for every store) and the server's memory limit
+(`--server-memory`, TEMPORAL_SERVER_MEMORY_LIMIT).
 
 Answered is the post of the next question, as the local platform stored it (the Worker's clock,
 the same host's as the sender's). Each reply's history gives the server's side of its way (the
@@ -20,7 +21,8 @@ router's Update waits at most a second for a Worker to accept it and then sends 
 which is what a crowd this size gets.
 
     .venv/bin/python -m bench.reply_crowd [--open 10000] [--cache 1000 [10000 ...]]
-        [--sticky 10] [--workers 1] [--backend sqlite|postgresql] [--in-flight 200]
+        [--server-memory off [350MiB ...]] [--sticky 10] [--workers 1]
+        [--backend sqlite|postgresql] [--in-flight 200]
         [--plot docs/img/reply_crowd.png] [--keep RUN.json] [--beside EARLIER.json ...]
 """
 
