@@ -91,8 +91,10 @@ class TemporalSettings(BaseSettings):
     @field_validator("server_memory_limit")
     @classmethod
     def _go_size(cls, value: str | None) -> str | None:
-        value = value.strip() if value is not None else None
-        if value is None or value == "off":
+        if value is None:
+            return None
+        value = value.strip()
+        if value == "off":
             return value
         if not (size := _GO_SIZE.fullmatch(value)):
             raise ValueError(

@@ -133,29 +133,49 @@ def _breakdown(replies: list[Reply], zero: float) -> None:
         print(f"  {row * width:4d}-{(row + 1) * width:<3d}{counts}", flush=True)
 
 
-async def crowd(
-    n: int,
-    cache: int,
-    workers: int,
-    backend: str,
-    sticky: float,
-    in_flight: int,
-    server_memory: str | None,
-) -> list[float]:
+@dataclass(frozen=True)
+class Variant:
+    """One run's settings of the stack as shipped, each named for the setting it is."""
+
+    cache: int  # WORKER_CACHED_CONVERSATIONS
+    workers: int  # REFUND_BOT_WORKERS
+    backend: str  # sqlite, or postgresql for every store
+    sticky: float  # WORKER_STICKY_TIMEOUT, seconds
+    in_flight: int  # replies sent at once
+    server_memory: str | None  # TEMPORAL_SERVER_MEMORY_LIMIT, None for unset
+
+    @property
+    def label(self) -> str:
+        """The run's name in the plot and the --keep file."""
+        label = (
+            f"cache {self.cache:,}, sticky timeout {self.sticky:g} s, {self.workers} Worker(s), "
+            f"{self.backend}"
+        )
+        if self.server_memory is not None:
+            label += f", server memory limit {self.server_memory}"
+        return label
+
+
+async def crowd(n: int, variant: Variant) -> list[float]:
     """One variant on a stack of its own: seconds from the first Signal to each answer."""
     async with AsyncExitStack() as outside:
         data_dir = Path(outside.enter_context(tempfile.TemporaryDirectory()))
-        env = {"WORKER_CACHED_CONVERSATIONS": str(cache), "WORKER_STICKY_TIMEOUT": f"{sticky}s"}
-        if backend == "postgresql":
+        env = {
+            "WORKER_CACHED_CONVERSATIONS": str(variant.cache),
+            "WORKER_STICKY_TIMEOUT": f"{variant.sticky}s",
+        }
+        if variant.backend == "postgresql":
             env["DATABASE_URL"] = await outside.enter_async_context(postgres_database())
         settings = with_test_keys(
             AgentSettings(_env_file=None, data_dir=data_dir, DATABASE_URL=env.get("DATABASE_URL"))  # type: ignore[arg-type]
         )
         temporal = free_ports("reply-crowd")
-        if server_memory is not None:
-            temporal = temporal.model_copy(update={"server_memory_limit": server_memory})
+        if variant.server_memory is not None:
+            temporal = temporal.model_copy(update={"server_memory_limit": variant.server_memory})
         stack = await outside.enter_async_context(
-            running_stack(temporal, settings, worker_env=child_env(data_dir, env), workers=workers)
+            running_stack(
+                temporal, settings, worker_env=child_env(data_dir, env), workers=variant.workers
+            )
         )
         supervisor = stack.supervisor
         assert supervisor is not None and stack.server is not None
@@ -165,9 +185,8 @@ async def crowd(
         handles = await open_conversations(stack, n, "crowd", 2_000_000)
         workers_pids = list(supervisor.pids)
         print(
-            f"{n} conversations open in {time.monotonic() - opened:.0f} s ({backend}, {workers} "
-            f"Worker(s), cache {cache}, sticky timeout {sticky:g} s, server memory limit "
-            f"{temporal.server_memory_limit or 'unset'}); Worker RSS "
+            f"{n} conversations open in {time.monotonic() - opened:.0f} s ({variant.label}"
+            f"{'' if variant.server_memory else ', server memory limit unset'}); Worker RSS "
             f"{', '.join(f'{rss_bytes(p) / 2**20:.0f}' for p in workers_pids)} MB; server RSS "
             f"{rss_bytes(server) / 2**20:.0f} MB; load average {os.getloadavg()[0]:.2f}",
             flush=True,
@@ -189,7 +208,7 @@ async def crowd(
             started = time.time()
             # `in_flight` at a time (IN_FLIGHT unless --in-flight says otherwise).
             sending = asyncio.ensure_future(
-                at_most(in_flight, (functools.partial(reply, h) for h in handles))
+                at_most(variant.in_flight, (functools.partial(reply, h) for h in handles))
             )
             waiting = set(thread_of.values())
             deadline = time.monotonic() + ANSWER_TIMEOUT
@@ -282,16 +301,7 @@ def go_size(value: str) -> str | None:
 
 
 async def main(
-    n: int,
-    caches: list[int],
-    server_memories: list[str | None],
-    workers: int,
-    backend: str,
-    sticky: float,
-    in_flight: int,
-    plot_path: Path | None,
-    keep: Path | None,
-    earlier: list[Path],
+    n: int, variants: list[Variant], plot_path: Path | None, keep: Path | None, earlier: list[Path]
 ) -> None:
     print(f"load average before: {os.getloadavg()[0]:.2f} ({os.cpu_count()} cores)", flush=True)
     # Runs kept by --keep before, drawn beside this one's. `make bench` names the file its
@@ -300,14 +310,11 @@ async def main(
     if missing:
         names = ", ".join(map(str, missing))
         print(f"not drawn beside this run (no such file): {names}", flush=True)
-    for cache, server_memory in itertools.product(caches, server_memories):
-        label = f"cache {cache:,}, sticky timeout {sticky:g} s, {workers} Worker(s), {backend}"
-        if server_memory is not None:
-            label += f", server memory limit {server_memory}"
-        took = await crowd(n, cache, workers, backend, sticky, in_flight, server_memory)
-        curves[label] = took
+    for variant in variants:
+        took = await crowd(n, variant)
+        curves[variant.label] = took
         if keep is not None:
-            _keep(keep, label, took)
+            _keep(keep, variant.label, took)
     print(f"load average after: {os.getloadavg()[0]:.2f}", flush=True)
     if plot_path is not None:
         _plot(plot_path, n, curves)
@@ -344,17 +351,8 @@ if __name__ == "__main__":
         "--beside", type=Path, nargs="*", default=[], help="earlier runs' --keep files to plot too"
     )
     args = parser.parse_args()
-    run_benchmark(
-        main(
-            args.open,
-            args.cache,
-            args.server_memory,
-            args.workers,
-            args.backend,
-            args.sticky,
-            args.in_flight,
-            args.plot,
-            args.keep,
-            args.beside,
-        )
-    )
+    variants = [
+        Variant(cache, args.workers, args.backend, args.sticky, args.in_flight, server_memory)
+        for cache, server_memory in itertools.product(args.cache, args.server_memory)
+    ]
+    run_benchmark(main(args.open, variants, args.plot, args.keep, args.beside))
