@@ -12,6 +12,8 @@ import re
 from pathlib import Path
 
 _LEVEL = re.compile(r"\b(WARNING|WARN|ERROR)\b")
+# The SDK's core colours its lines for a terminal; its Workers' log keeps the escapes.
+_COLOUR = re.compile(r"\x1b\[[0-9;]*m")
 # What varies from one occurrence to the next: ids, numbers, quoted values, the record's context.
 _VARYING = re.compile(r"\(\{.*$|'[^']*'|\"[^\"]*\"|[0-9a-f]{8}-[0-9a-f-]{27}|\d+(\.\d+)?")
 
@@ -24,7 +26,7 @@ def logged_warnings(log: Path, *, top: int = 5) -> str:
 def warnings_in(text: str, *, top: int = 5) -> str:
     """`logged_warnings` of a log's text."""
     kinds: collections.Counter[str] = collections.Counter()
-    for line in text.splitlines():
+    for line in _COLOUR.sub("", text).splitlines():
         if match := _LEVEL.search(line):
             said = _VARYING.sub("…", line[match.start() :]).strip()
             kinds[said[:120]] += 1

@@ -5,19 +5,22 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import logging
 import os
 import signal
 import statistics
 import sys
 import uuid
 from collections.abc import AsyncIterator
+from datetime import timedelta
 from typing import Any
 
 import pytest
 from temporalio.api.enums.v1 import EventType, TaskQueueKind, TimeoutType
-from temporalio.client import Client, WorkflowHandle
+from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle
 from temporalio.service import RPCError, RPCStatusCode
 from temporalio.testing import WorkflowEnvironment
+from temporalio.worker import Worker
 
 from harness import queue_settings
 from harness.codec import TEST_CODEC_ENV, TEST_CONVERTER
@@ -31,7 +34,14 @@ from worker.control import (
 )
 from worker.lifecycle import alive
 from worker.pollers import worker_is_polling
-from worker.sticky import sticky_queue_of
+from worker.sticky import (
+    PROBE_TRIES,
+    StickyProbe,
+    announce_in_background,
+    announce_sticky_queue,
+    probe_id,
+    sticky_queue_of,
+)
 from worker.supervisor import WorkerSupervisor
 
 CHILD = [sys.executable, "-m", "tests.support.dummy_worker"]
@@ -301,3 +311,42 @@ async def test_a_reply_queued_on_the_dead_workers_sticky_queue_before_the_releas
             assert await asyncio.wait_for(handle.result(), 5) == "hello again"
         finally:
             gate.set()  # before the supervisor stops: its release waits for it
+
+
+async def test_a_probe_left_waiting_in_a_busy_queue_is_a_warning_that_says_why(
+    client: Client, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A Worker whose sticky queue cannot be announced still runs; its one warning names the wait
+    (a TimeoutError says nothing of itself: the warning would end in a colon)."""
+    monkeypatch.setattr("worker.sticky._PROBE_TIMEOUT", timedelta(seconds=1))
+    queue = f"refund-bot-unpolled-{uuid.uuid4().hex[:8]}"  # nobody polls: the probe waits
+    with caplog.at_level(logging.WARNING, logger="worker.sticky"):
+        await announce_in_background(client, queue, worker_identity(os.getpid()))
+    assert [r.getMessage() for r in caplog.records] == [
+        "Could not announce this Worker's sticky queue: its probe was not answered in 1 s "
+        "(it waits in the task queue behind every conversation's task)"
+    ]
+
+
+async def test_a_probe_another_worker_took_is_left_to_finish_never_terminated(
+    client: Client,
+) -> None:
+    """With several Workers the probe's first task may go to another; that Worker's next task
+    ends the probe. Ended by a new start instead, the other Worker's answer would be refused
+    ("Workflow task not found", a warning in its log at every two-Worker start)."""
+    queue = f"refund-bot-other-{uuid.uuid4().hex[:8]}"
+    nobody = f"nobody-{uuid.uuid4().hex[:8]}@nowhere"  # no Worker has this identity: every try
+    async with Worker(client, task_queue=queue, workflows=[StickyProbe]):  # goes to this one
+        assert await announce_sticky_queue(client, queue, nobody) is None
+    query = f"WorkflowId = '{probe_id(nobody)}'"
+
+    async def every_try_listed() -> list[WorkflowExecutionStatus | None]:
+        runs = [run.status async for run in client.list_workflows(query)]
+        # Visibility lags a moment behind the histories: wait for every run, and for each to be
+        # seen closed, unless one was seen terminated already.
+        settled = WorkflowExecutionStatus.RUNNING not in runs
+        terminated = WorkflowExecutionStatus.TERMINATED in runs
+        return runs if len(runs) == PROBE_TRIES and (settled or terminated) else []
+
+    statuses = await wait_for(every_try_listed, timeout=10, what="the probe's runs listed")
+    assert statuses == [WorkflowExecutionStatus.COMPLETED] * PROBE_TRIES

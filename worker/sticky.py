@@ -87,7 +87,7 @@ _RETRIED = frozenset({RPCStatusCode.RESOURCE_EXHAUSTED, RPCStatusCode.UNAVAILABL
 SENT_ON = WorkflowTaskFailedCause.WORKFLOW_TASK_FAILED_CAUSE_RESET_STICKY_TASK_QUEUE
 RELEASED = ": its sticky queue is released"
 # With several Workers on the queue, the probe's first task may go to another one: tries.
-_PROBE_TRIES = 8
+PROBE_TRIES = 8
 
 
 def probe_id(identity: str) -> str:
@@ -117,7 +117,7 @@ async def announce_sticky_queue(client: Client, task_queue: str, identity: str) 
     sticky queue, and return the name; None if the Worker caches nothing (no sticky queue) or
     another Worker kept taking the probe."""
     handle = client.get_workflow_handle(probe_id(identity))
-    for _ in range(_PROBE_TRIES):
+    for _ in range(PROBE_TRIES):
         handle = await client.start_workflow(
             StickyProbe.run,
             id=probe_id(identity),
@@ -125,7 +125,7 @@ async def announce_sticky_queue(client: Client, task_queue: str, identity: str) 
             execution_timeout=_PROBE_TIMEOUT,
             id_conflict_policy=WorkflowIDConflictPolicy.TERMINATE_EXISTING,
         )
-        signaled = False
+        signaled = elsewhere = False
         async for event in handle.fetch_history_events(wait_new_event=True):
             if event.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED and not signaled:
                 # After the first task: the next one goes to its Worker's sticky queue.
@@ -136,12 +136,13 @@ async def announce_sticky_queue(client: Client, task_queue: str, identity: str) 
                 if queue.kind == TaskQueueKind.TASK_QUEUE_KIND_STICKY:
                     if queue.name.startswith(f"{identity}-"):
                         return queue.name
-                    break  # another Worker's: try again
-        else:
+                    # Another Worker's. That task ends the probe: read on until it has, then try
+                    # again. A new start now would end it first, and that Worker's answer would
+                    # be refused ("Workflow task not found", a warning in its log).
+                    elsewhere = True
+        if not elsewhere:
             # Closed without a sticky task: a Worker that caches nothing has no sticky queue.
             return None
-        with contextlib.suppress(RPCError):  # it finished meanwhile
-            await handle.signal(StickyProbe.seen)
     return None
 
 
@@ -343,7 +344,16 @@ async def announce_in_background(
         sticky = await asyncio.wait_for(
             announce_sticky_queue(client, task_queue, identity), _PROBE_TIMEOUT.total_seconds()
         )
-    except (RPCError, TimeoutError) as err:
+    except TimeoutError:
+        # The probe is a conversation's first task like any other: a crowd in the task queue
+        # (a release of thousands) keeps it waiting.
+        log.warning(
+            "Could not announce this Worker's sticky queue: its probe was not answered in %.0f s "
+            "(it waits in the task queue behind every conversation's task)",
+            _PROBE_TIMEOUT.total_seconds(),
+        )
+        return
+    except RPCError as err:
         log.warning("Could not announce this Worker's sticky queue: %s", err)
         return
     if sticky is None:
