@@ -11,6 +11,7 @@ same clock). The two kinds alternate on one stack, each starting with the standb
 
 Held crowd: `--held` conversations held before their refunds, the Worker killed unannounced, all
 released together: seconds from the release to the last refund scheduled (server timestamps).
+With `--workers 2` the crowd is shared by two Workers and the first is killed; the other runs on.
 
     uv run python -m bench.recovery [--drills 20] [--held 200] [--workers 1]
         [--backend sqlite|postgresql] [--breakdown] [--plot recovery.png]
