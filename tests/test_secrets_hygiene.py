@@ -32,6 +32,7 @@ import asyncio
 import contextlib
 import json
 import os
+import re
 import signal
 import socket
 import sys
@@ -433,11 +434,21 @@ async def test_the_embedded_temporal_server_gets_no_secret(tmp_path: Path) -> No
     run = await story.start("run", "-vv", "run")
     try:
         server = tmp_path / "data" / "temporal-server.pid"
+        worker_log = tmp_path / "data" / "worker.log"
+
+        def standby_ready() -> bool:
+            # Not only forked: a child read between its fork and the end of its exec shows its
+            # parent's environment, then none at all (/proc/<pid>/environ), not its own. Once the
+            # standby says it is ready, every child has its own, and none is being started.
+            log = worker_log.read_text(errors="replace") if worker_log.exists() else ""
+            return re.search(r"standby \S+ ready; polls", log) is not None
+
         await wait_for(
-            lambda: story.running() and server.exists() and len(run.tree()) >= 4,
+            lambda: story.running() and server.exists() and standby_ready(),
             timeout=STARTUP,
             what="run's Temporal server, Worker and standby",
         )
+        assert len(run.tree()) >= 4  # run, its server, the Worker and the standby
         server_pid = json.loads(server.read_text())["pid"]
         tree = run.tree()
         assert server_pid in tree
