@@ -134,6 +134,12 @@ BENCHMARKS = (
                "--breakdown"),
               ("--drills", "0", "--held", "100", "--workers", "2", "--backend", "postgresql",
                "--breakdown")),
+    # The server's memory limit under the held crowd: the two-Worker entry above is its other side.
+    Benchmark("recovery_held_10000_server_memory", "bench.recovery",
+              ("--drills", "0", "--held", "10000", "--workers", "2", "--server-memory", "350MiB",
+               "--breakdown"),
+              ("--drills", "0", "--held", "100", "--workers", "2", "--server-memory", "350MiB",
+               "--breakdown")),
     Benchmark("recovery_two_workers", "bench.recovery",
               ("--drills", "20", "--held", "200", "--workers", "2"),
               ("--drills", "2", "--held", "20", "--workers", "2")),

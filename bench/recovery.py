@@ -12,9 +12,11 @@ same clock). The two kinds alternate on one stack, each starting with the standb
 Held crowd: `--held` conversations held before their refunds, the Worker killed unannounced, all
 released together: seconds from the release to the last refund scheduled (server timestamps).
 With `--workers 2` the crowd is shared by two Workers and the first is killed; the other runs on.
+The server's peak RSS and CPU are read from /proc over the hold and over the release;
+`--server-memory` gives it Go's soft memory limit, as TEMPORAL_SERVER_MEMORY_LIMIT does.
 
     uv run python -m bench.recovery [--drills 20] [--held 200] [--workers 1]
-        [--backend sqlite|postgresql] [--breakdown] [--plot recovery.png]
+        [--backend sqlite|postgresql] [--server-memory 350MiB] [--breakdown] [--plot recovery.png]
 """
 
 from __future__ import annotations
@@ -45,11 +47,13 @@ from bench import (
     release_and_refund_in,
     run_benchmark,
 )
+from bench.proc import Sampler
+from bench.server import go_size
 from bench.warnings import print_worker_log
 from harness.conditions import wait_for
 from harness.conversation import LocalConversation
 from harness.crowd import at_most, place_crowd
-from harness.dev_server import start_dev_server
+from harness.dev_server import dev_server_pid, start_dev_server
 from harness.owner import refunds_made
 from harness.postgres import postgres_database
 from harness.stack import supervised_stack
@@ -259,19 +263,23 @@ def _breakdown(phases: list[Released]) -> None:
     print(f"  workflow tasks failed or timed out after the release: {said}", flush=True)
 
 
-async def held_crowd(stack: Stack, count: int, breakdown: bool = False) -> float:
+async def held_crowd(stack: Stack, count: int, server: int, breakdown: bool = False) -> float:
     crowd = await _crowd(stack, count, "held", 950000)
-    opened = time.monotonic()
-    await _held(stack, crowd)
-    print(f"  {count} held in {time.monotonic() - opened:.0f} s", flush=True)
+    async with Sampler([server], interval=1.0) as hold:
+        await _held(stack, crowd)
+    print(f"  {count} held in {hold.seconds:.0f} s", flush=True)
+    print(_server_usage("the hold", hold, server), flush=True)
     await _standby_ready(stack)
-    await _kill(stack, "unannounced")
-    # At most IN_FLIGHT calls at once: 10,000 Signals sent together filled the dev server's cache
-    # of workflow state ("cache capacity is fully occupied with pinned elements"), and 10,000
-    # waits for a result are as many long polls ("namespace concurrent poller limit exceeded").
     handles = [c.handle for c in crowd if c.handle]
-    await at_most(IN_FLIGHT, (functools.partial(h.signal, "release") for h in handles))
-    await asyncio.wait_for(at_most(IN_FLIGHT, (h.result for h in handles)), RELEASE_TIMEOUT)
+    async with Sampler([server], interval=1.0) as release:
+        await _kill(stack, "unannounced")
+        # At most IN_FLIGHT calls at once: 10,000 Signals sent together filled the dev server's
+        # cache of workflow state ("cache capacity is fully occupied with pinned elements"), and
+        # 10,000 waits for a result are as many long polls ("namespace concurrent poller limit
+        # exceeded").
+        await at_most(IN_FLIGHT, (functools.partial(h.signal, "release") for h in handles))
+        await asyncio.wait_for(at_most(IN_FLIGHT, (h.result for h in handles)), RELEASE_TIMEOUT)
+    print(_server_usage("the kill and release", release, server), flush=True)
     # Each history read once, for the release's clock and the breakdown both.
     histories = await at_most(IN_FLIGHT, (h.fetch_history for h in handles))
     for history in histories:
@@ -290,6 +298,14 @@ async def held_crowd(stack: Stack, count: int, breakdown: bool = False) -> float
     if breakdown:
         _breakdown(_phases([_released(history.events) for history in histories]))
     return (last_scheduled - first_release).total_seconds()
+
+
+def _server_usage(phase: str, sampler: Sampler, server: int) -> str:
+    cpu = sampler.usage.cpu[server]
+    return (
+        f"  the server over {phase}: peak RSS {sampler.usage.peak_rss[server] / 2**20:.0f} MB, "
+        f"{cpu:.0f} CPU s ({cpu / sampler.seconds:.2f} cores)"
+    )
 
 
 def _row(name: str, values: list[float]) -> str:
@@ -320,15 +336,26 @@ def _plot(path: Path, seconds: dict[str, list[float]]) -> None:
 
 
 async def main(
-    count: int, held: int, plot: Path | None, breakdown: bool, workers: int, backend: str
+    count: int,
+    held: int,
+    plot: Path | None,
+    breakdown: bool,
+    workers: int,
+    backend: str,
+    server_memory: str | None,
 ) -> None:
     async with AsyncExitStack() as outside:
-        env = await outside.enter_async_context(await start_dev_server())
+        server = await start_dev_server(memory_limit=server_memory)
+        env = await outside.enter_async_context(server)
         tmp = Path(outside.enter_context(tempfile.TemporaryDirectory()))
         database_url = None
         if backend == "postgresql":
             database_url = await outside.enter_async_context(postgres_database())
-        print(f"stores: {backend}, Workers: {workers}", flush=True)
+        print(
+            f"stores: {backend}, Workers: {workers}, "
+            f"server memory limit: {server_memory or 'unset'}",
+            flush=True,
+        )
         async with supervised_stack(env, tmp, workers=workers, database_url=database_url) as stack:
             if count:
                 print(f"{count} drills, SIGKILL to the next step (warm standby):", flush=True)
@@ -338,7 +365,7 @@ async def main(
                 if plot:
                     _plot(plot, seconds)
             if held:
-                took = await held_crowd(stack, held, breakdown)
+                took = await held_crowd(stack, held, dev_server_pid(env), breakdown)
                 print(
                     f"{held} held conversations, Worker SIGKILLed, all released: last refund "
                     f"scheduled {took:.2f} s after the first release",
@@ -368,7 +395,23 @@ if __name__ == "__main__":
         default="sqlite",
         help="the stores: SQLite files, or one PostgreSQL database (pgserver)",
     )
+    parser.add_argument(
+        "--server-memory",
+        type=go_size,
+        default=None,
+        metavar="LIMIT",
+        help="Go's soft memory limit for the server, as TEMPORAL_SERVER_MEMORY_LIMIT takes it "
+        "(350MiB, off); unset by default",
+    )
     args = parser.parse_args()
     run_benchmark(
-        main(args.drills, args.held, args.plot, args.breakdown, args.workers, args.backend)
+        main(
+            args.drills,
+            args.held,
+            args.plot,
+            args.breakdown,
+            args.workers,
+            args.backend,
+            args.server_memory,
+        )
     )

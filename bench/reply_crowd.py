@@ -44,17 +44,16 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
-from pydantic import ValidationError
 from temporalio.api.enums.v1 import EventType, TimeoutType
 from temporalio.api.history.v1 import HistoryEvent
 from temporalio.client import WorkflowHandle
 
 from agent.models import CustomerMessage
-from agent.settings import AgentSettings, TemporalSettings
+from agent.settings import AgentSettings
 from bench import percentile, print_steps, read_failures, run_benchmark
 from bench.open_recovery import CUSTOMERS, open_conversations, retries_in
 from bench.proc import Sampler, cpu_seconds, rss_bytes
-from bench.server import free_ports
+from bench.server import free_ports, go_size
 from bench.warnings import print_worker_log
 from harness.codec import with_test_keys
 from harness.crowd import at_most
@@ -290,14 +289,6 @@ def _kept(paths: list[Path]) -> tuple[dict[str, list[float]], list[Path]]:
 def _keep(path: Path, label: str, took: list[float]) -> None:
     kept, _ = _kept([path])  # the first run kept in a file starts it
     path.write_text(json.dumps({**kept, label: took}))
-
-
-def go_size(value: str) -> str | None:
-    """A memory limit as the setting takes it (argparse says why it does not)."""
-    try:
-        return TemporalSettings(_env_file=None, server_memory_limit=value).server_memory_limit
-    except ValidationError as error:
-        raise argparse.ArgumentTypeError(error.errors()[0]["msg"]) from None
 
 
 async def main(

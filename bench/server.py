@@ -12,9 +12,12 @@ process can be read from /proc like the Workers'.
 
 from __future__ import annotations
 
+import argparse
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
+
+from pydantic import ValidationError
 
 from agent.settings import TemporalSettings
 from harness import free_port
@@ -34,6 +37,15 @@ class _DefaultConfigTemporal(EmbeddedTemporal):
             if command[i : i + len(tuned)] == tuned:
                 return command[:i] + command[i + len(tuned) :]
         raise AssertionError(f"{tuned} not found in the server's command line")
+
+
+def go_size(value: str) -> str | None:
+    """A server memory limit as TEMPORAL_SERVER_MEMORY_LIMIT takes it, for a benchmark's
+    `--server-memory` (argparse says why a value is refused)."""
+    try:
+        return TemporalSettings(_env_file=None, server_memory_limit=value).server_memory_limit
+    except ValidationError as error:
+        raise argparse.ArgumentTypeError(error.errors()[0]["msg"]) from None
 
 
 def free_ports(

@@ -26,6 +26,7 @@ from agent.temporal_client import connect
 from harness import free_port
 from harness.cli_process import environ
 from harness.conditions import wait_for
+from harness.dev_server import dev_server_pid, start_dev_server
 from worker.lifecycle import alive
 from worker.server import (
     EmbeddedTemporal,
@@ -195,3 +196,19 @@ def test_an_unset_memory_limit_leaves_the_server_as_go_runs_it(monkeypatch, tmp_
     assert EmbeddedTemporal(local_settings(), tmp_path).environment()["GOMEMLIMIT"] == "1GiB"
     limited = EmbeddedTemporal(local_settings(server_memory_limit="350MiB"), tmp_path)
     assert limited.environment()["GOMEMLIMIT"] == "350MiB"
+
+
+async def test_the_benchmarks_dev_server_takes_a_memory_limit_and_nothing_after_it_does(
+    monkeypatch, temporal_env
+) -> None:
+    # The session's server is a child of this process too: the limited one is told apart by port.
+    monkeypatch.setenv("GOMEMLIMIT", "1GiB")
+    limited = await start_dev_server(memory_limit="300MiB", dev_server_log_level="error")
+    try:
+        pid = dev_server_pid(limited)
+        assert pid != dev_server_pid(temporal_env)
+        assert environ(pid)["GOMEMLIMIT"] == "300MiB"
+        # What starts after it (the benchmark's Workers) has this process's own environment.
+        assert os.environ["GOMEMLIMIT"] == "1GiB"
+    finally:
+        await limited.shutdown()
