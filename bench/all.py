@@ -140,6 +140,18 @@ BENCHMARKS = (
                "--breakdown"),
               ("--drills", "0", "--held", "100", "--workers", "2", "--server-memory", "350MiB",
                "--breakdown")),
+    # The same crowd on the server `refund-bot run` embeds (its database in a file), without the
+    # limit and with it.
+    Benchmark("recovery_held_10000_embedded", "bench.recovery",
+              ("--drills", "0", "--held", "10000", "--workers", "2", "--server", "embedded",
+               "--breakdown"),
+              ("--drills", "0", "--held", "100", "--workers", "2", "--server", "embedded",
+               "--breakdown")),
+    Benchmark("recovery_held_10000_embedded_memory", "bench.recovery",
+              ("--drills", "0", "--held", "10000", "--workers", "2", "--server", "embedded",
+               "--server-memory", "350MiB", "--breakdown"),
+              ("--drills", "0", "--held", "100", "--workers", "2", "--server", "embedded",
+               "--server-memory", "350MiB", "--breakdown")),
     Benchmark("recovery_two_workers", "bench.recovery",
               ("--drills", "20", "--held", "200", "--workers", "2"),
               ("--drills", "2", "--held", "20", "--workers", "2")),
@@ -479,8 +491,9 @@ def listing(quick: bool, plot_dir: Path) -> str:
         BASELINE: CACHE / f"baseline-{BASELINE_COMMIT}",
     }
     results = CACHE / "results" / "<UTC time>"
+    width = max(len(b.name) for b in BENCHMARKS)
     return "\n".join(
-        f"{b.name:<26} {shlex.join(b.command(quick, plot_dir, checkouts, results)[1:])}"
+        f"{b.name:<{width}} {shlex.join(b.command(quick, plot_dir, checkouts, results)[1:])}"
         for b in BENCHMARKS
     )
 

@@ -12,11 +12,14 @@ same clock). The two kinds alternate on one stack, each starting with the standb
 Held crowd: `--held` conversations held before their refunds, the Worker killed unannounced, all
 released together: seconds from the release to the last refund scheduled (server timestamps).
 With `--workers 2` the crowd is shared by two Workers and the first is killed; the other runs on.
-The server's peak RSS and CPU are read from /proc over the hold and over the release;
-`--server-memory` gives it Go's soft memory limit, as TEMPORAL_SERVER_MEMORY_LIMIT does.
+The server is the SDK's dev server with its database in memory, or with `--server embedded` the
+one `refund-bot run` starts (its SQLite database in a file); its peak RSS and CPU are read from
+/proc over the hold and over the release. `--server-memory` gives it Go's soft memory limit, as
+TEMPORAL_SERVER_MEMORY_LIMIT does.
 
     uv run python -m bench.recovery [--drills 20] [--held 200] [--workers 1]
-        [--backend sqlite|postgresql] [--server-memory 350MiB] [--breakdown] [--plot recovery.png]
+        [--backend sqlite|postgresql] [--server test|embedded] [--server-memory 350MiB]
+        [--breakdown] [--plot recovery.png]
 """
 
 from __future__ import annotations
@@ -38,7 +41,9 @@ from typing import Any
 
 from temporalio.api.enums.v1 import EventType, TimeoutType
 from temporalio.api.history.v1 import HistoryEvent
+from temporalio.testing import WorkflowEnvironment
 
+from agent.settings import TemporalSettings
 from bench import (
     first_line,
     print_steps,
@@ -48,7 +53,7 @@ from bench import (
     run_benchmark,
 )
 from bench.proc import Sampler
-from bench.server import go_size
+from bench.server import free_ports, go_size
 from bench.warnings import print_worker_log
 from harness.conditions import wait_for
 from harness.conversation import LocalConversation
@@ -300,6 +305,13 @@ async def held_crowd(stack: Stack, count: int, server: int, breakdown: bool = Fa
     return (last_scheduled - first_release).total_seconds()
 
 
+def _server_pid(temporal: WorkflowEnvironment | TemporalSettings, stack: Stack) -> int:
+    if isinstance(temporal, WorkflowEnvironment):
+        return dev_server_pid(temporal)
+    assert stack.server is not None and stack.server.pid is not None  # the stack started it
+    return stack.server.pid
+
+
 def _server_usage(phase: str, sampler: Sampler, server: int) -> str:
     cpu = sampler.usage.cpu[server]
     return (
@@ -342,21 +354,28 @@ async def main(
     breakdown: bool,
     workers: int,
     backend: str,
+    server: str,
     server_memory: str | None,
 ) -> None:
     async with AsyncExitStack() as outside:
-        server = await start_dev_server(memory_limit=server_memory)
-        env = await outside.enter_async_context(server)
+        temporal: WorkflowEnvironment | TemporalSettings
+        if server == "test":
+            started = await start_dev_server(memory_limit=server_memory)
+            temporal = await outside.enter_async_context(started)
+        else:  # the stack starts it, as `refund-bot run` does
+            temporal = free_ports("held-crowd")
+            temporal = temporal.model_copy(update={"server_memory_limit": server_memory})
         tmp = Path(outside.enter_context(tempfile.TemporaryDirectory()))
         database_url = None
         if backend == "postgresql":
             database_url = await outside.enter_async_context(postgres_database())
         print(
-            f"stores: {backend}, Workers: {workers}, "
-            f"server memory limit: {server_memory or 'unset'}",
+            f"stores: {backend}, Workers: {workers}, server: {server}, "
+            f"its memory limit: {server_memory or 'unset'}",
             flush=True,
         )
-        async with supervised_stack(env, tmp, workers=workers, database_url=database_url) as stack:
+        stack_of = supervised_stack(temporal, tmp, workers=workers, database_url=database_url)
+        async with stack_of as stack:
             if count:
                 print(f"{count} drills, SIGKILL to the next step (warm standby):", flush=True)
                 seconds = await drills(stack, count)
@@ -365,7 +384,7 @@ async def main(
                 if plot:
                     _plot(plot, seconds)
             if held:
-                took = await held_crowd(stack, held, dev_server_pid(env), breakdown)
+                took = await held_crowd(stack, held, _server_pid(temporal, stack), breakdown)
                 print(
                     f"{held} held conversations, Worker SIGKILLed, all released: last refund "
                     f"scheduled {took:.2f} s after the first release",
@@ -396,6 +415,13 @@ if __name__ == "__main__":
         help="the stores: SQLite files, or one PostgreSQL database (pgserver)",
     )
     parser.add_argument(
+        "--server",
+        choices=("test", "embedded"),
+        default="test",
+        help="test: the SDK's dev server, its database in memory; embedded: the server "
+        "`refund-bot run` starts, its SQLite database in a file",
+    )
+    parser.add_argument(
         "--server-memory",
         type=go_size,
         default=None,
@@ -412,6 +438,7 @@ if __name__ == "__main__":
             args.breakdown,
             args.workers,
             args.backend,
+            args.server,
             args.server_memory,
         )
     )

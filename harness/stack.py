@@ -1,7 +1,8 @@
 """The whole stack for end-to-end tests: the router, the commands and a supervised Worker process.
 
 It is `refund_bot.app.running_stack`, the one `refund-bot run` uses, pointed at the session's
-Temporal dev server, with its own task queues and data directory. The Worker is a real child
+Temporal dev server (or starting the server `refund-bot run` embeds, for a benchmark), with its own
+task queues and data directory. The Worker is a real child
 process (`python -m refund_bot worker`), so /crash-worker really SIGKILLs it.
 """
 
@@ -34,8 +35,11 @@ _BLANK_PLATFORMS = {
 
 
 def settings_for(
-    temporal_env: WorkflowEnvironment, data_dir: Path
+    temporal_env: WorkflowEnvironment | TemporalSettings, data_dir: Path
 ) -> tuple[TemporalSettings, AgentSettings]:
+    settings = with_test_keys(AgentSettings(_env_file=None, data_dir=data_dir))
+    if isinstance(temporal_env, TemporalSettings):
+        return temporal_env, settings
     queue = f"e2e-{uuid.uuid4().hex[:8]}"
     temporal = TemporalSettings(
         _env_file=None,
@@ -43,13 +47,12 @@ def settings_for(
         task_queue=queue,
         control_task_queue=f"{queue}-control",
     )
-    settings = AgentSettings(_env_file=None, data_dir=data_dir)
-    return temporal, with_test_keys(settings)
+    return temporal, settings
 
 
 @asynccontextmanager
 async def supervised_stack(
-    temporal_env: WorkflowEnvironment,
+    temporal_env: WorkflowEnvironment | TemporalSettings,
     data_dir: Path,
     worker_env: dict[str, str] | None = None,
     *,
@@ -57,7 +60,9 @@ async def supervised_stack(
     workers: int = 1,
     database_url: str | None = None,
 ) -> AsyncIterator[Stack]:
-    """`worker_env` adds settings for the Worker child (e.g. SLACK_BOT_TOKEN, SLACK_API_URL);
+    """`temporal_env`: a test server (the stack gets task queues of its own on it), or the
+    settings of the server `refund-bot run` embeds, which the stack starts on their address.
+    `worker_env` adds settings for the Worker child (e.g. SLACK_BOT_TOKEN, SLACK_API_URL);
     `workers`: Worker children polling at once; `database_url`: the stores on PostgreSQL (the
     SQLite files in `data_dir` without it), for this process and the Worker both."""
     temporal, settings = settings_for(temporal_env, data_dir)
