@@ -17,7 +17,9 @@ A reply that reaches Temporal before the release waits out the sticky schedule-t
 (WORKER_STICKY_TIMEOUT, worker.settings) on the dead queue; after it, only the new Worker's pickup.
 
     .venv/bin/python -m bench.open_recovery [--open 2000] [--rounds 2] [--replies 20]
-        [--every 0.05] [--variants shutdown reset]
+        [--every 0.05] [--variants shutdown reset] [--plot open_recovery.png]
+
+`--plot` draws each variant's replies, all rounds together: when each was answered, from the kill.
 """
 
 from __future__ import annotations
@@ -58,6 +60,7 @@ from refund_bot.wiring import local_thread_store
 from worker.sticky import release_sticky_queue, sticky_queue_of
 
 OPEN_TIMEOUT = 3600.0
+GOAL = 1.0  # any reply answered within a second of the kill
 
 
 async def open_one(
@@ -136,7 +139,23 @@ async def answered_after(handle: WorkflowHandle, signals: int) -> float | None:
     return None
 
 
-async def _round(stack: Stack, variant: str, n: int, replies: int, every: float, r: int) -> None:
+def plot_answers(path: Path, title: str, from_kill: dict[str, list[float]]) -> None:
+    """Each variant's replies as a CDF of seconds from the kill to the answer, beside the goal."""
+    from bench import plot
+
+    fig, (ax,) = plot.axes(title, "seconds from the Worker's SIGKILL", "share of replies answered")
+    for variant, seconds in from_kill.items():
+        plot.cdf(ax, variant, seconds)
+    ax.axvline(GOAL, linestyle="--", color="grey", label=f"goal: within {GOAL:.0f} s")
+    ax.legend()
+    print(f"plot: {plot.save(fig, path)}", flush=True)
+
+
+async def _round(
+    stack: Stack, variant: str, n: int, replies: int, every: float, r: int
+) -> list[float]:
+    """One round: N opened, the Worker killed, `replies` sent; seconds from the kill to each
+    reply's answer."""
     supervisor = stack.supervisor
     assert supervisor is not None
     opened = time.monotonic()
@@ -189,6 +208,7 @@ async def _round(stack: Stack, variant: str, n: int, replies: int, every: float,
         f"the reply: {timed_out or 'none'}",
         flush=True,
     )
+    return from_kill
 
 
 async def task_retries(client: Client, handles: list[WorkflowHandle]) -> dict[str, int]:
@@ -247,7 +267,9 @@ def _reply(handle: WorkflowHandle) -> CustomerMessage:
     return CustomerMessage(message_id=f"reply-{handle.id}", author=CUSTOMERS[handle.id], text="Yes")
 
 
-async def main(n: int, rounds: int, replies: int, every: float, variants: list[str]) -> None:
+async def main(
+    n: int, rounds: int, replies: int, every: float, variants: list[str], plot: Path | None
+) -> None:
     print(f"load average before: {os.getloadavg()[0]:.2f} ({os.cpu_count()} cores)", flush=True)
     with tempfile.TemporaryDirectory() as tmp:
         data_dir = Path(tmp)
@@ -256,13 +278,17 @@ async def main(n: int, rounds: int, replies: int, every: float, variants: list[s
         async with running_stack(temporal, settings, worker_env=child_env(data_dir)) as stack:
             assert stack.supervisor is not None
             server = stack.server.pid if stack.server else None
+            from_kill: dict[str, list[float]] = {v: [] for v in variants}
             async with Sampler([server] if server else []) as sampler:
                 for r in range(rounds):
                     for variant in variants if r % 2 == 0 else variants[::-1]:
-                        await _round(stack, variant, n, replies, every, r)
+                        from_kill[variant] += await _round(stack, variant, n, replies, every, r)
             if server:
                 print(f"server peak RSS {sampler.usage.peak_rss[server] / 2**20:.0f} MB")
     print(f"load average after: {os.getloadavg()[0]:.2f}", flush=True)
+    if plot is not None:
+        title = f"{n:,} open conversations, the Worker SIGKILLed: replies (supervised)"
+        plot_answers(plot, title, from_kill)
 
 
 if __name__ == "__main__":
@@ -272,5 +298,6 @@ if __name__ == "__main__":
     parser.add_argument("--replies", type=int, default=20)
     parser.add_argument("--every", type=float, default=0.05)
     parser.add_argument("--variants", nargs="+", default=["shutdown", "reset"])
+    parser.add_argument("--plot", type=Path, default=None)
     args = parser.parse_args()
-    run_benchmark(main(args.open, args.rounds, args.replies, args.every, args.variants))
+    run_benchmark(main(args.open, args.rounds, args.replies, args.every, args.variants, args.plot))

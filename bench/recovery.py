@@ -15,7 +15,9 @@ With `--workers 2` the crowd is shared by two Workers and the first is killed; t
 The server is the SDK's dev server with its database in memory, or with `--server embedded` the
 one `refund-bot run` starts (its SQLite database in a file); its peak RSS and CPU are read from
 /proc over the hold and over the release. `--server-memory` gives it Go's soft memory limit, as
-TEMPORAL_SERVER_MEMORY_LIMIT does.
+TEMPORAL_SERVER_MEMORY_LIMIT does. `--plot` draws a panel for each part that ran: the drills'
+spread, and the held crowd's release step by step (when each conversation's Signal was received,
+its task taken by a Worker, its refund scheduled).
 
     uv run python -m bench.recovery [--drills 20] [--held 200] [--workers 1]
         [--backend sqlite|postgresql] [--server test|embedded] [--server-memory 350MiB]
@@ -69,6 +71,7 @@ from worker.sticky import RELEASED, SENT_ON
 
 OPENING: dict[str, str] = {}  # each shopper's opening message, by user id
 RELEASE_TIMEOUT = 1800.0  # a crowd not refunded in half an hour is a failed run
+GOAL = 60.0  # the held crowd's last refund, seconds after the first release
 IN_FLIGHT = 200
 
 
@@ -268,7 +271,11 @@ def _breakdown(phases: list[Released]) -> None:
     print(f"  workflow tasks failed or timed out after the release: {said}", flush=True)
 
 
-async def held_crowd(stack: Stack, count: int, server: int, breakdown: bool = False) -> float:
+async def held_crowd(
+    stack: Stack, count: int, server: int, breakdown: bool = False
+) -> tuple[float, list[Released]]:
+    """Seconds from the first release to the last refund scheduled, and each conversation's
+    release step by step."""
     crowd = await _crowd(stack, count, "held", 950000)
     async with Sampler([server], interval=1.0) as hold:
         await _held(stack, crowd)
@@ -300,9 +307,10 @@ async def held_crowd(stack: Stack, count: int, server: int, breakdown: bool = Fa
     asked_again = sum(r.calls > 1 for r in made)
     print(f"  refunds in the ledger: {len(made)}, asked more than once: {asked_again}", flush=True)
     print_worker_log(stack.settings.data_dir / "worker.log")
+    phases = _phases([_released(history.events) for history in histories])
     if breakdown:
-        _breakdown(_phases([_released(history.events) for history in histories]))
-    return (last_scheduled - first_release).total_seconds()
+        _breakdown(phases)
+    return (last_scheduled - first_release).total_seconds(), phases
 
 
 def _server_pid(temporal: WorkflowEnvironment | TemporalSettings, stack: Stack) -> int:
@@ -328,23 +336,34 @@ def _row(name: str, values: list[float]) -> str:
     )
 
 
-def _plot(path: Path, seconds: dict[str, list[float]]) -> None:
-    try:
-        import matplotlib
-    except ImportError:
-        print("--plot needs matplotlib (a dev dependency): not installed, no plot", flush=True)
-        return
+def _plot(path: Path, drills: dict[str, list[float]], crowd: list[Released]) -> None:
+    """One panel for each part that ran: the drills' spread, the held crowd's release."""
+    from bench import plot
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(6, 3.5))
-    ax.boxplot(list(seconds.values()), tick_labels=list(seconds), orientation="horizontal")
-    ax.axvline(0.5, linestyle="--", color="grey", label="target p50 0.5 s")
-    ax.set_xlabel("seconds from SIGKILL to issue_refund scheduled")
-    ax.legend()
-    fig.tight_layout()
-    fig.savefig(path)
+    panels = int(bool(drills)) + int(bool(crowd))
+    fig, axes = plot.axes("Recovery after a Worker's SIGKILL", "", "", columns=panels)
+    if drills:
+        ax = axes.pop(0)
+        ax.boxplot(list(drills.values()), tick_labels=list(drills), orientation="horizontal")
+        ax.axvline(0.5, linestyle="--", color="grey", label="goal: p50 0.5 s")
+        ax.set_title(f"{len(next(iter(drills.values())))} drills of each kind, warm standby")
+        ax.set_xlabel("seconds from SIGKILL to issue_refund scheduled")
+        ax.legend()
+    if crowd:
+        ax = axes.pop(0)
+        # Where the release's time goes: each step's count over time, read across at any height.
+        for label, at in (
+            ("release Signal received", [c.signaled for c in crowd]),
+            ("workflow task taken by a Worker", [c.task_started for c in crowd]),
+            ("issue_refund scheduled", [c.refund_scheduled for c in crowd]),
+        ):
+            ax.step(sorted(at), range(1, len(at) + 1), where="post", label=label)
+        ax.axvline(GOAL, linestyle="--", color="grey", label=f"goal: all within {GOAL:.0f} s")
+        ax.set_title(f"{len(crowd):,} held conversations, all released at once")
+        ax.set_xlabel("seconds from the first release Signal")
+        ax.set_ylabel("conversations")
+        ax.legend()
+    print(f"plot: {plot.save(fig, path)}", flush=True)
 
 
 async def main(
@@ -375,21 +394,23 @@ async def main(
             flush=True,
         )
         stack_of = supervised_stack(temporal, tmp, workers=workers, database_url=database_url)
+        seconds: dict[str, list[float]] = {}
+        crowd: list[Released] = []
         async with stack_of as stack:
             if count:
                 print(f"{count} drills, SIGKILL to the next step (warm standby):", flush=True)
                 seconds = await drills(stack, count)
                 for kind, values in seconds.items():
                     print(_row(kind, values), flush=True)
-                if plot:
-                    _plot(plot, seconds)
             if held:
-                took = await held_crowd(stack, held, _server_pid(temporal, stack), breakdown)
+                took, crowd = await held_crowd(stack, held, _server_pid(temporal, stack), breakdown)
                 print(
                     f"{held} held conversations, Worker SIGKILLed, all released: last refund "
                     f"scheduled {took:.2f} s after the first release",
                     flush=True,
                 )
+        if plot:
+            _plot(plot, seconds, crowd)
 
 
 if __name__ == "__main__":

@@ -17,7 +17,9 @@ round opening N conversations of its own:
   the sticky schedule-to-start timeout (WORKER_STICKY_TIMEOUT, worker.settings) on the dead queue.
 
     .venv/bin/python -m bench.successor_recovery [--open 500] [--rounds 2] [--replies 20]
-        [--every 0.05] [--variants release none]
+        [--every 0.05] [--variants release none] [--plot successor_recovery.png]
+
+`--plot` draws each successor's replies, all rounds together: when each was answered, from the kill.
 """
 
 from __future__ import annotations
@@ -38,7 +40,7 @@ from temporalio.client import Client, WorkflowHandle
 
 from agent.settings import AgentSettings
 from bench import percentile, run_benchmark
-from bench.open_recovery import OPEN_TIMEOUT, _reply, answered_after, open_one
+from bench.open_recovery import OPEN_TIMEOUT, _reply, answered_after, open_one, plot_answers
 from bench.proc import wait_idle
 from bench.server import embedded_server
 from bench.workers import _spawn, refund_bot_env
@@ -95,7 +97,9 @@ async def _open(
 
 async def _round(
     client: Client, address: str, data_dir: Path, variant: str, args: argparse.Namespace, r: int
-) -> None:
+) -> list[float]:
+    """One round: N opened, the Worker killed and started again, replies sent; seconds from the
+    kill to each reply's answer."""
     settings = AgentSettings(_env_file=None, data_dir=data_dir)
     queue = f"successor-{r}-{variant}"
     first = await _worker(address, queue, data_dir, release=True)
@@ -149,6 +153,7 @@ async def _round(
             f"waited > 5 s: {sum(1 for s in from_signal if s > 5)}",
             flush=True,
         )
+        return from_kill
     finally:
         for proc in (first, second):
             if proc is not None:
@@ -162,10 +167,16 @@ async def main(args: argparse.Namespace) -> None:
         async with embedded_server(data_dir / "temporal") as server:
             await prepare_stores(AgentSettings(_env_file=None, data_dir=data_dir))
             client = await Client.connect(server.address, data_converter=TEST_CONVERTER)
+            from_kill: dict[str, list[float]] = {v: [] for v in args.variants}
             for r in range(args.rounds):
                 for variant in args.variants if r % 2 == 0 else args.variants[::-1]:
-                    await _round(client, server.address, data_dir, variant, args, r)
+                    from_kill[variant] += await _round(
+                        client, server.address, data_dir, variant, args, r
+                    )
     print(f"load average after: {os.getloadavg()[0]:.2f}", flush=True)
+    if args.plot is not None:
+        title = f"{args.open:,} open conversations, the Worker SIGKILLed: replies (no supervisor)"
+        plot_answers(args.plot, title, from_kill)
 
 
 if __name__ == "__main__":
@@ -175,4 +186,5 @@ if __name__ == "__main__":
     parser.add_argument("--replies", type=int, default=20)
     parser.add_argument("--every", type=float, default=0.05)
     parser.add_argument("--variants", nargs="+", default=["release", "none"])
+    parser.add_argument("--plot", type=Path, default=None)
     run_benchmark(main(parser.parse_args()))

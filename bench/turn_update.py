@@ -25,7 +25,10 @@ Each conversation gives four turns (bench.turn_latency's answers). "router call"
 `deliver` took: with the Update, until the Worker accepted it, which it reports with the workflow
 task that runs the agent's next step (UPDATE_ACCEPT_TIMEOUT in bot/conversations.py bounds it).
 
-    .venv/bin/python -m bench.turn_update --server default [--rounds 60]
+    .venv/bin/python -m bench.turn_update --server default [--rounds 60] [--plot turn_update.png]
+
+`--plot` draws the turns' CDFs, refund-bot's beside the bare round trip's, each as a Signal and as
+an Update.
 """
 
 from __future__ import annotations
@@ -159,7 +162,10 @@ def _row(name: str, seconds: list[float]) -> str:
     )
 
 
-async def main(server_kind: str, rounds: int) -> None:
+GOAL_MS = (20.0, 60.0)  # a turn's p50 and p99 on a server with Temporal's default settings
+
+
+async def main(server_kind: str, rounds: int, plot: Path | None) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         data_dir = Path(tmp)
         tuned = server_kind == "embedded"
@@ -174,6 +180,28 @@ async def main(server_kind: str, rounds: int) -> None:
     )
     for name, values in results.items():
         print(_row(name, values))
+    if plot is not None:
+        _plot(plot, server_kind, {n: results[n] for n in TURNS_DRAWN})
+
+
+TURNS_DRAWN = ("refund-bot, Update", "refund-bot, Signal", "bare, Update", "bare, Signal")
+
+
+def _plot(path: Path, server_kind: str, turns: dict[str, list[float]]) -> None:
+    from bench import plot
+
+    fig, (ax,) = plot.axes(
+        f"A turn on the {server_kind} server's settings: as an Update and as a Signal",
+        "milliseconds",
+        "share of turns",
+    )
+    for name, seconds in turns.items():
+        plot.cdf(ax, name, [s * 1000 for s in seconds])
+    p50, p99 = GOAL_MS
+    ax.axvline(p50, linestyle="--", color="grey", label=f"goal: p50 {p50:.0f} ms, p99 {p99:.0f} ms")
+    ax.axvline(p99, linestyle=":", color="grey")
+    ax.legend()
+    print(f"plot: {plot.save(fig, path)}", flush=True)
 
 
 async def _interleaved(
@@ -221,5 +249,6 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--server", choices=SERVERS, default="default")
     parser.add_argument("--rounds", type=int, default=60)
+    parser.add_argument("--plot", type=Path, default=None)
     args = parser.parse_args()
-    run_benchmark(main(args.server, args.rounds))
+    run_benchmark(main(args.server, args.rounds, args.plot))
