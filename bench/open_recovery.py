@@ -143,12 +143,15 @@ def plot_answers(path: Path, title: str, from_kill: dict[str, list[float]]) -> N
     """Each variant's replies as a CDF of seconds from the kill to the answer, beside the goal."""
     from bench import plot
 
-    fig, (ax,) = plot.axes(title, "seconds from the Worker's SIGKILL", "share of replies answered")
-    for variant, seconds in from_kill.items():
-        plot.cdf(ax, variant, seconds)
-    ax.axvline(GOAL, linestyle="--", color="grey", label=f"goal: within {GOAL:.0f} s")
-    ax.legend()
-    print(f"plot: {plot.save(fig, path)}", flush=True)
+    drawn = plot.cdf_figure(
+        path,
+        title,
+        "seconds from the Worker's SIGKILL",
+        "share of replies answered",
+        from_kill,
+        [(GOAL, f"goal: within {GOAL:.0f} s")],
+    )
+    print(f"plot: {drawn}", flush=True)
 
 
 async def _round(

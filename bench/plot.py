@@ -5,6 +5,7 @@ a benchmark's figures -> axes(...) -> drawn -> save(fig, path) -> docs/img/<benc
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 import matplotlib
@@ -38,6 +39,25 @@ def cdf(ax: Axes, label: str, samples: list[float]) -> None:
     ordered = sorted(samples)
     shares = [(i + 1) / len(ordered) for i in range(len(ordered))]
     ax.step(ordered, shares, where="post", label=label)
+
+
+def cdf_figure(
+    path: Path,
+    title: str,
+    xlabel: str,
+    ylabel: str,
+    curves: dict[str, list[float]],
+    goals: Sequence[tuple[float, str | None]] = (),
+) -> Path:
+    """One plot of CDFs, a curve for each label, and the goals as grey lines (the first dashed,
+    the rest dotted; a goal labelled None shares the legend line before it). Saved to `path`."""
+    fig, (ax,) = axes(title, xlabel, ylabel)
+    for label, samples in curves.items():
+        cdf(ax, label, samples)
+    for i, (at, named) in enumerate(goals):
+        ax.axvline(at, linestyle=":" if i else "--", color="grey", label=named)
+    ax.legend()
+    return save(fig, path)
 
 
 def save(fig: Figure, path: Path) -> Path:

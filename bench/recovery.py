@@ -51,7 +51,6 @@ from bench import (
     print_steps,
     read_failures,
     release_and_refund,
-    release_and_refund_in,
     run_benchmark,
 )
 from bench.proc import Sampler
@@ -292,13 +291,10 @@ async def held_crowd(
         await at_most(IN_FLIGHT, (functools.partial(h.signal, "release") for h in handles))
         await asyncio.wait_for(at_most(IN_FLIGHT, (h.result for h in handles)), RELEASE_TIMEOUT)
     print(_server_usage("the kill and release", release, server), flush=True)
-    # Each history read once, for the release's clock and the breakdown both.
+    # Each history read once, for the release's clock, the breakdown and the plot.
     histories = await at_most(IN_FLIGHT, (h.fetch_history for h in handles))
     for history in histories:
         await read_failures(stack.client, history.events)
-    times = [release_and_refund_in(history.events) for history in histories]
-    first_release = min(r for r, _ in times if r)
-    last_scheduled = max(s for _, s in times if s)
     # Every refund once, read from its owner: the ledger, which counts each call for a key.
     ids = {h.id for h in handles}
     made = [r for r in await refunds_made(stack.settings) if r.workflow_id in ids]
@@ -307,10 +303,11 @@ async def held_crowd(
     asked_again = sum(r.calls > 1 for r in made)
     print(f"  refunds in the ledger: {len(made)}, asked more than once: {asked_again}", flush=True)
     print_worker_log(stack.settings.data_dir / "worker.log")
+    # Seconds from the first release Signal, each conversation's steps read from its history.
     phases = _phases([_released(history.events) for history in histories])
     if breakdown:
         _breakdown(phases)
-    return (last_scheduled - first_release).total_seconds(), phases
+    return max(p.refund_scheduled for p in phases), phases
 
 
 def _server_pid(temporal: WorkflowEnvironment | TemporalSettings, stack: Stack) -> int:

@@ -262,16 +262,15 @@ async def crowd(n: int, variant: Variant) -> list[float]:
 def _plot(path: Path, n: int, curves: dict[str, list[float]]) -> None:
     from bench import plot
 
-    fig, (ax,) = plot.axes(
+    drawn = plot.cdf_figure(
+        path,
         f"{n:,} replies sent at once: when each was answered",
         "seconds from the first reply's Signal",
         "share of replies answered",
+        curves,
+        [(GOAL, f"goal: all within {GOAL:.0f} s")],
     )
-    for label, took in curves.items():
-        plot.cdf(ax, label, took)
-    ax.axvline(GOAL, linestyle="--", color="grey", label=f"goal: all within {GOAL:.0f} s")
-    ax.legend()
-    print(f"plot: {plot.save(fig, path)}", flush=True)
+    print(f"plot: {drawn}", flush=True)
 
 
 def _kept(paths: list[Path]) -> tuple[dict[str, list[float]], list[Path]]:

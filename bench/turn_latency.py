@@ -42,7 +42,7 @@ from agent.history import local_activity
 from agent.models import AgentStep
 from bench import percentile, run_benchmark
 from bench.codec_cost import codec_alone
-from bench.plot import axes, cdf, default_path, save
+from bench.plot import cdf_figure, default_path
 from bench.round_trip import BareRoundTrip
 from bench.server import embedded_server
 from bench.turn_workers import BARE, CONVERTERS, local_threads, queue, turn_workers
@@ -190,11 +190,9 @@ async def main(rounds: int, codec_rounds: int, plot: Path) -> None:
         f"  the codec, medians: encrypted - plain = {(median(ours) - median(plain)) * 1000:+.1f} "
         f"ms, no-op codec - plain = {(median(noop) - median(plain)) * 1000:+.1f} ms a turn"
     )
-    fig, (ax,) = axes("Turn latency (CDF)", "milliseconds", "share of turns")
-    for name, turns in results.items():
-        cdf(ax, name, [s * 1000 for s in turns])
-    ax.legend()
-    print(f"plot: {save(fig, plot)}")
+    curves = {name: [s * 1000 for s in turns] for name, turns in results.items()}
+    drawn = cdf_figure(plot, "Turn latency (CDF)", "milliseconds", "share of turns", curves)
+    print(f"plot: {drawn}")
 
 
 async def _interleaved(

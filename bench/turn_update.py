@@ -62,6 +62,8 @@ from harness.codec import TEST_CONVERTER
 CUSTOMER = Actor(platform="local", user_id="customer", display_name="Nyghtowl")
 TASK_COMPLETED = EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED
 BARE_PINGS = 4
+GOAL_MS = (20.0, 60.0)  # a turn's p50 and p99 on a server with Temporal's default settings
+TURNS_DRAWN = ("refund-bot, Update", "refund-bot, Signal", "bare, Update", "bare, Signal")
 
 
 def _message(thread: ThreadRef, text: str, *, opens: bool = False) -> InboundMessage:
@@ -162,9 +164,6 @@ def _row(name: str, seconds: list[float]) -> str:
     )
 
 
-GOAL_MS = (20.0, 60.0)  # a turn's p50 and p99 on a server with Temporal's default settings
-
-
 async def main(server_kind: str, rounds: int, plot: Path | None) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         data_dir = Path(tmp)
@@ -184,24 +183,19 @@ async def main(server_kind: str, rounds: int, plot: Path | None) -> None:
         _plot(plot, server_kind, {n: results[n] for n in TURNS_DRAWN})
 
 
-TURNS_DRAWN = ("refund-bot, Update", "refund-bot, Signal", "bare, Update", "bare, Signal")
-
-
 def _plot(path: Path, server_kind: str, turns: dict[str, list[float]]) -> None:
     from bench import plot
 
-    fig, (ax,) = plot.axes(
+    p50, p99 = GOAL_MS
+    drawn = plot.cdf_figure(
+        path,
         f"A turn on the {server_kind} server's settings: as an Update and as a Signal",
         "milliseconds",
         "share of turns",
+        {name: [s * 1000 for s in seconds] for name, seconds in turns.items()},
+        [(p50, f"goal: p50 {p50:.0f} ms, p99 {p99:.0f} ms"), (p99, None)],
     )
-    for name, seconds in turns.items():
-        plot.cdf(ax, name, [s * 1000 for s in seconds])
-    p50, p99 = GOAL_MS
-    ax.axvline(p50, linestyle="--", color="grey", label=f"goal: p50 {p50:.0f} ms, p99 {p99:.0f} ms")
-    ax.axvline(p99, linestyle=":", color="grey")
-    ax.legend()
-    print(f"plot: {plot.save(fig, path)}", flush=True)
+    print(f"plot: {drawn}", flush=True)
 
 
 async def _interleaved(
