@@ -7,13 +7,14 @@ import math
 import statistics
 import sys
 import uuid
-from collections.abc import Coroutine, Iterable, Sequence
+from collections.abc import AsyncIterator, Coroutine, Iterable, Sequence
 from datetime import datetime
 from typing import Any, NoReturn
 
 from temporalio.api.enums.v1 import EventType
 from temporalio.api.history.v1 import HistoryEvent
 from temporalio.client import Client, WorkflowHandle
+from temporalio.service import RPCError, RPCStatusCode
 
 from agent.codec import CodecKeyError
 from agent.models import Actor, ThreadRef
@@ -48,6 +49,24 @@ def print_steps(heading: str, steps: list[tuple[str, list[float]]]) -> None:
             f"  {name:<{width}} {statistics.median(values):8.3f}s {p90:8.3f}s {max(values):8.3f}s",
             flush=True,
         )
+
+
+async def history_as_written(handle: WorkflowHandle) -> AsyncIterator[HistoryEvent]:
+    """The run's events in order as the server writes them (long-polled), each once. Temporal
+    sometimes refuses a long poll's next page as stale ("Current and request branch tokens, or
+    current and request versioned transitions, don't match": the run's state moved on under the
+    page token); the read then starts again from the first event, skipping those already given."""
+    last = 0
+    while True:
+        try:
+            async for event in handle.fetch_history_events(wait_new_event=True):
+                if event.event_id > last:
+                    last = event.event_id
+                    yield event
+            return
+        except RPCError as err:
+            if err.status != RPCStatusCode.INVALID_ARGUMENT or "don't match" not in err.message:
+                raise
 
 
 async def release_and_refund(handle: WorkflowHandle) -> tuple[datetime | None, datetime | None]:

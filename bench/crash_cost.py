@@ -43,7 +43,7 @@ from agent.policy import QUESTIONS
 from agent.settings import AgentSettings
 from agent.stores.databases import database_for
 from agent.stores.ledger import Ledger
-from bench import run_benchmark
+from bench import history_as_written, run_benchmark
 from bench.server import embedded_server
 from bench.workers import refund_bot_worker, wait_polling
 from bot.local.thread_store import LocalThreadStore
@@ -197,7 +197,7 @@ class Harness:
             try:
                 if crash_after:
                     steps = 0
-                    events = handle.fetch_history_events(wait_new_event=True).__aiter__()
+                    events = history_as_written(handle).__aiter__()
                     while steps < crash_after:
                         event = await asyncio.wait_for(anext(events), TIMEOUT)
                         if event.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_COMPLETED:

@@ -188,7 +188,7 @@ async def _round(
             if delay > 0:
                 await asyncio.sleep(delay)
             sent.append(time.time())
-            await handle.signal("customer_message", _reply(handle))
+            await handle.signal("customer_message", yes_reply(handle))
         await wait_for(lambda: supervisor.last_report is not before, timeout=120, what="restart")
     finally:
         supervisor_module.release_sticky_queue = release_sticky_queue
@@ -266,7 +266,7 @@ _ORDERS = iter(range(0, 10**9, 100_000))
 CUSTOMERS: dict[str, Actor] = {}
 
 
-def _reply(handle: WorkflowHandle) -> CustomerMessage:
+def yes_reply(handle: WorkflowHandle) -> CustomerMessage:
     return CustomerMessage(message_id=f"reply-{handle.id}", author=CUSTOMERS[handle.id], text="Yes")
 
 

@@ -40,10 +40,10 @@ from temporalio.client import Client, WorkflowHandle
 
 from agent.settings import AgentSettings
 from bench import percentile, run_benchmark
-from bench.open_recovery import OPEN_TIMEOUT, _reply, answered_after, open_one, plot_answers
+from bench.open_recovery import OPEN_TIMEOUT, answered_after, open_one, plot_answers, yes_reply
 from bench.proc import wait_idle
 from bench.server import embedded_server
-from bench.workers import _spawn, refund_bot_env
+from bench.workers import refund_bot_env, spawn_process
 from harness.codec import TEST_CONVERTER
 from harness.conditions import wait_for
 from harness.crowd import place_crowd
@@ -65,7 +65,7 @@ async def _worker(
     env = {**refund_bot_env(address, queue, data_dir), "REFUND_BOT_HOST": HOST}
     # A lifeline makes the Worker take itself for a supervisor's child: no release of its own.
     argv = [sys.executable, "-m", "refund_bot", "worker"]
-    return await _spawn(argv, env, data_dir / f"{queue}.log", lifeline=not release)
+    return await spawn_process(argv, env, data_dir / f"{queue}.log", lifeline=not release)
 
 
 async def _polling(client: Client, queue: str, pid: int) -> None:
@@ -136,7 +136,7 @@ async def _round(
             if delay > 0:
                 await asyncio.sleep(delay)
             sent.append(time.time())
-            await handle.signal("customer_message", _reply(handle))
+            await handle.signal("customer_message", yes_reply(handle))
         await _polling(client, queue, second.pid)
         polling = time.time() - killed
         answered = [

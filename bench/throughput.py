@@ -59,7 +59,7 @@ from harness.owner import refunds_made
 from refund_bot.wiring import local_thread_store
 from worker.lifecycle import terminate
 from worker.runner import prepare_stores
-from worker.server import EmbeddedTemporal, _tail
+from worker.server import EmbeddedTemporal, log_tail
 from worker.sticky import PROBE_WORKFLOW
 
 REFUND_BOT = "refund-bot"
@@ -348,7 +348,7 @@ async def main(
                         except Exception:
                             # The server's own account, before its directory is removed.
                             print(f"{side} N={n} W={w} failed; the server's log ends:\n"
-                                  f"{_tail(server.log_path, 40)}", flush=True)  # fmt: skip
+                                  f"{log_tail(server.log_path, 40)}", flush=True)  # fmt: skip
                             raise
                         print(cells[-1].row(), flush=True)
                     pair = {c.side: c for c in cells[-2:]}

@@ -36,7 +36,7 @@ from temporalio.client import Client
 from agent import tracing
 from bench import percentile, run_benchmark
 from bench.server import embedded_server
-from bench.turn_latency import ANSWERS, OPENING, Events, _is_signal, _seconds
+from bench.turn_latency import ANSWERS, OPENING, Events, is_signal, seconds_between
 from bench.turn_workers import CONVERTERS, local_threads, queue
 from bot.local.thread_store import LocalThreadStore
 from harness import free_port
@@ -96,8 +96,8 @@ async def conversation(
     for answer in ANSWERS:
         with tracing.span("local.message", "server", platform="local") if traced else _nothing():
             await conv.reply(answer)
-        signaled = await events.next(_is_signal)
-        turns.append(_seconds(signaled, await events.next(events.said)))
+        signaled = await events.next(is_signal)
+        turns.append(seconds_between(signaled, await events.next(events.said)))
     await handle.terminate("benchmark done")
     return turns
 

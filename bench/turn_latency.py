@@ -40,7 +40,7 @@ from temporalio.converter import DataConverter
 
 from agent.history import local_activity
 from agent.models import AgentStep
-from bench import percentile, run_benchmark
+from bench import history_as_written, percentile, run_benchmark
 from bench.codec_cost import codec_alone
 from bench.plot import cdf_figure, default_path
 from bench.round_trip import BareRoundTrip
@@ -66,7 +66,7 @@ class Events:
     """A run's Event History as the server writes it (long-polled), read once, in order."""
 
     def __init__(self, handle: WorkflowHandle, converter: DataConverter) -> None:
-        self._events = handle.fetch_history_events(wait_new_event=True).__aiter__()
+        self._events = history_as_written(handle).__aiter__()
         self._converter = converter  # the client's: a marker's result is encoded by the codec
         self._activity: dict[int, str] = {}  # scheduled event id -> activity type
 
@@ -110,7 +110,7 @@ class Events:
         return wanted
 
 
-def _is_signal(event: HistoryEvent) -> bool:
+def is_signal(event: HistoryEvent) -> bool:
     return event.event_type == SIGNALED
 
 
@@ -118,7 +118,7 @@ def _is_task_completed(event: HistoryEvent) -> bool:
     return event.event_type == TASK_COMPLETED
 
 
-def _seconds(start: HistoryEvent, end: HistoryEvent) -> float:
+def seconds_between(start: HistoryEvent, end: HistoryEvent) -> float:
     return (end.event_time.ToDatetime() - start.event_time.ToDatetime()).total_seconds()
 
 
@@ -130,8 +130,8 @@ async def conversation(client: Client, threads: LocalThreadStore, task_queue: st
     turns = []
     for answer in ANSWERS:
         await conv.reply(answer)
-        signaled = await events.next(_is_signal)
-        turns.append(_seconds(signaled, await events.next(events.said)))
+        signaled = await events.next(is_signal)
+        turns.append(seconds_between(signaled, await events.next(events.said)))
     await handle.terminate("benchmark done")
     return turns
 
@@ -147,10 +147,10 @@ async def bare(client: Client, task_queue: str, activities: int) -> list[float]:
     turns = []
     for value in range(TURNS):
         await handle.signal(BareRoundTrip.ping, value)
-        signaled = await events.next(_is_signal)
+        signaled = await events.next(is_signal)
         for _ in range(activities):
             done = await events.next(events.completed())
-        turns.append(_seconds(signaled, done))
+        turns.append(seconds_between(signaled, done))
     await handle.signal(BareRoundTrip.ping, -1)
     return turns
 

@@ -48,7 +48,7 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 
 from agent.models import Actor, ThreadRef
 from agent.stores.sqlite import SqliteDatabase
-from bench import customer_says, no_hold, percentile, run_benchmark
+from bench import customer_says, history_as_written, no_hold, percentile, run_benchmark
 from bench.round_trip import BareRoundTrip
 from bench.server import SERVERS, embedded_server
 from bench.turn_latency import ANSWERS, OPENING, Events
@@ -111,7 +111,7 @@ async def bare(client: Client, task_queue: str, update: bool) -> list[float]:
     handle = await client.start_workflow(
         BareRoundTrip.run, 0, id=f"bare-{uuid.uuid4().hex[:12]}", task_queue=task_queue
     )
-    events = handle.fetch_history_events(wait_new_event=True).__aiter__()
+    events = history_as_written(handle).__aiter__()
     await _task_completed(handle, events)
     turns = []
     for value in range(BARE_PINGS):
@@ -150,7 +150,7 @@ async def bare_opening(client: Client, task_queue: str, update: bool) -> list[fl
             start_signal="ping",
             start_signal_args=[0],
         )
-    events = handle.fetch_history_events(wait_new_event=True).__aiter__()
+    events = history_as_written(handle).__aiter__()
     done = await _task_completed(handle, events)
     await handle.signal(BareRoundTrip.ping, -1)
     return [_since(began, done.event_time)]  # type: ignore[attr-defined]

@@ -29,7 +29,7 @@ from worker.pollers import workflow_pollers
 START_TIMEOUT = 120.0
 
 
-async def _spawn(
+async def spawn_process(
     argv: list[str], env: Mapping[str, str], log: Path, lifeline: bool
 ) -> asyncio.subprocess.Process:
     with log.open("ab") as err:
@@ -63,7 +63,9 @@ async def refund_bot_worker(
     address: str, queue: str, data_dir: Path, log: Path
 ) -> asyncio.subprocess.Process:
     env = refund_bot_env(address, queue, data_dir)
-    return await _spawn([sys.executable, "-m", "refund_bot", "worker"], env, log, lifeline=True)
+    return await spawn_process(
+        [sys.executable, "-m", "refund_bot", "worker"], env, log, lifeline=True
+    )
 
 
 async def reference_worker(
@@ -79,7 +81,7 @@ async def reference_worker(
         "DOTENV_PATH": str(state / ".env"),  # none: the reference's dry run, no keys
     }
     env.pop("STRIPE_API_KEY", None)
-    return await _spawn([str(python), "-m", "refund_agent.worker"], env, log, lifeline=False)
+    return await spawn_process([str(python), "-m", "refund_agent.worker"], env, log, lifeline=False)
 
 
 async def wait_polling(

@@ -70,7 +70,7 @@ def env_name(cls: type[BaseSettings], field: str) -> str:
     return f"{cls.model_config.get('env_prefix', '')}{field}".upper()
 
 
-def _is_secret(cls: type[BaseSettings], field: str) -> bool:
+def is_secret(cls: type[BaseSettings], field: str) -> bool:
     info = cls.model_fields.get(field)
     return info is not None and "SecretStr" in str(info.annotation)
 
@@ -81,7 +81,7 @@ def _describe(cls: type[BaseSettings], error: Any) -> str:
     by_alias = {(f.alias or "").lower(): n for n, f in cls.model_fields.items() if f.alias}
     field = by_alias.get(field.lower(), field)
     name = env_name(cls, field)
-    shown = name if _is_secret(cls, field) else f"{name}={error.get('input')!r}"
+    shown = name if is_secret(cls, field) else f"{name}={error.get('input')!r}"
     info = cls.model_fields.get(field)
     default = info.default if info is not None else None
     kind = error["type"]

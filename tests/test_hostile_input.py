@@ -78,6 +78,14 @@ from harness.fakes.slack_api import FakeSlackApi, JsonDict, SlackSender
 from harness.raw_http import exchange, raw_request
 from harness.recording_router import RecordingRouter
 from refund_bot.ops import Ops, serving_ops
+from tests.support.discord_client import (
+    Bot,
+    FakeRestart,
+    StagingDemos,
+    StubTemporal,
+    connected,
+    custom_ids,
+)
 from tests.support.discord_guild import (
     AGENT,
     APPROVER_ROLE,
@@ -99,15 +107,7 @@ from tests.support.hostile import (
     mutated,
     paths,
 )
-from tests.test_discord_client import (
-    Bot,
-    FakeRestart,
-    StagingDemos,
-    StubTemporal,
-    connected,
-    custom_ids,
-)
-from tests.test_slack_app import (
+from tests.support.slack_app import (
     ADMIN,
     CHANNEL,
     SECRET,
@@ -115,9 +115,9 @@ from tests.test_slack_app import (
     TEAM,
     RecordingCommands,
     settings_for,
+    signed,
 )
-from tests.test_slack_app import _escalation as escalation_in
-from tests.test_slack_edges import signed
+from tests.support.slack_app import posted_escalation as escalation_in
 from worker.codec_server import codec_app
 
 FORM = "application/x-www-form-urlencoded"

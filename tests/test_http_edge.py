@@ -29,7 +29,7 @@ from harness.fakes.slack_api import FakeSlackApi
 from harness.raw_http import exchange
 from harness.recording_router import RecordingRouter
 from refund_bot.ops import Ops, serving_ops
-from tests.test_slack_app import TEAM, RecordingCommands, settings_for
+from tests.support.slack_app import TEAM, RecordingCommands, settings_for
 from worker import codec_server
 
 MALFORMED_HTTP: dict[str, bytes] = {

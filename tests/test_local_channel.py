@@ -18,7 +18,7 @@ from bot.local.markup import plain
 from bot.local.terminal import PEOPLE, LocalChannel, inbound, thread_ref
 from bot.local.thread_store import APPROVERS_MENTION, LocalThreadStore
 from harness.recording_router import RecordingRouter
-from tests.test_slack_app import RecordingCommands
+from tests.support.slack_app import RecordingCommands
 
 
 def channel_on(

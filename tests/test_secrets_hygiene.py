@@ -101,13 +101,13 @@ STARTUP, TURN = 120.0, 120.0
 def test_every_secret_setting_is_covered() -> None:
     """The settings that hold secrets, as refund-bot's own list names them, are all set here."""
     assert set(SECRETS) | {"DATABASE_URL"} == SECRET_SETTINGS
-    from refund_bot.config import SETTINGS, _is_secret, env_name
+    from refund_bot.config import SETTINGS, env_name, is_secret
 
     secret_fields = {
         env_name(cls, name)
         for _, cls in SETTINGS
         for name in cls.model_fields
-        if _is_secret(cls, name)
+        if is_secret(cls, name)
     }
     assert secret_fields == SECRET_SETTINGS
 

@@ -1,7 +1,7 @@
 """HTTP mode answers Slack before bolt runs, and keeps everything bolt would have answered.
 
 Over real HTTP to bot.slack.app's aiohttp handler, with bodies signed the way Slack signs them; the
-router and the commands are the recording fakes of tests/test_slack_app.py (no Temporal here).
+router and the commands are the recording fakes of tests/support/slack_app.py (no Temporal here).
 How fast the answers are is bench/slack_ack.py's to measure; here, what comes before what.
 """
 
@@ -17,28 +17,33 @@ from typing import Any
 
 import aiohttp
 import pytest
-from aiohttp import web
 from slack_bolt.request.async_request import AsyncBoltRequest
 from slack_bolt.response import BoltResponse
 
 from bot.slack.actions import DECISION_ACTIONS
-from bot.slack.app import handled, http_web_app, serve
+from bot.slack.app import handled, serve
 from bot.slack.commands import COMMANDS, SHORTCUTS, STATUS_SHORTCUT
 from bot.slack.handover import Handovers
 from bot.slack.render import APPROVE_ACTION_ID
 from bot.slack.requests import read_request
 from harness import free_port
 from harness.conditions import wait_for
-from harness.fakes.slack_api import Delivery, FakeSlackApi, signed_headers
-from tests.test_slack_app import (
+from harness.fakes.slack_api import Delivery, signed_headers
+from tests.support.slack_app import (
     ADMIN,
     CHANNEL,
+    FORM,
+    JSON,
     SECRET,
     SUPPORT,
-    _escalation,
+    Endpoint,
+    click_payload,
+    interaction,
+    posted_escalation,
+    served_endpoint,
     settings_for,
+    signed,
 )
-from tests.test_slack_edges import FORM, JSON, Endpoint, _click_payload, interaction, signed
 
 Dispatch = Callable[[AsyncBoltRequest], Awaitable[BoltResponse]]
 
@@ -67,17 +72,8 @@ class BoltGate:
 async def endpoint(monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[Endpoint]:
     for name in ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy"):
         monkeypatch.delenv(name, raising=False)
-    async with FakeSlackApi() as slack:
-        endpoint = Endpoint(slack)
-        runner = web.AppRunner(http_web_app(endpoint.app, SECRET))
-        await runner.setup()
-        await web.TCPSite(runner, "127.0.0.1", 0).start()
-        endpoint.url = f"http://127.0.0.1:{runner.addresses[0][1]}/slack/events"
-        endpoint.runner = runner
-        try:
-            yield endpoint
-        finally:
-            await runner.cleanup()
+    async with served_endpoint() as endpoint:
+        yield endpoint
 
 
 async def _post(endpoint: Endpoint, delivery: Delivery) -> tuple[int, str]:
@@ -88,7 +84,7 @@ async def _post(endpoint: Endpoint, delivery: Delivery) -> tuple[int, str]:
 
 async def _requests_answered_at_once(endpoint: Endpoint) -> dict[str, Delivery]:
     """One of each request the handler answers itself: a message, a click, a command, a shortcut."""
-    _, escalation_ts, _ = await _escalation(endpoint.slack)
+    _, escalation_ts, _ = await posted_escalation(endpoint.slack)
     root_ts = endpoint.slack.add_message(CHANNEL, "refund 1234")
     return {
         "message": endpoint.sender.post(CHANNEL, "please refund order 1234"),
@@ -136,7 +132,7 @@ async def test_what_bolt_does_not_handle_is_answered_without_it(endpoint: Endpoi
     # No listener for these: acknowledged and dropped (bolt's 404 would make Slack retry).
     unknown = endpoint.sender.command("/refund-unknown", "", user=ADMIN[0], name=ADMIN[1])
     assert await _post(endpoint, unknown) == (200, "")
-    click = interaction(_click_payload([{"action_id": "not_ours", "value": "x"}]))
+    click = interaction(click_payload([{"action_id": "not_ours", "value": "x"}]))
     assert await endpoint.post(click, signed(click, FORM)) == (200, "")
     assert gate.waiting == 0
     assert endpoint.commands.calls == [] and endpoint.router.clicks == []
@@ -183,7 +179,7 @@ def test_the_handler_answers_at_once_exactly_what_the_listeners_ack_empty(
 
 async def test_each_listener_acks_those_requests_with_an_empty_200(endpoint: Endpoint) -> None:
     # What bolt itself answers for each kind the handler answers at once: the same bare 200.
-    _, escalation_ts, _ = await _escalation(endpoint.slack)
+    _, escalation_ts, _ = await posted_escalation(endpoint.slack)
     root_ts = endpoint.slack.add_message(CHANNEL, "refund 1234")
     sender = endpoint.sender
     deliveries = [sender.post(CHANNEL, "please refund order 1234")]

@@ -29,10 +29,9 @@ from slack_sdk.errors import SlackApiError
 from temporalio.common import WorkflowIDReusePolicy
 from temporalio.service import RPCError, RPCStatusCode
 
-from agent.models import Actor, MessageKey, OutboundMessage, ThreadRef
+from agent.models import Actor, ThreadRef
 from agent.stores.grants import Grant
 from agent.stores.sqlite import SqliteDatabase
-from bot.commands import CommandReply
 from bot.conversations import (
     NOT_KEPT,
     NOTICES,
@@ -52,7 +51,6 @@ from bot.slack.app import EVENTS_PATH, SlackApp, build_app, http_web_app, serve
 from bot.slack.commands import parse_grant_args
 from bot.slack.grants import SlackUserGroupGrants
 from bot.slack.links import parse_mention, parse_order_number, parse_thread_link
-from bot.slack.outbound import SlackThreadPoster
 from bot.slack.render import APPROVE_ACTION_ID, DECISION_BLOCK_ID, DENY_ACTION_ID
 from bot.slack.settings import SlackSettings
 from bot.slack.web_client import KeptAliveWebClient
@@ -66,46 +64,21 @@ from harness.fakes.slack_api import (
     signed_headers,
 )
 from harness.recording_router import RecordingRouter
-
-SECRET = "8f742231b10e8888abcd99yyyzzz85a5"
-TEAM = "T0FAKE"
-CHANNEL = "C0SUPPORT"
-OTHER_CHANNEL = "C0RANDOM"
-ADMIN = ("U0ADMIN", "ada")
-SUPPORT = ("U0SAM", "sam")
-
+from tests.support.slack_app import (
+    ADMIN,
+    CHANNEL,
+    OTHER_CHANNEL,
+    SECRET,
+    SUPPORT,
+    TEAM,
+    RecordingCommands,
+    posted_escalation,
+    settings_for,
+)
 
 # ---------------------------------------------------------------------------------------------
-# Recording fakes
+# The app in process, its router and commands recording
 # ---------------------------------------------------------------------------------------------
-
-
-@dataclass
-class RecordingCommands:
-    """Stands in for bot.commands.Commands: records each call, answers with its name. A
-    conversation given as a way to find it is found first, as Commands does after its role
-    check; a call whose conversation is not found is answered with why, and not recorded."""
-
-    calls: list[tuple[str, tuple[Any, ...]]] = field(default_factory=list)
-    reply_text: str | None = None
-    fail: bool = False
-
-    def __getattr__(self, name: str) -> Any:
-        if not name.startswith(("crash_", "refund_")):
-            raise AttributeError(name)
-
-        async def command(*args: Any) -> CommandReply:
-            if name in ("refund_status", "refund_release", "refund_takeover") and callable(args[1]):
-                found = await args[1]()
-                if isinstance(found, CommandReply):
-                    return found
-                args = (args[0], found, *args[2:])
-            self.calls.append((name, args))
-            if self.fail:
-                raise RuntimeError("boom: secret-looking detail")
-            return CommandReply(text=self.reply_text or f"{name} done")
-
-        return command
 
 
 @dataclass
@@ -145,10 +118,6 @@ async def slack(monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[FakeSlackApi]:
         monkeypatch.delenv(name, raising=False)
     async with FakeSlackApi(team_id=TEAM, channels_without_bot=["C0NOBOT"]) as fake:
         yield fake
-
-
-def settings_for(slack: FakeSlackApi, **overrides: Any) -> SlackSettings:
-    return slack.app_settings(**{"signing_secret": SECRET, "support_channel": CHANNEL, **overrides})
 
 
 @pytest.fixture
@@ -807,26 +776,6 @@ async def test_socket_mode_connects_again_when_slack_drops_it(
 # ---------------------------------------------------------------------------------------------
 
 
-async def _escalation(slack: FakeSlackApi, round: int | None = None) -> tuple[str, str, str]:
-    """A customer's thread with the agent's escalation in it, posted by the real outbound half.
-    Without a round: buttons as they were posted before escalation rounds existed."""
-    root_ts = slack.add_message(CHANNEL, "refund order 4500")
-    thread = ThreadRef(platform="slack", workspace=TEAM, channel=CHANNEL, thread=root_ts)
-    wid = workflow_id_for(thread)
-    async with SlackThreadPoster(slack.token, slack.url) as poster:
-        posted = await poster.post(
-            OutboundMessage(
-                thread=thread,
-                key=MessageKey(workflow_id=wid, run_id="run-1", seq=4),
-                kind="escalation",
-                text="This refund needs a support agent: order 4500 ($450.00).",
-                actions=["approve", "deny"],
-                round=round,
-            )
-        )
-    return root_ts, posted.platform_message_id, wid
-
-
 @pytest.mark.parametrize(
     ("action_id", "decision", "verb"),
     [(APPROVE_ACTION_ID, "approve", "Approved"), (DENY_ACTION_ID, "deny", "Denied")],
@@ -834,7 +783,7 @@ async def _escalation(slack: FakeSlackApi, round: int | None = None) -> tuple[st
 async def test_click_acks_removes_the_buttons_and_signals(
     harness: Harness, action_id: str, decision: str, verb: str
 ) -> None:
-    root_ts, escalation_ts, wid = await _escalation(harness.slack)
+    root_ts, escalation_ts, wid = await posted_escalation(harness.slack)
     click = harness.sender.click(
         CHANNEL, escalation_ts, action_id, user=SUPPORT[0], name=SUPPORT[1]
     )
@@ -867,7 +816,7 @@ async def test_click_acks_removes_the_buttons_and_signals(
 
 
 async def test_click_carries_the_round_of_its_buttons(harness: Harness) -> None:
-    _, escalation_ts, wid = await _escalation(harness.slack, round=3)
+    _, escalation_ts, wid = await posted_escalation(harness.slack, round=3)
     click = harness.sender.click(
         CHANNEL, escalation_ts, APPROVE_ACTION_ID, user=SUPPORT[0], name=SUPPORT[1]
     )
@@ -888,7 +837,7 @@ async def test_click_on_a_passed_round_is_sent_once_for_the_workflow_to_answer(
     routed like any other, one Signal. The Workflow drops a click whose round has passed and edits
     that round's message again with its outcome (tests/test_rounds.py); a finished conversation
     is the router's CLOSED (test_click_on_a_finished_conversation_tells_the_clicker)."""
-    root_ts, escalation_ts, wid = await _escalation(harness.slack, round=1)
+    root_ts, escalation_ts, wid = await posted_escalation(harness.slack, round=1)
     await harness.deliver(
         harness.sender.click(CHANNEL, escalation_ts, APPROVE_ACTION_ID, user=SUPPORT[0], name="sam")
     )
@@ -909,7 +858,7 @@ async def test_click_on_a_passed_round_is_sent_once_for_the_workflow_to_answer(
 
 
 async def test_click_whose_value_names_another_thread_is_dropped(harness: Harness) -> None:
-    _, escalation_ts, _ = await _escalation(harness.slack)
+    _, escalation_ts, _ = await posted_escalation(harness.slack)
     click = harness.sender.click(
         CHANNEL, escalation_ts, APPROVE_ACTION_ID, user="U0EVE", name="eve"
     )
@@ -920,7 +869,7 @@ async def test_click_whose_value_names_another_thread_is_dropped(harness: Harnes
     tampered = Delivery("payload=" + quote_plus(json.dumps(payload)), click.content_type, payload)
     assert (await harness.deliver(tampered)).status == 200
     # A genuine click afterwards is routed; the tampered one never was.
-    _, other_ts, wid = await _escalation(harness.slack)
+    _, other_ts, wid = await posted_escalation(harness.slack)
     await harness.deliver(
         harness.sender.click(CHANNEL, other_ts, APPROVE_ACTION_ID, user=SUPPORT[0], name=SUPPORT[1])
     )
@@ -934,7 +883,7 @@ async def test_click_whose_value_names_another_thread_is_dropped(harness: Harnes
 
 async def test_click_on_a_finished_conversation_tells_the_clicker(harness: Harness) -> None:
     harness.router.click_result = Routed.CLOSED
-    root_ts, escalation_ts, _ = await _escalation(harness.slack)
+    root_ts, escalation_ts, _ = await posted_escalation(harness.slack)
     await harness.deliver(
         harness.sender.click(CHANNEL, escalation_ts, APPROVE_ACTION_ID, user=SUPPORT[0], name="sam")
     )
@@ -977,7 +926,7 @@ async def test_click_by_someone_who_may_not_decide_is_refused_privately(harness:
     )
     store = StoreStub({(SUPPORT[0], "refund_approver"): sam_grant})
     h = _with_grants(harness, store)
-    root_ts, escalation_ts, wid = await _escalation(h.slack)
+    root_ts, escalation_ts, wid = await posted_escalation(h.slack)
     await h.deliver(
         h.sender.click(CHANNEL, escalation_ts, DENY_ACTION_ID, user="U0EVE", name="eve")
     )
@@ -1015,7 +964,7 @@ class BrokenGrants:
 
 async def test_click_when_the_grants_cannot_be_read_changes_nothing(harness: Harness) -> None:
     h = _with_grants(harness, BrokenGrants())
-    _, escalation_ts, _ = await _escalation(h.slack)
+    _, escalation_ts, _ = await posted_escalation(h.slack)
     await h.deliver(
         h.sender.click(CHANNEL, escalation_ts, APPROVE_ACTION_ID, user=SUPPORT[0], name="sam")
     )
@@ -1030,7 +979,7 @@ async def test_click_when_the_grants_cannot_be_read_changes_nothing(harness: Har
 
 async def test_click_the_router_cannot_take_puts_the_buttons_back(harness: Harness) -> None:
     harness.router.click_error = RuntimeError("Temporal said no")
-    _, escalation_ts, _ = await _escalation(harness.slack)
+    _, escalation_ts, _ = await posted_escalation(harness.slack)
     before = harness.slack.message(CHANNEL, escalation_ts)
     await harness.deliver(
         harness.sender.click(CHANNEL, escalation_ts, APPROVE_ACTION_ID, user=SUPPORT[0], name="sam")

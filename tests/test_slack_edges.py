@@ -2,15 +2,13 @@
 
 Over real HTTP to the app's aiohttp handler (HTTP mode) and over the fake's Socket Mode WebSocket,
 with bodies signed the way Slack signs them; the router and the commands are the recording fakes
-of tests/test_slack_app.py (no Temporal here).
+of tests/support/slack_app.py (no Temporal here).
 """
 
 from __future__ import annotations
 
 import asyncio
 import functools
-import hashlib
-import hmac
 import json
 import logging
 import time
@@ -36,96 +34,31 @@ from bot.slack.requests import parse_body
 from harness.conditions import wait_for
 from harness.fakes.slack_api import FakeSlackApi, JsonDict, SlackSender
 from harness.recording_router import RecordingRouter
-from tests.test_slack_app import (
+from tests.support.slack_app import (
     ADMIN,
     CHANNEL,
+    FORM,
+    JSON,
     SECRET,
     SUPPORT,
     TEAM,
+    Endpoint,
     RecordingCommands,
-    _escalation,
+    click_payload,
+    interaction,
+    posted_escalation,
+    served_endpoint,
     settings_for,
+    signed,
 )
-
-FORM = "application/x-www-form-urlencoded"
-JSON = "application/json"
-
-
-def signed(body: bytes, content_type: str, secret: str = SECRET, **extra: str) -> dict[str, str]:
-    """Slack's v0 signature over the bytes sent (works for bodies that are not UTF-8, too)."""
-    ts = str(int(time.time()))
-    digest = hmac.new(secret.encode(), f"v0:{ts}:".encode() + body, hashlib.sha256).hexdigest()
-    return {
-        "Content-Type": content_type,
-        "X-Slack-Request-Timestamp": ts,
-        "X-Slack-Signature": f"v0={digest}",
-        **extra,
-    }
-
-
-def interaction(payload: JsonDict) -> bytes:
-    return ("payload=" + quote_plus(json.dumps(payload))).encode()
-
-
-class Endpoint:
-    """The HTTP-mode app on an ephemeral port, with the recording router and commands."""
-
-    def __init__(self, slack: FakeSlackApi) -> None:
-        self.slack = slack
-        self.sender = SlackSender(slack)
-        self.router = RecordingRouter()
-        self.commands = RecordingCommands()
-        self.app = build_app(settings_for(slack), self.router, self.commands)
-        self.url = ""
-        self.runner: web.AppRunner | None = None  # set by a test that serves it over HTTP
-
-    async def post(self, body: bytes, headers: dict[str, str]) -> tuple[int, str]:
-        async with (
-            aiohttp.ClientSession() as http,
-            http.post(self.url, data=body, headers=headers) as resp,
-        ):
-            return resp.status, await resp.text()
-
-    async def command(self, command: str, text: str) -> str:
-        """Run a slash command as Slack sends it (over HTTP); the ephemeral answer's text."""
-        delivery = self.sender.command(command, text, user=ADMIN[0], name=ADMIN[1])
-        before = len(self.slack.responses)
-        status, body = await self.post(delivery.body.encode(), signed(delivery.body.encode(), FORM))
-        assert (status, body) == (200, "")
-
-        async def answered() -> bool:
-            return len(self.slack.responses) > before
-
-        await wait_for(answered, timeout=5, what=f"the answer to {command}")
-        return self.slack.responses[-1]["text"]
 
 
 @pytest.fixture
 async def endpoint(monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[Endpoint]:
     for name in ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy"):
         monkeypatch.delenv(name, raising=False)
-    async with FakeSlackApi(team_id=TEAM) as slack:
-        endpoint = Endpoint(slack)
-        runner = http_edge.runner(http_web_app(endpoint.app, SECRET))
-        await runner.setup()
-        await web.TCPSite(runner, "127.0.0.1", 0).start()
-        endpoint.url = f"http://127.0.0.1:{runner.addresses[0][1]}{EVENTS_PATH}"
-        try:
-            yield endpoint
-        finally:
-            await runner.cleanup()
-
-
-def _click_payload(actions: Any) -> JsonDict:
-    return {
-        "type": "block_actions",
-        "user": {"id": SUPPORT[0], "username": SUPPORT[1], "team_id": TEAM},
-        "team": {"id": TEAM, "domain": "fake-workspace"},
-        "channel": {"id": CHANNEL, "name": "support"},
-        "container": {"type": "message", "message_ts": "1732860000.000200", "channel_id": CHANNEL},
-        "trigger_id": "1.2.abc",
-        "actions": actions,
-    }
+    async with served_endpoint() as endpoint:
+        yield endpoint
 
 
 def _event(event: Any) -> bytes:
@@ -147,13 +80,13 @@ MALFORMED: list[tuple[str, bytes, str]] = [
     ("an empty body", b"", FORM),
     ("a payload field that is not JSON", b"payload=%7Bnot+json", FORM),
     ("a payload field that is a JSON list", b"payload=%5B1%5D", FORM),
-    ("actions a string", interaction(_click_payload("refund_approve")), FORM),
-    ("actions an object", interaction(_click_payload({"action_id": APPROVE_ACTION_ID})), FORM),
-    ("actions a list of strings", interaction(_click_payload([APPROVE_ACTION_ID])), FORM),
-    ("actions empty", interaction(_click_payload([])), FORM),
-    ("an action without action_id", interaction(_click_payload([{"value": "x"}])), FORM),
-    ("an action_id that is a number", interaction(_click_payload([{"action_id": 7}])), FORM),
-    ("a click's user a string", interaction({**_click_payload([]), "user": "U0SAM"}), FORM),
+    ("actions a string", interaction(click_payload("refund_approve")), FORM),
+    ("actions an object", interaction(click_payload({"action_id": APPROVE_ACTION_ID})), FORM),
+    ("actions a list of strings", interaction(click_payload([APPROVE_ACTION_ID])), FORM),
+    ("actions empty", interaction(click_payload([])), FORM),
+    ("an action without action_id", interaction(click_payload([{"value": "x"}])), FORM),
+    ("an action_id that is a number", interaction(click_payload([{"action_id": 7}])), FORM),
+    ("a click's user a string", interaction({**click_payload([]), "user": "U0SAM"}), FORM),
     ("event a list", _event([MESSAGE]), JSON),
     ("event a string", _event("message"), JSON),
     ("a message event's text a number", _event({**MESSAGE, "text": 42}), JSON),
@@ -162,7 +95,7 @@ MALFORMED: list[tuple[str, bytes, str]] = [
         "a shortcut's message a list",
         interaction(
             {
-                **_click_payload([]),
+                **click_payload([]),
                 "type": "message_action",
                 "callback_id": "refund_status",
                 "message": [],
@@ -220,7 +153,7 @@ async def test_well_formed_requests_still_work_after_the_checks(endpoint: Endpoi
         return len(endpoint.router.messages) == 1
 
     await wait_for(routed, timeout=5, what="the message routed")
-    _, escalation_ts, wid = await _escalation(endpoint.slack)
+    _, escalation_ts, wid = await posted_escalation(endpoint.slack)
     click = endpoint.sender.click(
         CHANNEL, escalation_ts, APPROVE_ACTION_ID, user=SUPPORT[0], name=SUPPORT[1]
     )
@@ -296,8 +229,8 @@ async def test_socket_mode_drops_a_malformed_envelope_and_acks_it(endpoint: Endp
             return any(a["envelope_id"] == envelope_id for a in slack.socket_acks)
 
         bad = [
-            await slack.socket_send("interactive", _click_payload("refund_approve")),
-            await slack.socket_send("interactive", _click_payload([{"value": 1}])),
+            await slack.socket_send("interactive", click_payload("refund_approve")),
+            await slack.socket_send("interactive", click_payload([{"value": 1}])),
             await slack.socket_send(
                 "events_api", json.loads(_event({**MESSAGE, "text": ["not", "text"]}))
             ),
@@ -396,7 +329,7 @@ async def test_bodies_bolt_cannot_read_never_reach_it(
         ("a form without a command", b"token=x&text=hello&user_id=U1", FORM),
         ("ssl_check", b"ssl_check=1&token=x", FORM),
         ("a command this app has not", None, FORM),
-        ("a button that is not ours", interaction(_click_payload([{"action_id": "x"}])), FORM),
+        ("a button that is not ours", interaction(click_payload([{"action_id": "x"}])), FORM),
     ],
 )
 async def test_requests_refund_bot_does_not_handle_are_200_so_slack_does_not_retry(
@@ -418,10 +351,10 @@ def _message_with(**fields: Any) -> JsonDict:
 
 
 def _click_with(**fields: Any) -> JsonDict:
-    return {**_click_payload([{"action_id": APPROVE_ACTION_ID}]), **fields}
+    return {**click_payload([{"action_id": APPROVE_ACTION_ID}]), **fields}
 
 
-SHORTCUT = {**_click_payload([]), "type": "message_action", "callback_id": "refund_status"}
+SHORTCUT = {**click_payload([]), "type": "message_action", "callback_id": "refund_status"}
 NESTED = [
     ("a message's display_name a number", _message_with(user_profile={"display_name": 7})),
     ("a message's user_profile a list", _message_with(user_profile=["sam"])),
@@ -567,7 +500,7 @@ async def test_socket_mode_acks_what_it_does_not_handle_and_keeps_what_it_cannot
         unhandled = [
             await slack.socket_send("events_api", json.loads(_event({"type": "app_mention"}))),
             await slack.socket_send("events_api", {"type": "app_rate_limited"}),
-            await slack.socket_send("interactive", {**_click_payload([]), "type": "shortcut"}),
+            await slack.socket_send("interactive", {**click_payload([]), "type": "shortcut"}),
             await slack.socket_send(
                 "interactive", {"type": "interactive_message", "callback_id": "x"}
             ),

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 from temporalio.api.enums.v1 import EventType, TaskQueueKind, TimeoutType
-from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle
+from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.service import RPCError, RPCStatusCode
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
@@ -26,6 +26,7 @@ from harness import queue_settings
 from harness.codec import TEST_CODEC_ENV, TEST_CONVERTER
 from harness.conditions import wait_for
 from harness.crowd import at_most
+from tests.support.dummy_worker import start_sticky_echo
 from worker.control import (
     RestartReport,
     request_worker_restart,
@@ -125,21 +126,6 @@ async def test_concurrent_restarts_are_serialised(supervisor: WorkerSupervisor) 
     assert second.old_pid == first.new_pid
     assert supervisor.pid == second.new_pid
     assert await polling(supervisor, second.new_pid)
-
-
-async def start_sticky_echo(client: Client, task_queue: str) -> WorkflowHandle[Any, str]:
-    """An open conversation whose first task ran on the current child: sticky to that child."""
-    handle = await client.start_workflow(
-        "Echo", "hello", id=f"echo-{uuid.uuid4().hex[:8]}", task_queue=task_queue, result_type=str
-    )
-
-    async def first_task_done() -> bool:
-        history = await handle.fetch_history()
-        done = EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED
-        return any(e.event_type == done for e in history.events)
-
-    await wait_for(first_task_done, timeout=10, what="Echo's first workflow task")
-    return handle
 
 
 async def test_reset_sticky_queues_counts_running_workflows(

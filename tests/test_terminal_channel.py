@@ -12,7 +12,7 @@ from pathlib import Path
 
 from harness import free_port
 from harness.cli_process import clean_environment
-from tests.test_terminal import Terminal
+from tests.support.terminal import Terminal
 
 
 def _run(env: dict[str, str], cwd: Path) -> Terminal:

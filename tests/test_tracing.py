@@ -43,8 +43,8 @@ from harness.cli_process import clean_environment
 from harness.codec import TEST_KEYS
 from harness.conditions import wait_for
 from harness.inproc import running_worker
-from tests.test_slack_app import RecordingCommands
-from tests.test_terminal import Terminal
+from tests.support.slack_app import RecordingCommands
+from tests.support.terminal import Terminal
 
 ROOTS = ("local.message", "local.click", "local.command")
 # What the customer and the agent say, and who they are: none of it may be in a span.

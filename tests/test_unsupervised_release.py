@@ -18,7 +18,7 @@ from temporalio.testing import WorkflowEnvironment
 from harness import queue_settings
 from harness.codec import TEST_CODEC_ENV
 from harness.conditions import wait_for
-from tests.test_supervisor import start_sticky_echo
+from tests.support.dummy_worker import start_sticky_echo
 from worker.control import worker_identity
 from worker.lifecycle import alive, spawn_child
 from worker.pollers import worker_is_polling

@@ -125,7 +125,7 @@ def port_taken(host: str, port: int) -> bool:
     return False
 
 
-def _tail(path: Path, lines: int = 30) -> str:
+def log_tail(path: Path, lines: int = 30) -> str:
     try:
         return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
     except OSError:
@@ -275,7 +275,7 @@ class EmbeddedTemporal:
                 why = f"exited with {code}" if code is not None else "did not answer in time"
                 raise TemporalServerError(
                     f"Temporal dev server at {self.address} {why}. "
-                    f"Last lines of {self.log_path}:\n{_tail(self.log_path)}"
+                    f"Last lines of {self.log_path}:\n{log_tail(self.log_path)}"
                 )
             await asyncio.sleep(0.1)
 

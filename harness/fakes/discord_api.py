@@ -149,7 +149,7 @@ class FakeDiscordAPI:
     ) -> None:
         self.token = token
         self.nonce_window = nonce_window  # Discord says "the past few minutes"; exact value unknown
-        self.bot_user: dict[str, Any] = _user(bot_id, bot_name, bot=True)
+        self.bot_user: dict[str, Any] = user_object(bot_id, bot_name, bot=True)
         self.requests: list[RecordedRequest] = []
         self._channels: dict[int, _Channel] = {}
         self._failing: dict[int, int] = {}
@@ -165,7 +165,7 @@ class FakeDiscordAPI:
             "bot_require_code_grant": False,
             "verify_key": hashlib.sha256(str(bot_id).encode()).hexdigest(),
             "flags": 1 << 19,  # GATEWAY_MESSAGE_CONTENT_LIMITED: the intent is switched on
-            "owner": _user(1180000000000000900, "shop-owner"),
+            "owner": user_object(1180000000000000900, "shop-owner"),
             "team": None,
             "interactions_endpoint_url": None,
             "bot": dict(self.bot_user),
@@ -1007,7 +1007,9 @@ class FakeDiscordAPI:
             )
             if option["type"] == 6:
                 member = guild.members.get(int(value))
-                user = member["user"] if member else _user(int(value), f"user{str(value)[-4:]}")
+                user = (
+                    member["user"] if member else user_object(int(value), f"user{str(value)[-4:]}")
+                )
                 resolved.setdefault("users", {})[str(value)] = user
                 if member:
                     partial = {
@@ -1150,7 +1152,9 @@ def _apply_mentions(message: dict[str, Any], allowed: dict[str, Any] | None) -> 
     roles = {str(r) for r in (allowed or {}).get("roles", [])}
     mentioned = dict.fromkeys(_USER_MENTION.findall(content))
     message["mentions"] = [
-        _user(int(uid), f"user{uid[-4:]}") for uid in mentioned if "users" in parse or uid in users
+        user_object(int(uid), f"user{uid[-4:]}")
+        for uid in mentioned
+        if "users" in parse or uid in users
     ]
     message["mention_roles"] = [
         rid
@@ -1207,7 +1211,7 @@ def _role(role_id: int, name: str, *, position: int) -> dict[str, Any]:
     }
 
 
-def _user(user_id: int, name: str, *, bot: bool = False) -> dict[str, Any]:
+def user_object(user_id: int, name: str, *, bot: bool = False) -> dict[str, Any]:
     user: dict[str, Any] = {
         "id": str(user_id),
         "username": name,

@@ -8,7 +8,7 @@ discord.py's parsers), the gateway tests and the end-to-end run of the real proc
 
 from __future__ import annotations
 
-from harness.fakes.discord_api import FakeDiscordAPI, _user
+from harness.fakes.discord_api import FakeDiscordAPI, user_object
 
 GUILD = 1170000000000000007
 SUPPORT = 1170000000000000009
@@ -30,9 +30,9 @@ def seed_guild(api: FakeDiscordAPI) -> None:
     api.add_text_channel(GUILD, SUPPORT, "support")
     api.add_text_channel(GUILD, OTHER, "general")
     api.add_role(GUILD, APPROVER_ROLE, APPROVER_ROLE_NAME)
-    api.add_member(GUILD, _user(CUSTOMER, "nyghtowl"))
-    api.add_member(GUILD, _user(AGENT, "sam"), roles=(APPROVER_ROLE,), nick="Sam (support)")
-    api.add_member(GUILD, _user(STRANGER, "mallory"))
-    api.add_member(GUILD, _user(PRESENTER, "pat"))
-    api.add_member(GUILD, _user(ADMIN, "ada"))
-    api.add_member(GUILD, _user(OTHER_BOT, "otherbot", bot=True))
+    api.add_member(GUILD, user_object(CUSTOMER, "nyghtowl"))
+    api.add_member(GUILD, user_object(AGENT, "sam"), roles=(APPROVER_ROLE,), nick="Sam (support)")
+    api.add_member(GUILD, user_object(STRANGER, "mallory"))
+    api.add_member(GUILD, user_object(PRESENTER, "pat"))
+    api.add_member(GUILD, user_object(ADMIN, "ada"))
+    api.add_member(GUILD, user_object(OTHER_BOT, "otherbot", bot=True))

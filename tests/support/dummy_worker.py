@@ -5,6 +5,8 @@ supervisor sets (TEMPORAL_ADDRESS, TEMPORAL_NAMESPACE, TEMPORAL_TASK_QUEUE, REFU
 codec keys from CODEC_KEYS, polls `settings.task_queue` with the identity `worker_identity()` on
 its host, announces its sticky queue (worker.sticky) and exits cleanly on SIGTERM. Started without
 a supervisor (no lifeline), it first releases its gone predecessors' sticky queues.
+
+A test opens a conversation sticky to it with start_sticky_echo.
 """
 
 from __future__ import annotations
@@ -12,16 +14,23 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import uuid
+from typing import TYPE_CHECKING, Any
 
 from temporalio import workflow
+from temporalio.api.enums.v1 import EventType
 from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 
 from agent.settings import TemporalSettings
 from agent.temporal_client import connect
+from harness.conditions import wait_for
 from worker.control import worker_identity
 from worker.lifecycle import LIFELINE_ENV
 from worker.settings import ProcessSettings
 from worker.sticky import StickyProbe, announce_in_background, release_previous_here
+
+if TYPE_CHECKING:
+    from temporalio.client import Client, WorkflowHandle
 
 
 @workflow.defn(name="Echo")
@@ -39,6 +48,21 @@ class Echo:
     @workflow.signal
     def reply(self, text: str) -> None:
         self._reply = text
+
+
+async def start_sticky_echo(client: Client, task_queue: str) -> WorkflowHandle[Any, str]:
+    """An open conversation whose first task ran on the current child: sticky to that child."""
+    handle = await client.start_workflow(
+        "Echo", "hello", id=f"echo-{uuid.uuid4().hex[:8]}", task_queue=task_queue, result_type=str
+    )
+
+    async def first_task_done() -> bool:
+        history = await handle.fetch_history()
+        done = EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED
+        return any(e.event_type == done for e in history.events)
+
+    await wait_for(first_task_done, timeout=10, what="Echo's first workflow task")
+    return handle
 
 
 async def main() -> None:
