@@ -72,15 +72,8 @@ async def history_as_written(handle: WorkflowHandle) -> AsyncIterator[HistoryEve
 async def release_and_refund(handle: WorkflowHandle) -> tuple[datetime | None, datetime | None]:
     """(the release Signal, issue_refund scheduled), as the server stamped them: the recovery
     benchmarks' clock, which no client's own delays can skew."""
-    return release_and_refund_in((await handle.fetch_history()).events)
-
-
-def release_and_refund_in(
-    events: Iterable[HistoryEvent],
-) -> tuple[datetime | None, datetime | None]:
-    """release_and_refund, from a history already read."""
     released = scheduled = None
-    for event in events:
+    for event in (await handle.fetch_history()).events:
         if (
             event.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED
             and event.workflow_execution_signaled_event_attributes.signal_name == "release"

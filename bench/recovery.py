@@ -272,9 +272,8 @@ def _breakdown(phases: list[Released]) -> None:
 
 async def held_crowd(
     stack: Stack, count: int, server: int, breakdown: bool = False
-) -> tuple[float, list[Released]]:
-    """Seconds from the first release to the last refund scheduled, and each conversation's
-    release step by step."""
+) -> list[Released]:
+    """Each conversation's release step by step, in seconds from the first release Signal."""
     crowd = await _crowd(stack, count, "held", 950000)
     async with Sampler([server], interval=1.0) as hold:
         await _held(stack, crowd)
@@ -307,7 +306,7 @@ async def held_crowd(
     phases = _phases([_released(history.events) for history in histories])
     if breakdown:
         _breakdown(phases)
-    return max(p.refund_scheduled for p in phases), phases
+    return phases
 
 
 def _server_pid(temporal: WorkflowEnvironment | TemporalSettings, stack: Stack) -> int:
@@ -400,7 +399,8 @@ async def main(
                 for kind, values in seconds.items():
                     print(_row(kind, values), flush=True)
             if held:
-                took, crowd = await held_crowd(stack, held, _server_pid(temporal, stack), breakdown)
+                crowd = await held_crowd(stack, held, _server_pid(temporal, stack), breakdown)
+                took = max(c.refund_scheduled for c in crowd)
                 print(
                     f"{held} held conversations, Worker SIGKILLed, all released: last refund "
                     f"scheduled {took:.2f} s after the first release",

@@ -26,16 +26,8 @@ from bot.slack.render import APPROVE_ACTION_ID, METADATA_EVENT_TYPE
 from harness.conditions import wait_for
 from harness.fakes.slack_api import signed_headers
 from harness.owner import refunds_made
-from tests.support.slack_e2e import (
-    ADMIN,
-    CHANNEL,
-    NO_PROXY,
-    OTHER_CHANNEL,
-    STRANGER,
-    SUPPORT,
-    TEAM,
-    slack_e2e,
-)
+from tests.support.slack_app import ADMIN, CHANNEL, OTHER_CHANNEL, SUPPORT
+from tests.support.slack_e2e import NO_PROXY, STRANGER, TEAM, slack_e2e
 
 
 @pytest.fixture

@@ -41,13 +41,12 @@ from harness.conditions import wait_for
 from harness.fakes.slack_api import Delivery, FakeSlackApi, SlackSender, signed_headers
 from harness.stack import supervised_stack
 from refund_bot.stack import Stack
+from tests.support.slack_app import ADMIN, CHANNEL
 
+# The app tests' channel and people (tests.support.slack_app) in a workspace of its own, and one
+# more person.
 SECRET = "e2e-signing-secret-0123456789abcdef"
 TEAM = "T0E2E"
-CHANNEL = "C0SUPPORT"
-OTHER_CHANNEL = "C0RANDOM"
-ADMIN = ("U0ADMIN", "ada")
-SUPPORT = ("U0SAM", "sam")
 STRANGER = ("U0EVE", "eve")
 
 
