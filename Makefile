@@ -43,7 +43,7 @@ lint: .venv/.synced
 	$(UV) run --locked ruff check .
 
 # The reference demo the throughput and history figures compare with is cloned into .bench/
-# (gitignored) at the commit docs/benchmarks.md names; each run's output lands in .bench/results/.
+# (gitignored) at the commit bench/all.py pins; each run's output lands in .bench/results/.
 bench: .venv/.synced  ## every benchmark docs/benchmarks.md quotes, full size (hours), and its plots
 	$(UV) run --locked python -m bench.all
 

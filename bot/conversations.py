@@ -76,7 +76,7 @@ RPC_TIMEOUT = timedelta(seconds=5)
 # Worker accepts it when the workflow task that takes it completes, and that task also runs the
 # agent's next step (the offline decide step and the first try of the post are local activities
 # inside it): on a server with Temporal's default settings, on a loaded machine, acceptance took
-# 31-62 ms at p50 and 104-318 ms at p99 over five runs (bench.turn_update, docs/benchmarks.md).
+# 31-62 ms at p50 and 104-318 ms at p99 over five runs (bench.turn_update --server default).
 # A second leaves room for a slow platform's post; past it (no Worker polls, or the post is slower
 # still) the Signal follows, and the Workflow takes the message once, by its id.
 UPDATE_ACCEPT_TIMEOUT = timedelta(seconds=1)

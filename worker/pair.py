@@ -10,7 +10,8 @@ while the Worker works through a steady stream of local steps. At 1,000 conversa
 one Worker ran an issue_refund up to 55 s after Temporal handed it over (about 100 refunds in
 1,000 were then asked again after the 10 s heartbeat window); with the effects on a Worker of
 their own, every attempt started within a second and none was asked twice (docs/benchmarks.md,
-"Throughput"). Both share this process's event loop, stores and identity.
+"Throughput against the reference demo"). Both share this process's event loop, stores and
+identity.
 """
 
 from __future__ import annotations

@@ -57,18 +57,19 @@ log = logging.getLogger(__name__)
 # the host as it starts (worker.sticky), so it bounds only a death nobody follows up (its host lost
 # with it, or no successor started). Shorter is worse under load: with 2 s, a live Worker busy
 # replaying a dead one's conversations let 76 of its own 100 time out to the other Worker, each
-# replayed there (200 held conversations: 13.5 s against 11.3 s, docs/benchmarks.md).
+# replayed there (200 held conversations: 13.5 s against 11.3 s, bench.recovery --held 200
+# --workers 2).
 
 # Workflow tasks this Worker works on at once (the SDK's default is 100). They share one
 # interpreter: a task that replays a conversation (each one, on a Worker that has just taken over)
 # costs tens of milliseconds of Python, so 100 of them at once each take seconds, pass the 10 s
 # workflow task timeout together, are thrown away and replayed again: 200 held conversations
-# released after a crash took 83-106 s with 100, 25-41 s with 5 to 20 (docs/benchmarks.md,
-# Recovery). A task also holds its slot while its local activities run (the decide step, the
+# released after a crash took 83-106 s with 100, 25-41 s with 5 to 20 (bench.recovery
+# --held 200). A task also holds its slot while its local activities run (the decide step, the
 # lookups, the post), so too few slots leave the Worker waiting: with 10, 1,000 conversations ran
 # at 4.69 a second with the Worker using half a core; with 20, 6.87 a second. Too many bring the
 # storm back under repeated kills: with 30, 39 of 200 conversations did not finish in
-# bench.random_kills, against none with 10 or 20 (docs/benchmarks.md, "Random kills").
+# bench.random_kills, against none with 10 or 20.
 MAX_CONCURRENT_WORKFLOW_TASKS = 20
 
 # What Activities in flight get to finish when the Worker is told to stop (SIGTERM).

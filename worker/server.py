@@ -46,7 +46,7 @@ DB_FILENAME = "temporal.sqlite"
 # committed event survives a power cut as before), instead of the rollback journal's several
 # fsyncs. A turn is a few history writes: on the 2-core benchmark machine a turn's workflow task
 # reached the Worker 4-6 ms after the customer's Signal instead of 10-12, and bench.turn_latency's
-# p50 went from 41.6-42.0 ms to 39.7-39.9 (docs/benchmarks.md). SQLite keeps the mode in the file.
+# p50 went from 41.6-42.0 ms to 39.7-39.9 (bench.turn_latency). SQLite keeps the mode in the file.
 SQLITE_PRAGMAS = ("journal_mode=wal",)
 # The history service hands each new workflow task (a customer's Signal, an Activity's result) to
 # matching through its transfer queue, which it reads at most 20 times a second per shard by

@@ -59,8 +59,8 @@ _PROBE_TIMEOUT = timedelta(seconds=30)
 # until no task has come for _DRAIN_QUIET, or twice the round's longest wait between two tasks if
 # that is longer: its backlog (a reply per conversation that heard from its customer since the
 # death) comes in bursts when the server is busy, and an unload between two bursts leaves the rest
-# there, each task waiting out the sticky timeout. Measured (bench.recovery --held, docs/
-# benchmarks.md): the releasing process's first polls reached Temporal more than half a second
+# there, each task waiting out the sticky timeout. Measured (bench.recovery --held 1000
+# --breakdown): the releasing process's first polls reached Temporal more than half a second
 # after the death (it promotes the standby and starts the next one then), a queue loaded again by
 # a new round's polls began to hand out its tasks 0.4-0.5 s later, and the bursts of a crowd of
 # 1,000 came up to 0.36 s apart. The rounds end with one that finds nothing, or at _DRAIN_MAX: a
@@ -71,7 +71,7 @@ _DRAIN_MAX = 30.0
 # Polls at once, each answered without waiting for the previous task's failure to be recorded: a
 # crowd's replies reach the dead queue at hundreds a second. With 4 polls that each waited for
 # their answer the drain took 100-170 tasks a second, and left the rest of a crowd of 300 to the
-# sticky timeout; with 32, 294 of 300 in the same second (docs/benchmarks.md).
+# sticky timeout; with 32, 294 of 300 in the same second.
 _DRAIN_POLLERS = 32
 # Temporal refuses a long poll shorter than a few seconds; the unload ends it sooner. No longer
 # than 10 s: a busy server then refuses a poll over its rate limit at once (RESOURCE_EXHAUSTED)

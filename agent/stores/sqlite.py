@@ -39,8 +39,8 @@ from agent.stores.urls import sqlite_url
 BUSY_TIMEOUT_S = 10.0
 
 # Connections kept open per file between calls. A new aiosqlite connection is a thread and a file
-# open, several times the cost of the call itself (bench.sqlite_calls; docs/benchmarks.md, "SQLite
-# connections"), and every lookup, grant read, post and inbox write used to pay it. More calls at
+# open, several times the cost of the call itself (bench.sqlite_calls; docs/benchmarks.md,
+# "Stores"), and every lookup, grant read, post and inbox write used to pay it. More calls at
 # once than this open extra connections, closed when they end.
 IDLE_CONNECTIONS = 4
 

@@ -45,7 +45,7 @@ class Handovers:
 
         A burst's requests each leave their parsed body and bolt work queued here, so a
         young-generation collection in mid-burst walks every request in flight (1-8 ms, in front
-        of every ack still to be sent; docs/benchmarks.md). Held until the quiet, it runs after
+        of every ack still to be sent; bench.slack_ack). Held until the quiet, it runs after
         the acks; reference counting frees most garbage meanwhile."""
         loop = asyncio.get_running_loop()
         self._last_arrival = loop.time()
