@@ -360,7 +360,7 @@ async def test_the_garbage_collector_waits_for_the_burst_to_end() -> None:
         assert not garbage.collected
     finally:
         await arrivals.stop()
-    await wait_for(lambda: garbage.collected, timeout=10, what="the cycle collected after the burst")
+    await wait_for(lambda: garbage.collected, timeout=10, what="the cycle collected, burst over")
     assert gc.isenabled()
 
 
