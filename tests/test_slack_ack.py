@@ -266,6 +266,14 @@ class Arrivals:
         await asyncio.gather(self.task, return_exceptions=True)
 
 
+@pytest.fixture(autouse=True)
+async def _collector_released() -> AsyncIterator[None]:
+    """The collector is the process's: a test's Handovers still holding it after the test (its
+    quiet spell not over) would release it in the middle of the next one."""
+    yield
+    await wait_for(gc.isenabled, timeout=10, what="every hold on the collector released")
+
+
 def _recording(started: list[int], index: int) -> Callable[[], Awaitable[None]]:
     async def work() -> None:
         started.append(index)
@@ -309,7 +317,6 @@ async def test_work_starts_in_the_order_it_was_handed_over() -> None:
 async def test_drain_starts_what_waits_and_waits_for_it() -> None:
     handovers = Handovers(quiet=60, max_wait=60)  # it would never start on its own
     finished: list[str] = []
-    gc.enable()  # the collector is the process's: another test's burst may still hold it
 
     async def slow() -> None:
         await asyncio.sleep(0.05)
