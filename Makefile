@@ -9,6 +9,9 @@ UV := .tools/bin/uv
 # (harness/promtool.py) unless one is on PATH.
 PROMTOOL := .tools/bin/promtool
 export UV_PYTHON_DOWNLOADS := never
+# The suite mostly waits on servers, so four processes share two cores well; each has its own
+# Temporal dev server and PostgreSQL (tests/conftest.py's session fixtures).
+TEST_WORKERS ?= 4
 
 .DEFAULT_GOAL := setup
 .PHONY: setup run demo demo-side-by-side test lint bench bench-quick clean
@@ -37,7 +40,7 @@ $(PROMTOOL): | .venv/.synced
 
 test: .venv/.synced $(PROMTOOL)  ## mypy over every package, then the whole suite on a real Temporal dev server
 	$(UV) run --locked mypy
-	$(UV) run --locked pytest
+	$(UV) run --locked pytest -n $(TEST_WORKERS) --dist loadfile
 
 lint: .venv/.synced
 	$(UV) run --locked ruff check .

@@ -114,14 +114,26 @@ def pytest_unconfigure(config: pytest.Config) -> None:
         exit_now(status)
 
 
+_WORKERS_CLOSE_CALLS = pytest.StashKey[list[str]]()
+
+
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     session.config.stash[_EXIT_STATUS] = int(exitstatus)
+    # Under pytest-xdist each worker process hands its close calls to the controller.
+    if hasattr(session.config, "workeroutput"):
+        session.config.workeroutput["close_calls"] = close_calls(MET)
+
+
+def pytest_testnodedown(node, error) -> None:  # pytest-xdist's hook, on the controller
+    lines = node.config.stash.setdefault(_WORKERS_CLOSE_CALLS, [])
+    lines.extend(getattr(node, "workeroutput", {}).get("close_calls", []))
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     # A wait met with little of its deadline left passes here and fails on a busier machine:
     # named in every run, before CI finds it.
-    if lines := close_calls(MET):
+    workers = terminalreporter.config.stash.get(_WORKERS_CLOSE_CALLS, [])
+    if lines := close_calls(MET) + workers:
         terminalreporter.section(f"waits that used {CLOSE_CALL:.0%} of their deadline or more")
         for line in lines:
             terminalreporter.write_line(line)
