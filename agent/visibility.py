@@ -64,16 +64,6 @@ def _kind(key: SearchAttributeKey) -> IndexedValueType.ValueType:
     return IndexedValueType.ValueType(int(key.indexed_value_type))
 
 
-def dev_server_args() -> list[str]:
-    """SEARCH_ATTRIBUTES as `temporal server start-dev` flags: a new database starts with them
-    (ensure_registered adds them to one made by an older release)."""
-    return [
-        arg
-        for key in SEARCH_ATTRIBUTES
-        for arg in ("--search-attribute", f"{key.name}={_TYPE_NAMES[_kind(key)]}")
-    ]
-
-
 class SearchAttributesMissing(Exception):
     """The namespace lacks refund-bot's search attributes and they could not be added: the first
     conversation that sets one would fail its workflow task. One line that says what to run."""
@@ -96,16 +86,20 @@ def missing_line(
     )
 
 
+async def _missing(client: Client) -> list[SearchAttributeKey]:
+    listed = await client.operator_service.list_search_attributes(
+        ListSearchAttributesRequest(namespace=client.namespace)
+    )
+    return [key for key in SEARCH_ATTRIBUTES if key.name not in listed.custom_attributes]
+
+
 async def ensure_registered(client: Client) -> list[str]:
     """Make sure the namespace knows every SEARCH_ATTRIBUTE before anything starts or reads a
     conversation: list them, add the missing ones, and return their names. Raises
     SearchAttributesMissing (one line) when they are missing and the server refuses to add them."""
     namespace = client.namespace
-    operator = client.operator_service
     try:
-        listed = await operator.list_search_attributes(
-            ListSearchAttributesRequest(namespace=namespace)
-        )
+        missing = await _missing(client)
     except RPCError as err:
         if err.status == RPCStatusCode.NOT_FOUND:
             raise SearchAttributesMissing(
@@ -116,19 +110,20 @@ async def ensure_registered(client: Client) -> list[str]:
         # Not allowed to list (Temporal Cloud's API keys may not be): visibility tells.
         await check_registered(client)
         return []
-    known = listed.custom_attributes
-    missing = [key for key in SEARCH_ATTRIBUTES if key.name not in known]
     if not missing:
         return []
     try:
-        await operator.add_search_attributes(
+        await client.operator_service.add_search_attributes(
             AddSearchAttributesRequest(
                 namespace=namespace,
                 search_attributes={key.name: _kind(key) for key in missing},
             )
         )
     except RPCError as err:
-        raise SearchAttributesMissing(missing_line(namespace, missing, err.message)) from err
+        # Another refund-bot process starting beside this one may have just added them.
+        if await _missing(client):
+            raise SearchAttributesMissing(missing_line(namespace, missing, err.message)) from err
+        return []
     added = [key.name for key in missing]
     log.info("registered search attributes %s in namespace %s", ", ".join(added), namespace)
     return added
