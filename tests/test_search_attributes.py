@@ -116,7 +116,7 @@ async def test_a_server_that_refuses_the_add_gets_one_line_from_every_command(
     )
     async with env:
         address = env.client.service_client.config.target_host
-        for command in ("run", "worker"):
+        for command in ("run", "demo", "worker", "conversations"):
             line = await _refused_line(command, address, tmp_path)
             assert "cannot have more than 3 search attribute of type Bool" in line, line
             assert "temporal operator search-attribute create --namespace default" in line
