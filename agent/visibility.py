@@ -4,18 +4,29 @@
         the Worker's start (its version), /refund-queue (escalations waiting)
 
 Custom search attributes must be registered on the namespace before a Workflow sets them (a task
-that sets an unknown one fails). refund-bot registers SEARCH_ATTRIBUTES on the server it embeds and
-on the tests' dev servers; docs/versioning.md gives the command for Temporal Cloud or a cluster.
+that sets an unknown one fails). Every command that starts or reads conversations first calls
+ensure_registered: it adds the missing ones through the operator API (the embedded server, any dev
+server, a self-hosted cluster, an existing database too), and where the server refuses (Temporal
+Cloud, no permission) it stops with one line naming them and the commands that register them.
 """
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
+from temporalio.api.enums.v1 import IndexedValueType
+from temporalio.api.operatorservice.v1 import (
+    AddSearchAttributesRequest,
+    ListSearchAttributesRequest,
+)
 from temporalio.client import Client
 from temporalio.common import SearchAttributeKey
 from temporalio.service import RPCError, RPCStatusCode
+
+log = logging.getLogger(__name__)
 
 # The Workflow version whose code started the conversation (agent/versions.py).
 VERSION_ATTRIBUTE = SearchAttributeKey.for_keyword("RefundBotVersion")
@@ -39,25 +50,83 @@ SEARCH_ATTRIBUTES: tuple[SearchAttributeKey, ...] = (
 )
 
 
-def dev_server_args() -> list[str]:
-    """SEARCH_ATTRIBUTES as `temporal server start-dev` flags."""
-    kinds = {
-        "KEYWORD": "Keyword",
-        "INT": "Int",
-        "DATETIME": "Datetime",
-        "TEXT": "Text",
-        "BOOL": "Bool",
-    }
-    return [
-        arg
-        for key in SEARCH_ATTRIBUTES
-        for arg in ("--search-attribute", f"{key.name}={kinds[key.indexed_value_type.name]}")
-    ]
+# How the Temporal CLI and tcld spell each type.
+_TYPE_NAMES = {
+    IndexedValueType.INDEXED_VALUE_TYPE_KEYWORD: "Keyword",
+    IndexedValueType.INDEXED_VALUE_TYPE_INT: "Int",
+    IndexedValueType.INDEXED_VALUE_TYPE_DATETIME: "Datetime",
+    IndexedValueType.INDEXED_VALUE_TYPE_TEXT: "Text",
+    IndexedValueType.INDEXED_VALUE_TYPE_BOOL: "Bool",
+}
+
+
+def _kind(key: SearchAttributeKey) -> IndexedValueType.ValueType:
+    return IndexedValueType.ValueType(int(key.indexed_value_type))
 
 
 class SearchAttributesMissing(Exception):
-    """The namespace lacks refund-bot's search attributes: the first conversation that sets one
-    would fail its workflow task. One line that says what to run."""
+    """The namespace lacks refund-bot's search attributes and they could not be added: the first
+    conversation that sets one would fail its workflow task. One line that says what to run."""
+
+
+def missing_line(
+    namespace: str, missing: Sequence[SearchAttributeKey], why: str | None = None
+) -> str:
+    """The one line for a namespace without `missing`: each with its type, and the commands
+    that register them all (a cluster's Temporal CLI, Temporal Cloud's tcld)."""
+    named = ", ".join(f"{key.name} ({_TYPE_NAMES[_kind(key)]})" for key in missing)
+    cli = " ".join(f"--name {key.name} --type {_TYPE_NAMES[_kind(key)]}" for key in missing)
+    cloud = " ".join(f"--sa {key.name}={_TYPE_NAMES[_kind(key)]}" for key in missing)
+    refused = f" and the server did not add them ({why.rstrip('.')})" if why else ""
+    return (
+        f"namespace {namespace!r} lacks refund-bot's search attributes {named}{refused}: "
+        f"register them once with `temporal operator search-attribute create --namespace "
+        f"{namespace} {cli}` (a cluster) or `tcld namespace search-attributes add -n {namespace} "
+        f"{cloud}` (Temporal Cloud), then start refund-bot again (docs/versioning.md)"
+    )
+
+
+async def _missing(client: Client) -> list[SearchAttributeKey]:
+    listed = await client.operator_service.list_search_attributes(
+        ListSearchAttributesRequest(namespace=client.namespace)
+    )
+    return [key for key in SEARCH_ATTRIBUTES if key.name not in listed.custom_attributes]
+
+
+async def ensure_registered(client: Client) -> list[str]:
+    """Make sure the namespace knows every SEARCH_ATTRIBUTE before anything starts or reads a
+    conversation: list them, add the missing ones, and return their names. Raises
+    SearchAttributesMissing (one line) when they are missing and the server refuses to add them."""
+    namespace = client.namespace
+    try:
+        missing = await _missing(client)
+    except RPCError as err:
+        if err.status == RPCStatusCode.NOT_FOUND:
+            raise SearchAttributesMissing(
+                f"namespace {namespace!r} does not exist on this server: create it (`temporal "
+                f"operator namespace create --namespace {namespace}`), or set TEMPORAL_NAMESPACE "
+                "to one that does"
+            ) from err
+        # Not allowed to list (Temporal Cloud's API keys may not be): visibility tells.
+        await check_registered(client)
+        return []
+    if not missing:
+        return []
+    try:
+        await client.operator_service.add_search_attributes(
+            AddSearchAttributesRequest(
+                namespace=namespace,
+                search_attributes={key.name: _kind(key) for key in missing},
+            )
+        )
+    except RPCError as err:
+        # Another refund-bot process starting beside this one may have just added them.
+        if await _missing(client):
+            raise SearchAttributesMissing(missing_line(namespace, missing, err.message)) from err
+        return []
+    added = [key.name for key in missing]
+    log.info("registered search attributes %s in namespace %s", ", ".join(added), namespace)
+    return added
 
 
 async def check_registered(client: Client) -> None:
@@ -69,14 +138,7 @@ async def check_registered(client: Client) -> None:
     except RPCError as err:
         if err.status != RPCStatusCode.INVALID_ARGUMENT:
             raise
-        kinds = dev_server_args()[1::2]
-        raise SearchAttributesMissing(
-            f"namespace {client.namespace!r} lacks refund-bot's search attributes "
-            f"({', '.join(kinds)}): register them once, e.g. `temporal operator search-attribute "
-            f"create --namespace {client.namespace} "
-            + " ".join(f"--name {k.split('=')[0]} --type {k.split('=')[1]}" for k in kinds)
-            + "` (docs/versioning.md); refund-bot's embedded server registers them itself"
-        ) from err
+        raise SearchAttributesMissing(missing_line(client.namespace, SEARCH_ATTRIBUTES)) from err
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,9 @@
 The reference demo (temporal-community/agent-memory-and-state) is fetched by whoever runs this,
 never committed: cloned once into the cache directory (.bench/reference, gitignored) at
 REFERENCE_COMMIT, its virtualenv made by uv from its own lock. When it cannot be fetched (offline),
-the benchmarks that need it are skipped and the rest run; one line says which and why.
+the benchmarks that need it are skipped, those that draw it beside us run one-sided with their plots
+in <results>/img-one-sided (a published two-sided plot is never redrawn one-sided), and the run
+exits non-zero with one line naming the comparisons it did not make and why.
 `--reference PATH` uses a checkout of your own instead (with its .venv).
 
 The Slack ack benchmark's "before" side is this repository at BASELINE_COMMIT (the code that
@@ -17,8 +19,8 @@ acknowledged a message without writing it anywhere), exported with `git archive`
 .bench/baseline-<commit>.
 
 A benchmark that fails is reported and the rest still run; the exit status is non-zero if any
-failed. SIGINT, SIGTERM or SIGHUP stops the benchmark that is running (SIGINT first, so it cleans
-up what it started) and the rest are not run.
+failed or any comparison was not made. SIGINT, SIGTERM or SIGHUP stops the benchmark that is
+running (SIGINT first, so it cleans up what it started) and the rest are not run.
 
     .venv/bin/python -m bench.all [--quick] [--only NAME ...] [--results DIR] [--plot-dir DIR]
         [--reference PATH] [--list]
@@ -210,12 +212,15 @@ class Outcome:
     status: str  # "ok", "exit N", "skipped: why", "stopped", "not run"
     seconds: float = 0.0
     failed: bool = False
+    # The comparison it could not make (a side it lacked): the run then exits non-zero.
+    uncompared: bool = False
 
 
 @dataclass
 class Run:
     results: Path
     outcomes: list[Outcome] = field(default_factory=list)
+    uncompared: str | None = None  # the line naming the comparisons not made, if any
 
 
 def _say(text: str) -> None:
@@ -347,16 +352,13 @@ def _extra(spec: str) -> Benchmark:
     return Benchmark(name, "", argv=tuple(shlex.split(command)))
 
 
-async def run_all(
-    chosen: list[Benchmark],
-    quick: bool,
-    run: Run,
-    plot_dir: Path,
-    reference: Path | None,
-    reference_url: str,
-) -> None:
+async def _checkouts(
+    chosen: list[Benchmark], quick: bool, run: Run, reference: Path | None, reference_url: str
+) -> tuple[dict[str, Path | None], list[str]]:
+    """The sides the chosen benchmarks compare against, and why each one missing is missing."""
     checkouts: dict[str, Path | None] = {REFERENCE: None, BASELINE: None}
-    uses = {arg for b in chosen for arg in (*b.full, *b.quick)}
+    why_not: list[str] = []
+    uses = {arg for b in chosen for arg in (b.quick if quick else b.full)}
     if REFERENCE in uses:
         if reference is not None:
             checkouts[REFERENCE] = reference
@@ -367,26 +369,55 @@ async def run_all(
             if isinstance(got, Path):
                 checkouts[REFERENCE] = got
             else:
-                needing = [b.name for b in chosen if b.needs_reference]
-                drawn = [b.name for b in chosen if not b.needs_reference and REFERENCE in b.full]
-                effects = ([f"skipped {', '.join(needing)}"] if needing else []) + (
-                    [f"{', '.join(drawn)} without the reference's side"] if drawn else []
-                )
-                _say(f"the reference demo could not be fetched ({got}): {'; '.join(effects)}")
+                why_not.append(f"the reference demo could not be fetched ({got})")
     if BASELINE in uses:
         with (run.results / "baseline.txt").open("wb") as log:
             got = await export_baseline(CACHE / f"baseline-{BASELINE_COMMIT}", log)
         if isinstance(got, Path):
             checkouts[BASELINE] = got
         else:
-            _say(f"commit {BASELINE_COMMIT} could not be exported ({got}): slack_ack without it")
+            why_not.append(f"commit {BASELINE_COMMIT} could not be exported ({got})")
+    return checkouts, why_not
+
+
+def uncompared_line(run: Run, one_sided_plots: Path, why_not: list[str]) -> str | None:
+    """The one line naming the comparisons this run did not make, or None if it made them all."""
+    skipped = [o.name for o in run.outcomes if o.uncompared and o.status.startswith("skipped")]
+    one_sided = [o.name for o in run.outcomes if o.uncompared and o.name not in skipped]
+    if not skipped and not one_sided:
+        return None
+    parts = ([f"{', '.join(skipped)} skipped"] if skipped else []) + (
+        [
+            f"{', '.join(one_sided)} without the other side (plots in {one_sided_plots}, the "
+            "published ones left alone)"
+        ]
+        if one_sided
+        else []
+    )
+    return f"comparisons not made: {'; '.join(parts)}: {'; '.join(why_not)}"
+
+
+async def run_all(
+    chosen: list[Benchmark],
+    quick: bool,
+    run: Run,
+    plot_dir: Path,
+    reference: Path | None,
+    reference_url: str,
+) -> None:
+    checkouts, why_not = await _checkouts(chosen, quick, run, reference, reference_url)
+    # A side missing: its plot would be one-sided, so it is drawn beside the results instead.
+    one_sided_plots = run.results / "img-one-sided"
     for bench in chosen:
+        args = bench.quick if quick else bench.full
+        lacks = any(side in args and checkouts[side] is None for side in (REFERENCE, BASELINE))
         if bench.needs_reference and checkouts[REFERENCE] is None:
-            run.outcomes.append(Outcome(bench.name, "skipped: no reference demo"))
+            skipped = Outcome(bench.name, "skipped: no reference demo", uncompared=True)
+            run.outcomes.append(skipped)
             continue
-        argv = bench.command(quick, plot_dir, checkouts, run.results)
+        argv = bench.command(quick, one_sided_plots if lacks else plot_dir, checkouts, run.results)
         _say(f"{bench.name}: {shlex.join(argv)}")
-        outcome = Outcome(bench.name, "stopped", failed=True)
+        outcome = Outcome(bench.name, "stopped", failed=True, uncompared=lacks)
         run.outcomes.append(outcome)
         started = time.monotonic()
         with (run.results / f"{bench.name}.txt").open("wb") as log:
@@ -396,9 +427,11 @@ async def run_all(
             finally:
                 outcome.seconds = time.monotonic() - started
             log.write(f"exit {code} after {outcome.seconds:.1f} s\n".encode())
-        outcome.status = "ok" if code == 0 else f"exit {code}"
+        outcome.status = ("ok" if code == 0 else f"exit {code}") + (", one-sided" if lacks else "")
         outcome.failed = code != 0
         _say(f"{bench.name}: {outcome.status} after {outcome.seconds:.1f} s")
+    if line := uncompared_line(run, one_sided_plots, why_not):
+        run.uncompared = line
 
 
 def summary(run: Run, chosen: list[Benchmark]) -> str:
@@ -411,8 +444,13 @@ def summary(run: Run, chosen: list[Benchmark]) -> str:
         lines.append(f"{o.name:<{width}}  {o.status:<28}  {took}")
     total = sum(o.seconds for o in outcomes)
     failed = sum(o.failed for o in outcomes)
+    uncompared = sum(o.uncompared for o in outcomes)
     minutes, seconds = divmod(round(total), 60)
-    lines.append(f"{len(outcomes)} benchmarks, {failed} failed, {minutes} min {seconds} s in all")
+    lines.append(
+        f"{len(outcomes)} benchmarks, {failed} failed, "
+        + (f"{uncompared} without their comparison, " if uncompared else "")
+        + f"{minutes} min {seconds} s in all"
+    )
     return "\n".join(lines)
 
 
@@ -449,9 +487,11 @@ async def main(args: argparse.Namespace, chosen: list[Benchmark], results: Path)
     table = summary(run, chosen)
     (results / "summary.txt").write_text(table + "\n")
     print(f"\n{table}\nresults: {results}\nplots: {args.plot_dir}", flush=True)
+    if run.uncompared:
+        _say(run.uncompared)
     if stopped is not None:
         return 128 + stopped
-    return 1 if any(o.failed for o in run.outcomes) else 0
+    return 1 if run.uncompared or any(o.failed for o in run.outcomes) else 0
 
 
 def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:

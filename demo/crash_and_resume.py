@@ -9,9 +9,10 @@ for a refund; the agent asks two questions, looks up the order and the customer'
 chooses to issue the refund; the demo hold stops it one step before the effect. Then the Worker is
 SIGKILLed, what survives is read from Event History while no Worker is alive, a new Worker starts,
 the hold is released, and the refund goes through once. The decide step is AGENT_DECIDER's: the
-offline policy, or the live model. If the agent escalates instead (a live model may), the support
-agent approves in the thread and the story carries on. Exit status 0 only if every invariant held:
-no question asked twice, no decide step or lookup run again, one refund.
+offline policy, or the live model. The story follows what the agent says, in whatever order: the
+customer answers each question, and if the agent escalates (a live model may, even before it asks
+anything), the support agent approves in the thread and the story carries on. Exit status 0 only
+if every invariant held: no question asked twice, no decide step or lookup run again, one refund.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from bot.inbox import Inbox
 from bot.local.terminal import PEOPLE, LocalChannel, inbound, render, thread_ref
 from bot.local.thread_store import LocalMessage, LocalThreadStore
 from demo.parts import (
-    ANSWERS,
+    ANSWER_TO,
     LOOP_STEPS,
     TIMEOUT,
     DemoFailed,
@@ -62,6 +63,39 @@ async def _say(
     message = await threads.add_reply(thread, customer.user_id, text)
     print(f"[{thread}] {customer.label}: {text}", flush=True)
     await router.on_message(inbound(message, customer))
+
+
+async def _until_held(
+    stack: RunningStack,
+    router: ConversationRouter,
+    threads: LocalThreadStore,
+    thread: str,
+    customer: Actor,
+    seen: int,
+) -> int:
+    """Follow what the agent says, in whatever order it says it, until it holds before the
+    refund: the customer answers each question, the support agent approves an escalation.
+    Returns the hold's place in the thread."""
+    while True:
+        message = await _next_bot_message(threads, thread, seen)
+        seen = message.seq
+        print(render(message), flush=True)
+        if message.kind == "question":
+            answer = ANSWER_TO.get(message.text)
+            if answer is None:
+                raise DemoFailed(
+                    f"the agent asked what the story has no answer to: {message.text!r}"
+                )
+            await _say(router, threads, thread, answer, customer)
+        elif message.kind == "escalation":
+            # The support agent clicks Approve, through the terminal channel's own click.
+            support = LocalChannel(threads, router, stack.commands)
+            support.me, support.thread = PEOPLE["support"], thread
+            await support.handle("1")
+        elif message.kind == "info" and "Holding before the refund" in message.text:
+            return seen
+        elif message.kind != "info":  # an outcome before the hold: denied, or refunded unheld
+            raise DemoFailed(f"the agent did not stop before the refund: {message.text!r}")
 
 
 async def crash_and_resume(stack: RunningStack, settings: AgentSettings) -> int:
@@ -108,25 +142,7 @@ async def _story(stack: RunningStack, settings: AgentSettings) -> int:
     print(f"[{thread}] {customer.label}: {opening}", flush=True)
     await router.on_message(inbound(root, customer))
     print(f"Workflow {workflow_id} (open it in the Web UI)", flush=True)
-    seen = root.seq
-    for answer in ANSWERS:
-        question = await _next_bot_message(threads, thread, seen)
-        seen = question.seq
-        print(render(question), flush=True)
-        await _say(router, threads, thread, answer, customer)
-    held = await _next_bot_message(threads, thread, seen)
-    seen = held.seq
-    print(render(held), flush=True)
-    if held.kind == "escalation":
-        # The support agent clicks Approve, through the terminal channel's own click.
-        support = LocalChannel(threads, router, stack.commands)
-        support.me, support.thread = PEOPLE["support"], thread
-        await support.handle("1")
-        held = await _next_bot_message(threads, thread, seen)
-        seen = held.seq
-        print(render(held), flush=True)
-    if held.kind != "info" or "Holding before the refund" not in held.text:
-        raise DemoFailed(f"the agent did not stop before the refund: {held.text!r}")
+    seen = await _until_held(stack, router, threads, thread, customer, root.seq)
     view = await held_view(stack.client, workflow_id)
     before = await history_counts(stack.client, workflow_id)
     print(f"Next action: {view.next_action}", flush=True)
@@ -160,7 +176,7 @@ async def _story(stack: RunningStack, settings: AgentSettings) -> int:
     refunds = (await refunds_at_owner(settings, workflow_id, order.payment_ref)).refunds
     banner("What the run shows")
     checks = {
-        "NO REPEATED QUESTIONS": len(questions) == len(ANSWERS),
+        "NO REPEATED QUESTIONS": len(questions) == len({q.text for q in questions}),
         "NO LOOP RESTART (no decide step or lookup ran again)": all(
             after.get(step, 0) == before.get(step, 0) for step in LOOP_STEPS
         ),

@@ -23,6 +23,7 @@ from temporalio.client import Client
 
 from agent.history import step_names
 from agent.models import Actor, ConversationView, OrderDetails, Platform
+from agent.policy import QUESTIONS
 from agent.settings import DEMO_CUSTOMER, AgentSettings, TemporalSettings
 from agent.stores.databases import database_for
 from agent.stores.domain import SEED_ORDERS, DomainStore
@@ -38,6 +39,8 @@ from worker.supervisor import WorkerSupervisor
 PLUSH_PYTHON = next(order for order in SEED_ORDERS if order.order_number == "1234")
 EARLIER_REFUND = next(order for order in SEED_ORDERS if order.refunded_days_ago is not None)
 ANSWERS = ("Yes", "Split seam")
+# The customer's answer to each question the agent may ask, in whatever order it asks them.
+ANSWER_TO = {QUESTIONS["item_opened"]: ANSWERS[0], QUESTIONS["damage"]: ANSWERS[1]}
 TIMEOUT = 60.0
 LOOP_STEPS = ("decide_next_step", "lookup_order", "lookup_customer_history", "check_refund_policy")
 

@@ -4,9 +4,9 @@
     dev_server_pid(env) -> its pid, for /proc (the benchmarks read its memory and CPU)
 
 Its dynamic config is worker.server's DYNAMIC_CONFIG, so a figure measured on it is the product's,
-and it knows refund-bot's search attributes (agent.visibility), as the embedded server does. It
-dies with the process that started it, even one killed by SIGKILL or a test timeout: no server is
-left behind.
+and it knows refund-bot's search attributes, added through the operator API as every refund-bot
+command that needs them adds them (agent.visibility.ensure_registered). It dies with the process
+that started it, even one killed by SIGKILL or a test timeout: no server is left behind.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from typing import Any
 from temporalio.testing import WorkflowEnvironment
 
 from agent.temporal_client import process_runtime
-from agent.visibility import dev_server_args as search_attribute_args
+from agent.visibility import ensure_registered
 from harness.codec import TEST_CONVERTER
 from worker.server import dynamic_config_args, temporal_cli_path
 
@@ -35,14 +35,16 @@ async def start_dev_server(
     `memory_limit`: Go's soft memory limit for the server (a TEMPORAL_SERVER_MEMORY_LIMIT value),
     as the embedded server is given it."""
     with _go_memory_limit(memory_limit):
-        return await WorkflowEnvironment.start_local(
+        env = await WorkflowEnvironment.start_local(
             dev_server_existing_path=str(tied_cli()),
-            dev_server_extra_args=[*dynamic_config_args(), *search_attribute_args()],
+            dev_server_extra_args=dynamic_config_args(),
             data_converter=kwargs.pop("data_converter", TEST_CONVERTER),
             # A supervisor on the environment's client heartbeats as a refund-bot process's does.
             runtime=kwargs.pop("runtime", None) or process_runtime(),
             **kwargs,
         )
+    await ensure_registered(env.client)  # as refund-bot's commands do on any server
+    return env
 
 
 def dev_server_pid(env: WorkflowEnvironment) -> int:

@@ -34,6 +34,7 @@ from agent.settings import AgentSettings, TemporalSettings
 from agent.stores.databases import database_for
 from agent.stores.grants import GrantStore
 from agent.temporal_client import connect
+from agent.visibility import ensure_registered
 from bot import hold as hold_store
 from bot import inbox as inbox_store
 from bot import lease
@@ -152,6 +153,7 @@ async def running_stack(
         )
     async with EmbeddedTemporal(temporal, data_dir) as server:
         client = await connect(temporal, address=server.address, keys=keys)
+        await ensure_registered(client)  # before the Worker starts: it needs them to poll
         supervisor = WorkerSupervisor(
             temporal.model_copy(update={"address": server.address}),
             client=client,
@@ -181,6 +183,7 @@ async def running_bot(
         raise NoCodecKey  # before anything is written: a mistake changes nothing
     await prepare_stores(settings)  # REFUND_ADMINS' grants, so someone can /refund-grant
     client = await connect(temporal, keys=keys)
+    await ensure_registered(client)  # /refund-queue reads them; the router's starts set one
     async with running_router(client, temporal, settings) as stack:
         stack.host = host
         yield stack

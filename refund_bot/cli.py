@@ -32,12 +32,13 @@ from temporalio.service import RPCError, RPCStatusCode
 from agent import tracing
 from agent.codec import CodecError, NoCodecKey
 from agent.stores.database import DatabaseUnavailable
-from agent.visibility import SearchAttributesMissing
+from agent.visibility import SearchAttributesMissing, ensure_registered
 from refund_bot import config
 from refund_bot.config import Config, ConfigError
 from worker.exit import exit_now
 from worker.lifecycle import until_stopped, watch_lifeline
 from worker.server import TemporalServerError
+from worker.supervisor import WorkerStartError
 from worker.telemetry import MetricsRefused
 
 log = logging.getLogger(__name__)
@@ -84,6 +85,8 @@ async def _worker(cfg: Config, standby: bool = False, metrics_slot: int = 0) -> 
         "WORKER_METRICS_ADDRESS",
     )
     client = await connect(cfg.temporal, keys=keys)
+    if not supervised:  # a supervisor made sure of them before it started this Worker
+        await ensure_registered(client)
     # The platforms' kept-alive connections, closed as the Worker stops (SIGTERM cancels this).
     async with contextlib.AsyncExitStack() as connections:
         await run_worker(
@@ -116,6 +119,7 @@ async def _supervised_worker(cfg: Config) -> None:
     if not keys:
         raise NoCodecKey
     client = await connect(cfg.temporal, keys=keys)
+    await ensure_registered(client)  # before the Worker starts: it needs them to poll
     # The child inherits this environment (its settings, WORKER_METRICS_ADDRESS included).
     # The presenter's paused restart is served beside /crash-worker's, on any host.
     async with WorkerSupervisor(
@@ -183,6 +187,7 @@ async def _conversations(cfg: Config, unsupported: bool, drain: bool) -> None:
     from refund_bot.wiring import outbound_posters
 
     client = await connect(cfg.temporal, keys=codec_keys(cfg.agent))
+    await ensure_registered(client)  # the listing queries them
     found = await conversations.open_conversations(client, unsupported=unsupported or drain)
     if not drain:
         for conversation in found:
@@ -435,6 +440,7 @@ def main(argv: list[str] | None = None) -> None:
         DatabaseUnavailable,
         MetricsRefused,
         SearchAttributesMissing,
+        WorkerStartError,
     ) as err:
         # A codec problem names the key id, never the key; a database, never its password.
         print(f"refund-bot: {err}", file=sys.stderr)

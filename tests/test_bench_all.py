@@ -4,12 +4,16 @@ stops the rest nor goes unreported."""
 
 from __future__ import annotations
 
+import asyncio
 import signal
 import subprocess
 import sys
 from pathlib import Path
 
-from bench.all import BENCHMARKS, parse
+import pytest
+
+import bench.all
+from bench.all import BENCHMARKS, REFERENCE, Benchmark, main, parse
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -85,3 +89,37 @@ def test_a_stop_signal_stops_the_running_benchmark_and_the_rest(tmp_path: Path) 
     summary = (tmp_path / "summary.txt").read_text()
     assert "sleeper" in summary and "stopped" in summary, rest
     assert "codec_cost" in summary and "not run" in summary, rest
+
+
+def test_a_run_without_the_reference_says_so_and_leaves_the_published_plots_alone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Offline: the reference cannot be cloned (no repository there), into a cache of the test's.
+    monkeypatch.setattr(bench.all, "CACHE", tmp_path / "cache")
+    images, results = tmp_path / "img", tmp_path / "results"
+    images.mkdir()
+    published = images / "beside.png"
+    published.write_text("ours reference")  # a two-sided plot the page shows
+    stand_in = "tests.support.stand_in_benchmark"
+    chosen = [
+        Benchmark(
+            "needs", stand_in, ("--reference", REFERENCE), plot="needs", needs_reference=True
+        ),
+        Benchmark("beside", stand_in, ("--reference", REFERENCE), plot="beside"),
+        Benchmark("solo", stand_in, (), plot="solo"),  # compares with nothing: drawn as usual
+    ]
+    args = parse(["--plot-dir", str(images), "--reference-url", str(tmp_path / "no-such-repo")])
+    results.mkdir()
+    code = asyncio.run(main(args, chosen, results))
+    out = capsys.readouterr().out
+    assert code == 1, out
+    assert published.read_text() == "ours reference"  # not redrawn one-sided
+    assert (results / "img-one-sided" / "beside.png").read_text() == "ours"
+    assert (images / "solo.png").read_text() == "ours"
+    assert not (images / "needs.png").exists()
+    (line,) = [line for line in out.splitlines() if "comparisons not made" in line]
+    assert "needs skipped" in line and "beside without the other side" in line, line
+    assert "the reference demo could not be fetched" in line, line
+    assert "solo" not in line, line
+    summary = (results / "summary.txt").read_text()
+    assert "3 benchmarks, 0 failed, 2 without their comparison" in summary, summary

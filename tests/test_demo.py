@@ -193,3 +193,21 @@ async def test_side_by_side_tells_both_demos_and_counts_the_model_calls(tmp_path
     assert "model calls made again: 3" in without and "refunds made: 0" in without
     assert "model calls made again: 0" in durable and "refunds made: 1" in durable
     assert len(model.requests) == 3 + 3 + 3
+
+
+async def test_demo_carries_on_when_the_model_escalates_before_any_question(
+    tmp_path: Path,
+) -> None:
+    # The live model escalates at its first call: the support agent approves, and the story
+    # follows what the agent says from there, whatever it asks or not.
+    async with FakeOpenAI(behaviour="escalate_at_once") as model:
+        out = await _run_demo(_model_env(tmp_path / ".data", model), tmp_path)
+    assert model.requests  # the model made the first decide step
+    escalation = out.index("refund-bot: This refund needs a support agent: order 10001")
+    asked = out.find("refund-bot: Was the package opened?")
+    assert asked == -1 or asked > escalation, out  # the escalation came first
+    assert "Approved by Sam (support agent), checking authorization" in out
+    assert "New Worker: old pid" in out
+    assert "refund-bot: Your refund is complete" in out
+    for check in ("NO REPEATED QUESTIONS", "NO LOOP RESTART", "ONE REFUND"):
+        assert f"ok   {check}" in out

@@ -28,7 +28,7 @@ from temporalio.api.workflowservice.v1 import UpdateNamespaceRequest
 from temporalio.client import Client
 
 from agent.settings import TemporalSettings
-from agent.visibility import dev_server_args as search_attribute_args
+from agent.visibility import ensure_registered
 from worker.lifecycle import (
     forget_server,
     record_server,
@@ -96,8 +96,10 @@ async def temporal_answers(address: str, timeout: float = 1.0) -> bool:  # noqa:
         return False
 
 
-async def set_retention(address: str, namespace: str, retention: timedelta) -> None:
-    """How long `namespace` keeps closed conversations: after it their history is deleted."""
+async def prepare_namespace(address: str, namespace: str, retention: timedelta) -> None:
+    """`namespace` as refund-bot needs it: closed conversations kept for `retention` (after it
+    their history is deleted), and refund-bot's search attributes, added through the operator API
+    (on a new database and on one an older release made alike)."""
     client = await Client.connect(address, namespace=namespace)
     ttl = Duration()
     ttl.FromTimedelta(retention)
@@ -106,6 +108,7 @@ async def set_retention(address: str, namespace: str, retention: timedelta) -> N
             namespace=namespace, config=NamespaceConfig(workflow_execution_retention_ttl=ttl)
         )
     )
+    await ensure_registered(client)
 
 
 def split_address(address: str) -> tuple[str, int]:
@@ -194,7 +197,6 @@ class EmbeddedTemporal:
             "--db-filename", str(self.db_path),
             *(arg for pragma in SQLITE_PRAGMAS for arg in ("--sqlite-pragma", pragma)),
             *dynamic_config_args(),
-            *search_attribute_args(),
             "--namespace", self.settings.namespace,
             "--log-level", "warn",
             *codec,
@@ -258,7 +260,7 @@ class EmbeddedTemporal:
         try:
             await self._wait_answering()
             log.info("Temporal dev server answers at %s (db %s)", self.address, self.db_path)
-            await set_retention(self.address, self.settings.namespace, retention)
+            await prepare_namespace(self.address, self.settings.namespace, retention)
         except BaseException:
             await self.stop()  # a start that failed or was cancelled leaves no server behind
             raise

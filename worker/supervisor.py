@@ -70,6 +70,7 @@ from worker.pollers import (
     worker_is_polling,
     workflow_pollers,
 )
+from worker.server import log_tail
 from worker.settings import WORKER_SECRETS, child_environment
 from worker.standby import WarmStandby
 from worker.sticky import release_sticky_queue, sticky_queue_of
@@ -446,6 +447,7 @@ class WorkerSupervisor:
             if proc.returncode is not None:
                 raise WorkerStartError(
                     f"Worker pid {proc.pid} exited with {proc.returncode} before polling"
+                    + self._last_words()
                 )
             try:
                 if await worker_is_polling(
@@ -465,6 +467,13 @@ class WorkerSupervisor:
                     f"within {self.ready_timeout:.0f} s"
                 )
             await asyncio.sleep(_POLL_INTERVAL)
+
+    def _last_words(self) -> str:
+        """The last line the Worker wrote to its log (its reason, when it stops on purpose)."""
+        if self.log_path is None:  # it wrote to this process's own output, already shown
+            return ""
+        lines = log_tail(self.log_path, lines=1)
+        return f": {lines}" if lines.strip() and lines != "(no log)" else ""
 
     async def _learn_sticky(self, proc: asyncio.subprocess.Process, identity: str) -> None:
         """Read the child's sticky queue once it has announced it (a second or so after it

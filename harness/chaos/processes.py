@@ -74,7 +74,8 @@ def left_behind(marker: str) -> dict[int, str]:
 
 class TemporalServer:
     """The drill's Temporal: the dev server refund-bot embeds (worker.server's command: WAL, the
-    dynamic config, the search attributes), on a database file that outlives each process."""
+    dynamic config), on a database file that outlives each process. The refund-bot processes it
+    serves add their search attributes as they start."""
 
     def __init__(self, data_dir: Path, env: Mapping[str, str]) -> None:
         self.settings = TemporalSettings(

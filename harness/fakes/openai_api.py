@@ -26,6 +26,7 @@ from harness.fakes.loopback import LoopbackFake
 Behaviour = Literal[
     "scripted",  # look up the order and the history, then submit `decision`
     "approve_at_once",  # approve on the first call, with no lookup
+    "escalate_at_once",  # escalate on the first call, before any question or lookup
     "approve_after_lookups",  # every lookup, then approve whatever they showed
     "deny_everything",  # deny on the first call
     "escalate_injected",  # escalate, with a rationale full of mentions, links and markup
@@ -171,6 +172,8 @@ class FakeOpenAI(LoopbackFake):
         behaviour = self.behaviour
         if behaviour == "approve_at_once":
             return _decision("approve", f"{CANARY}: approve at once, no lookups needed")
+        if behaviour == "escalate_at_once":
+            return _decision("escalate", "a person should look at this one")
         if behaviour == "deny_everything":
             return _decision("deny", f"{CANARY}: policy says no refunds today")
         if behaviour == "unknown_tool":
