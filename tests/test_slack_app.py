@@ -429,6 +429,38 @@ async def test_a_message_is_committed_to_the_inbox_before_slack_hears_ok(
     assert [kind for kind, _ in temporal.calls] == ["start"]
 
 
+async def test_the_bots_own_messages_are_acknowledged_and_open_nothing(
+    real_router_app, tmp_path: Path
+) -> None:
+    """Reproduces a signed message event from the bot's own user (no `bot_id` on it) kept at the
+    ack and delivered by the inbox: it opened a conversation, and the bot asked itself which
+    order to refund (bolt's self-event filter runs after the edge has kept the message)."""
+    app, temporal, sender, router = real_router_app
+    bot_user = sender.slack.bot_user_id
+    own_root = sender.post(CHANNEL, "Which order would you like refunded?", user=bot_user)
+    customer = sender.post(CHANNEL, "refund 1234")
+    thread = customer.payload["event"]["ts"]
+    own_reply = sender.post(CHANNEL, "Was the package opened?", user=bot_user, thread_ts=thread)
+    # After them, the customer's answer: once it is delivered, so is anything kept before it.
+    answer = sender.post(CHANNEL, "Yes", thread_ts=thread)
+    wid = workflow_id_for(
+        ThreadRef(platform="slack", workspace=TEAM, channel=CHANNEL, thread=thread)
+    )
+    async with _over_http(app) as post:
+        for delivery in (own_root, customer, own_reply, answer):
+            assert await post(delivery) == 200
+
+        async def answered() -> bool:
+            await router.deliver_pending()  # the inbox's own delivery, as the bot runs it
+            return await Inbox(SqliteDatabase(tmp_path)).size() == 0
+
+        await wait_for(answered, timeout=5, what="the customer's answer delivered")
+    # One conversation, the customer's: started, then answered (as an Update or a Signal).
+    assert [call[1] for call in temporal.calls] == [wid, wid], temporal.calls
+    assert temporal.calls[0] == ("start", wid)
+    assert sender.slack.calls_to("auth.test") != []  # who the bot is, as Slack names it
+
+
 async def test_a_message_that_cannot_be_kept_is_not_acknowledged(harness: Harness) -> None:
     harness.router.keep_error = OSError("disk full")  # the inbox cannot be written
     root = harness.sender.post(CHANNEL, "refund 1234")
