@@ -65,6 +65,7 @@ from harness.fakes.discord_api import (
     Interaction,
 )
 from harness.recording_router import RecordingRouter
+from tests.support.customer_text import ANSWERS_LINE, hostile_status
 from tests.support.discord_client import (
     Bot,
     FakeRestart,
@@ -688,6 +689,29 @@ async def test_refund_status_in_a_thread_reads_that_conversation(
     text = await run_command(bot, "refund-status", PRESENTER, thread_id)
     assert ("fetch_history", workflow_id, "") in temporal.calls
     assert workflow_id in text
+
+
+async def test_a_customers_answer_reaches_staff_as_the_characters_typed(
+    bot: Bot, commands: Commands, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Reproduces /refund-status showing a customer's answer raw: Discord rendered its bold,
+    its masked link and its heading for the staff member reading it."""
+    thread_id = await bot.open_conversation()
+    workflow_id = f"discord-{GUILD}-{thread_id}"
+
+    async def status(actor: Actor, conversation: Any) -> Any:
+        return hostile_status(workflow_id)  # what Temporal's history would give, read
+
+    monkeypatch.setattr(commands, "refund_status", status)
+    payload = bot.api.command_interaction("refund-status", thread_id, PRESENTER, None)
+    bot.gateway("INTERACTION_CREATE", payload)
+    record = await answered(bot.api, payload, followups=1)
+    [request] = [r for r in bot.api.requests_to(FOLLOWUP_ROUTE) if r.path.endswith(record.token)]
+    assert request.json["content"] == hostile_status(workflow_id).shown()
+    assert ANSWERS_LINE in request.json["content"].splitlines()
+    assert request.json["allowed_mentions"] == {"parse": []}
+    [followup] = record.followups
+    assert followup["mentions"] == [] and followup["mention_everyone"] is False
 
 
 async def test_refund_status_outside_a_thread_takes_the_conversation(

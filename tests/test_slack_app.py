@@ -51,7 +51,7 @@ from bot.slack.app import EVENTS_PATH, SlackApp, build_app, http_web_app, serve
 from bot.slack.commands import parse_grant_args
 from bot.slack.grants import SlackUserGroupGrants
 from bot.slack.links import parse_mention, parse_order_number, parse_thread_link
-from bot.slack.render import APPROVE_ACTION_ID, DECISION_BLOCK_ID, DENY_ACTION_ID
+from bot.slack.render import APPROVE_ACTION_ID, DECISION_BLOCK_ID, DENY_ACTION_ID, escape
 from bot.slack.settings import SlackSettings
 from bot.slack.web_client import KeptAliveWebClient
 from harness import free_port, port_accepts
@@ -64,6 +64,7 @@ from harness.fakes.slack_api import (
     signed_headers,
 )
 from harness.recording_router import RecordingRouter
+from tests.support.customer_text import hostile_status
 from tests.support.slack_app import (
     ADMIN,
     CHANNEL,
@@ -1165,6 +1166,19 @@ async def test_command_replies_are_escaped_and_failures_are_contained(harness: H
     harness.commands.fail = True
     text = await harness.command("/crash-worker")
     assert "failed on our side" in text and "boom" not in text
+
+
+async def test_a_customers_answer_reaches_staff_as_the_characters_typed(harness: Harness) -> None:
+    """Reproduces /refund-status showing a customer's answer raw: Slack rendered its bold for the
+    staff member reading it (its `<…>` was escaped already)."""
+    workflow_id = f"slack-{TEAM}-{CHANNEL}-1732860000.000100"
+    harness.commands.reply_text = hostile_status(workflow_id).shown()
+    text = await harness.command("/refund-status", workflow_id)
+    assert text == escape(hostile_status(workflow_id).shown())
+    assert (
+        "customer answers: 1 (damage: `**bold** [click](https://evil) @everyone &lt;@123&gt; "
+        "&lt;!channel&gt; # heading [31mred`)"
+    ) in text.splitlines()
 
 
 # ---------------------------------------------------------------------------------------------
