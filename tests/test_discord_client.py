@@ -397,7 +397,7 @@ async def test_a_click_becomes_an_approval_and_the_buttons_go(bot: Bot) -> None:
     edited = bot.api.message(thread_id, escalation["id"])
     assert edited is not None and edited["components"] == []
     assert edited["content"].startswith("Refund $250.00 for order 1042?")
-    assert edited["content"].endswith("Approved by Sam (support), checking authorization.")
+    assert edited["content"].endswith(f"Approved by <@{AGENT}>, checking authorization.")
     # The pre-check read the member's roles live from Discord.
     [member_read] = bot.api.requests_to(MEMBER_ROUTE)
     assert member_read.path == f"/guilds/{GUILD}/members/{AGENT}"
@@ -416,7 +416,7 @@ async def test_deny_is_a_decision_too(bot: Bot) -> None:
     assert bot.router.clicks[0].decision == "deny"
     edited = bot.api.message(thread_id, escalation["id"])
     assert edited is not None and edited["content"].endswith(
-        "Denied by Sam (support), checking authorization."
+        f"Denied by <@{AGENT}>, checking authorization."
     )
 
 
@@ -559,7 +559,7 @@ async def test_a_click_on_a_passed_round_is_sent_once_for_the_workflow_to_answer
     assert (routed.workflow_id, routed.round) == (f"discord-{GUILD}-{thread_id}", 1)
     edited = bot.api.message(thread_id, escalation["id"])
     assert edited is not None and edited["components"] == []
-    assert edited["content"].endswith("Approved by Sam (support), checking authorization.")
+    assert edited["content"].endswith(f"Approved by <@{AGENT}>, checking authorization.")
     assert record.followups == []  # SIGNALLED: the thread says what became of it
 
 

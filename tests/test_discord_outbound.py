@@ -281,19 +281,22 @@ async def test_edit_replaces_the_escalation_and_its_buttons_with_what_happened(
         text=escalation.text,
         outcome="refund issued ($450.00, reference re_1).",
         decision="approve",
-        decided_by=Actor(platform="discord", user_id="81", display_name="Sam @everyone"),
+        # A name its holder chose: named by their mention, it cannot format, link or ping.
+        decided_by=Actor(
+            platform="discord", user_id="81", display_name="**Sam** [click](https://evil) @everyone"
+        ),
     )
     await poster.edit(edit)
     await poster.edit(edit)  # a retried Activity: the same message again
 
     [stored] = api.messages(THREAD_ID)
     assert stored["content"] == (
-        "Refund $450 for order 4500?\n\n"
-        "Approved by Sam @everyone: refund issued ($450.00, reference re_1)."
+        "Refund $450 for order 4500?\n\nApproved by <@81>: refund issued ($450.00, reference re_1)."
     )
     assert stored["components"] == []
-    assert stored["mention_everyone"] is False  # a display name never pings
+    assert stored["mention_everyone"] is False and stored["mentions"] == []  # it never pings
     edits = api.requests_to("PATCH /channels/{channel_id}/messages/{message_id}")
+    assert [e.json["allowed_mentions"] for e in edits] == [{"parse": []}] * 2
     assert len(edits) == 2 and len(api.messages(THREAD_ID)) == 1
 
 

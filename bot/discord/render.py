@@ -19,7 +19,7 @@ from typing import Any, Literal, NamedTuple, get_args
 
 import discord
 
-from agent.models import MessageEdit, MessageKey, OutboundMessage
+from agent.models import Actor, MessageEdit, MessageKey, OutboundMessage
 
 Action = Literal["approve", "deny"]
 ACTIONS: tuple[Action, ...] = get_args(Action)
@@ -177,10 +177,20 @@ def payload_for(
     return payload
 
 
+def named(actor: Actor) -> str:
+    """How a post names a person: a Discord user by their mention, `<@id>` (Discord shows the
+    name they go by; allowed_mentions keeps it from pinging), so that a name they chose cannot
+    format or link; anyone else by their label, its markdown escaped."""
+    if actor.platform == "discord" and actor.user_id.isascii() and actor.user_id.isdigit():
+        return f"<@{actor.user_id}>"
+    return discord.utils.escape_markdown(actor.label)
+
+
 def edit_payload_for(edit: MessageEdit) -> dict[str, Any]:
     """The JSON body of PATCH /channels/{thread_id}/messages/{id}: what happened, no buttons."""
+    who = named(edit.decided_by) if edit.decided_by is not None else None
     return {
-        "content": fit_content(f"{edit.text}\n\n{edit.outcome_line()}"),
+        "content": fit_content(f"{edit.text}\n\n{edit.outcome_line(who)}"),
         "components": [],
         "allowed_mentions": {"parse": []},
     }
