@@ -22,8 +22,8 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from agent.activities.authorize import GrantSource
 from agent.codec import CodecError
-from agent.effect_owner import refunds_at_owner
-from agent.history import what_survives
+from agent.effect_owner import OwnerRecord, refunds_at_owner
+from agent.history import Survivors, what_survives
 from agent.models import Actor, Platform, Role, Takeover
 from agent.sayings import duration, money
 from agent.settings import AgentSettings
@@ -342,24 +342,7 @@ class Commands:
             return CommandReply(ok=False, text=f"Can't read {workflow_id}: {err}.")
         payment_ref = survivors.order.payment_ref if survivors.order else None
         owner = await refunds_at_owner(self._settings, workflow_id, payment_ref)
-        answers = "; ".join(f"{q}: {a}" for q, a in survivors.answers.items()) or "none"
-        lines = [
-            f"*{workflow_id}*  (read from Temporal's Event History just now; no Worker needed)",
-            f"customer answers: {len(survivors.answers)} ({answers})",
-            f"completed lookups: {len(survivors.lookups)} "
-            f"({', '.join(survivors.lookups) or 'none'})",
-            f"next action: {survivors.next_action}",
-            f"next deadline: {survivors.next_deadline or 'none'}",
-            f"decision: {survivors.decision.summary if survivors.decision else 'not yet'}",
-            f"refund step: {survivors.refund.state}"
-            + (f", attempt {survivors.refund.attempts}" if survivors.refund.attempts else ""),
-            f"refund at the {owner.owner}: " + ("; ".join(owner.refunds) or "none"),
-        ]
-        if survivors.taken_over:
-            lines.insert(1, f"taken over by {survivors.taken_over}: the agent is quiet")
-        if survivors.waiting_on:
-            lines.insert(1, f"waiting on {survivors.waiting_on}")
-        return CommandReply(text="\n".join(lines), model_note=survivors.model_note)
+        return status_reply(workflow_id, survivors, owner)
 
     async def refund_queue(self, actor: Actor) -> CommandReply:
         """The escalations waiting for a decision, across every thread, oldest first: read from
@@ -459,6 +442,29 @@ class Commands:
         return CommandReply(
             text=f"Revoked {role} from {target.label}. The next refund check sees it."
         )
+
+
+def status_reply(workflow_id: str, survivors: Survivors, owner: OwnerRecord) -> CommandReply:
+    """/refund-status's answer: what survives, and the refund as its owner records it. The
+    customer's words are quoted as the model's note is (bot.untrusted), so that on no platform
+    can they ping, link, format or reach a terminal's escape codes."""
+    answers = "; ".join(f"{q}: {quoted(a) or '(blank)'}" for q, a in survivors.answers.items())
+    lines = [
+        f"*{workflow_id}*  (read from Temporal's Event History just now; no Worker needed)",
+        f"customer answers: {len(survivors.answers)} ({answers or 'none'})",
+        f"completed lookups: {len(survivors.lookups)} ({', '.join(survivors.lookups) or 'none'})",
+        f"next action: {survivors.next_action}",
+        f"next deadline: {survivors.next_deadline or 'none'}",
+        f"decision: {survivors.decision.summary if survivors.decision else 'not yet'}",
+        f"refund step: {survivors.refund.state}"
+        + (f", attempt {survivors.refund.attempts}" if survivors.refund.attempts else ""),
+        f"refund at the {owner.owner}: " + ("; ".join(owner.refunds) or "none"),
+    ]
+    if survivors.taken_over:
+        lines.insert(1, f"taken over by {survivors.taken_over}: the agent is quiet")
+    if survivors.waiting_on:
+        lines.insert(1, f"waiting on {survivors.waiting_on}")
+    return CommandReply(text="\n".join(lines), model_note=survivors.model_note)
 
 
 async def _found(conversation: Conversation) -> str | CommandReply:

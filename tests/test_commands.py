@@ -47,7 +47,7 @@ async def test_crash_then_status_without_a_worker_then_release(temporal_env, tmp
         await supervisor.stop()  # no Worker alive at all
         status = await stack.commands.refund_status(PRESENTER, handle.id)
         assert status.ok, status.text
-        assert "customer answers: 2 (item_opened: Yes; damage: Split seam)" in status.text
+        assert "customer answers: 2 (item_opened: `Yes`; damage: `Split seam`)" in status.text
         assert "completed lookups: 2 (lookup_order, lookup_customer_history)" in status.text
         assert "next action: issue refund" in status.text
         assert "refund at the offline ledger: none" in status.text

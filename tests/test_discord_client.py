@@ -43,6 +43,7 @@ from bot.conversations import MAX_SIGNAL_TEXT, NOTICES, InboundClick, Routed
 from bot.discord import replies, slash_commands
 from bot.discord.client import build_client
 from bot.discord.commands_spec import MANIFEST_PATH, load_manifest, mismatches, sync_commands
+from bot.discord.edge import UNREADABLE_COMMAND
 from bot.discord.grants import DiscordRoleGrants
 from bot.discord.outbound import DiscordThreadPoster
 from bot.discord.settings import DEFAULT_APPROVER_ROLE_LIMIT_CENTS, DiscordSettings
@@ -65,6 +66,7 @@ from harness.fakes.discord_api import (
     Interaction,
 )
 from harness.recording_router import RecordingRouter
+from tests.support.customer_text import ANSWERS_LINE, hostile_status
 from tests.support.discord_client import (
     Bot,
     FakeRestart,
@@ -395,7 +397,7 @@ async def test_a_click_becomes_an_approval_and_the_buttons_go(bot: Bot) -> None:
     edited = bot.api.message(thread_id, escalation["id"])
     assert edited is not None and edited["components"] == []
     assert edited["content"].startswith("Refund $250.00 for order 1042?")
-    assert edited["content"].endswith("Approved by Sam (support), checking authorization.")
+    assert edited["content"].endswith(f"Approved by <@{AGENT}>, checking authorization.")
     # The pre-check read the member's roles live from Discord.
     [member_read] = bot.api.requests_to(MEMBER_ROUTE)
     assert member_read.path == f"/guilds/{GUILD}/members/{AGENT}"
@@ -414,7 +416,7 @@ async def test_deny_is_a_decision_too(bot: Bot) -> None:
     assert bot.router.clicks[0].decision == "deny"
     edited = bot.api.message(thread_id, escalation["id"])
     assert edited is not None and edited["content"].endswith(
-        "Denied by Sam (support), checking authorization."
+        f"Denied by <@{AGENT}>, checking authorization."
     )
 
 
@@ -557,7 +559,7 @@ async def test_a_click_on_a_passed_round_is_sent_once_for_the_workflow_to_answer
     assert (routed.workflow_id, routed.round) == (f"discord-{GUILD}-{thread_id}", 1)
     edited = bot.api.message(thread_id, escalation["id"])
     assert edited is not None and edited["components"] == []
-    assert edited["content"].endswith("Approved by Sam (support), checking authorization.")
+    assert edited["content"].endswith(f"Approved by <@{AGENT}>, checking authorization.")
     assert record.followups == []  # SIGNALLED: the thread says what became of it
 
 
@@ -688,6 +690,29 @@ async def test_refund_status_in_a_thread_reads_that_conversation(
     text = await run_command(bot, "refund-status", PRESENTER, thread_id)
     assert ("fetch_history", workflow_id, "") in temporal.calls
     assert workflow_id in text
+
+
+async def test_a_customers_answer_reaches_staff_as_the_characters_typed(
+    bot: Bot, commands: Commands, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Reproduces /refund-status showing a customer's answer raw: Discord rendered its bold,
+    its masked link and its heading for the staff member reading it."""
+    thread_id = await bot.open_conversation()
+    workflow_id = f"discord-{GUILD}-{thread_id}"
+
+    async def status(actor: Actor, conversation: Any) -> Any:
+        return hostile_status(workflow_id)  # what Temporal's history would give, read
+
+    monkeypatch.setattr(commands, "refund_status", status)
+    payload = bot.api.command_interaction("refund-status", thread_id, PRESENTER, None)
+    bot.gateway("INTERACTION_CREATE", payload)
+    record = await answered(bot.api, payload, followups=1)
+    [request] = [r for r in bot.api.requests_to(FOLLOWUP_ROUTE) if r.path.endswith(record.token)]
+    assert request.json["content"] == hostile_status(workflow_id).shown()
+    assert ANSWERS_LINE in request.json["content"].splitlines()
+    assert request.json["allowed_mentions"] == {"parse": []}
+    [followup] = record.followups
+    assert followup["mentions"] == [] and followup["mention_everyone"] is False
 
 
 async def test_refund_status_outside_a_thread_takes_the_conversation(
@@ -1118,8 +1143,14 @@ async def test_a_click_on_a_message_whose_buttons_do_not_read_is_kept(
     bot.gateway("INTERACTION_CREATE", _with(click, "message.components.0.components.0.type", True))
     (kept,) = await wait_for(lambda: _async(bot.router.unreadable), what="the dead letter")
     assert kept.kind == "click" and "components" in kept.reason
-    await asyncio.sleep(0.2)  # the task that raised, before: it would have by now
-    assert bot.router.clicks == [] and loud(caplog) == []
+    # After it, a click that reads: once it is routed, the one kept would have been as well.
+    control = bot.api.component_interaction(
+        thread_id, escalation["id"], AGENT, custom_ids(escalation)[0]
+    )
+    bot.gateway("INTERACTION_CREATE", control)
+    await wait_for(lambda: _async(bool(bot.router.clicks)), what="the click that reads, routed")
+    assert [c.event_id for c in bot.router.clicks] == [control["id"]]
+    assert loud(caplog) == []
 
 
 async def test_an_interaction_from_no_one_discord_py_can_name_is_kept(
@@ -1149,21 +1180,47 @@ async def test_an_interaction_from_no_one_discord_py_can_name_is_kept(
         ("data.resolved", {"users": {"1": "not a user"}}),
     ],
 )
-async def test_a_command_discord_py_cannot_read_is_answered_in_one_line(
+async def test_a_command_that_does_not_fit_is_refused_at_the_edge_and_the_gateway_goes_on(
     bot: Bot, path: str, value: Any, caplog: pytest.LogCaptureFixture
 ) -> None:
     """Reproduces slash commands whose options discord.py cannot read raising in the command
-    tree's own task (asyncio's ERROR and a traceback; the caller never answered), or in its
-    error handler, which reads the same options again."""
+    tree's own task (asyncio's ERROR and a traceback; the caller never answered). Refused before
+    discord.py reads them: one line, no answer (Discord tells its caller it failed), nothing
+    kept; the next command is answered."""
     payload = bot.api.command_interaction(
         "refund-status", SUPPORT, PRESENTER, {"conversation": "t1"}
     )
     bot.gateway("INTERACTION_CREATE", _with(payload, path, value))
-    await asyncio.sleep(0.3)
-    record = interaction(bot.api, payload)
-    if record.callbacks:  # refused at the edge it is never answered: Discord says it failed
-        assert "cannot read" in record.callbacks[0]["data"]["content"]
-    assert loud(caplog) == []
+    # After it, a command that is answered: by then the one refused would have been as well.
+    control = await run_command(bot, "refund-hold", PRESENTER)
+    assert control.startswith("Hold before refund")
+    assert interaction(bot.api, payload).callbacks == []
+    assert "a INTERACTION_CREATE event does not fit" in caplog.text
+    assert bot.router.unreadable == [] and loud(caplog) == []
+
+
+@pytest.mark.parametrize(
+    "resolved",
+    [
+        {"users": {"1": {}}},  # fits the edge's shape; discord.py's User() raises KeyError
+        {"users": {"1": {"id": "x"}}},
+        {"channels": {"1": {}}},
+    ],
+)
+async def test_a_command_discord_py_cannot_read_is_answered_in_one_line(
+    bot: Bot, resolved: dict[str, Any], caplog: pytest.LogCaptureFixture
+) -> None:
+    """Reproduces a slash command whose resolved users or channels discord.py cannot build
+    raising in the command tree's own task, or in its error handler, which reads them again: a
+    traceback, and the caller never answered."""
+    payload = bot.api.command_interaction(
+        "refund-status", SUPPORT, PRESENTER, {"conversation": "t1"}
+    )
+    bot.gateway("INTERACTION_CREATE", _with(payload, "data.resolved", resolved))
+    record = await answered(bot.api, payload)
+    assert record.callbacks[0]["data"]["content"] == UNREADABLE_COMMAND
+    assert record.callbacks[0]["data"]["allowed_mentions"] == {"parse": []}
+    assert "a slash command discord.py cannot read" in caplog.text and loud(caplog) == []
 
 
 async def test_a_link_of_5000_digits_is_a_plain_answer(
@@ -1193,9 +1250,19 @@ async def test_a_click_delivered_twice_is_answered_once(
     bot.gateway("INTERACTION_CREATE", click)
     await wait_for(lambda: _async(bool(bot.router.clicks)), what="the click routed")
     bot.gateway("INTERACTION_CREATE", click)
-    await asyncio.sleep(0.3)
+    # After it, a click in another thread: once it is answered and routed, the redelivery would
+    # have been.
+    other = await bot.open_conversation("My kettle leaks")
+    other_escalation = await post_escalation(bot.api, other, "Refund $40.00?")
+    control = bot.api.component_interaction(
+        other, other_escalation["id"], AGENT, custom_ids(other_escalation)[0]
+    )
+    bot.gateway("INTERACTION_CREATE", control)
+    await answered(bot.api, control)
+    await wait_for(lambda: _async(len(bot.router.clicks) >= 2), what="the other click routed")
     assert len(interaction(bot.api, click).callbacks) == 1
-    assert len(bot.router.clicks) == 1 and loud(caplog) == []
+    assert [c.event_id for c in bot.router.clicks] == [click["id"], control["id"]]
+    assert loud(caplog) == []
 
 
 async def test_a_workflow_id_temporal_refuses_is_a_plain_answer(

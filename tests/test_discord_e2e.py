@@ -145,7 +145,7 @@ async def test_a_discord_conversation_through_the_real_process(
             assert clicked.callbacks, "the click was answered"
             edited = api.message(thread_id, escalation["id"])
             assert edited is not None and edited["components"] == []
-            assert "Approved by Sam (support)" in edited["content"]
+            assert f"Approved by <@{AGENT}>" in edited["content"]
 
             # One thread, opened once: the redelivered opening made no request to Discord.
             assert [r.status for r in api.requests_to(THREADS_ROUTE)] == [201]

@@ -146,18 +146,35 @@ async def test_the_approvers_reminder_pings_the_approver_role_and_only_it(
     assert [r.json["allowed_mentions"] for r in posts(api)[:-1]] == [{"parse": []}] * 2
 
 
-async def test_an_approver_role_given_by_name_is_named_in_bold_and_pings_nobody(
-    api: FakeDiscordAPI,
+async def test_an_approver_role_given_by_name_is_mentioned_by_its_id(
+    api: FakeDiscordAPI, caplog: pytest.LogCaptureFixture
 ) -> None:
-    role = "Refund *Approvers*"
+    """Reproduces the reminder naming a role given by name in bold: it mentioned nobody, and the
+    approvers it was for were never notified."""
+    guild, role_id, role = 1170000000000000007, "1170000000000000101", "Refund *Approvers*"
+    api.add_guild(guild)
+    api.add_role(guild, int(role_id), role)
+    api.add_role(guild, 1170000000000000102, "Refund Approvers")  # another name: not it
     async with DiscordThreadPoster(
         SecretStr(api.token), api_url=api.api_url, approver_role=role
     ) as poster:
-        await poster.post(reminder(1))
-    [stored] = api.messages(THREAD_ID)
-    assert stored["content"] == f"**Refund \\*Approvers\\*** {REMINDER}"
-    assert stored["mention_roles"] == [] and stored["mentions"] == []
-    assert posts(api)[0].json["allowed_mentions"] == {"parse": []}
+        await poster.post(outbound("Needs a person.", seq=1, actions=["approve", "deny"]))
+        await poster.post(reminder(2))
+    # A name no role of the guild has (renamed since, say): written in bold, pinging nobody.
+    async with DiscordThreadPoster(
+        SecretStr(api.token), api_url=api.api_url, approver_role="Refund *Deciders*"
+    ) as poster:
+        await poster.post(reminder(3))
+
+    escalation, reminded, unmatched = api.messages(THREAD_ID)
+    assert reminded["content"] == f"<@&{role_id}> {REMINDER}"
+    assert reminded["mention_roles"] == [role_id] and reminded["mentions"] == []
+    assert not escalation["content"].startswith("<@&") and escalation["mention_roles"] == []
+    assert unmatched["content"] == f"**Refund \\*Deciders\\*** {REMINDER}"
+    assert unmatched["mention_roles"] == []
+    allowed = [r.json["allowed_mentions"] for r in posts(api)]
+    assert allowed == [{"parse": []}, {"parse": [], "roles": [role_id]}, {"parse": []}]
+    assert "has no role named 'Refund *Deciders*'" in caplog.text
 
 
 async def test_without_an_approver_role_the_reminder_is_its_text(
@@ -264,19 +281,22 @@ async def test_edit_replaces_the_escalation_and_its_buttons_with_what_happened(
         text=escalation.text,
         outcome="refund issued ($450.00, reference re_1).",
         decision="approve",
-        decided_by=Actor(platform="discord", user_id="81", display_name="Sam @everyone"),
+        # A name its holder chose: named by their mention, it cannot format, link or ping.
+        decided_by=Actor(
+            platform="discord", user_id="81", display_name="**Sam** [click](https://evil) @everyone"
+        ),
     )
     await poster.edit(edit)
     await poster.edit(edit)  # a retried Activity: the same message again
 
     [stored] = api.messages(THREAD_ID)
     assert stored["content"] == (
-        "Refund $450 for order 4500?\n\n"
-        "Approved by Sam @everyone: refund issued ($450.00, reference re_1)."
+        "Refund $450 for order 4500?\n\nApproved by <@81>: refund issued ($450.00, reference re_1)."
     )
     assert stored["components"] == []
-    assert stored["mention_everyone"] is False  # a display name never pings
+    assert stored["mention_everyone"] is False and stored["mentions"] == []  # it never pings
     edits = api.requests_to("PATCH /channels/{channel_id}/messages/{message_id}")
+    assert [e.json["allowed_mentions"] for e in edits] == [{"parse": []}] * 2
     assert len(edits) == 2 and len(api.messages(THREAD_ID)) == 1
 
 

@@ -60,6 +60,7 @@ from bot.slack.actions import DECISION_ACTIONS, click_location, inbound_click
 from bot.slack.app import EVENTS_PATH, SlackApp, build_app, http_web_app, serve
 from bot.slack.commands import COMMANDS, STATUS_SHORTCUT
 from bot.slack.events import inbound_message
+from bot.slack.identity import BotIdentity
 from bot.slack.render import APPROVE_ACTION_ID, DENY_ACTION_ID
 from bot.slack.requests import (
     BlockActions,
@@ -123,6 +124,9 @@ from worker.codec_server import codec_app
 FORM = "application/x-www-form-urlencoded"
 # Answers a server may give to input; 404 and 405 only to a path or method it does not serve.
 REFUSALS = {400, 401, 404, 405, 413}
+
+# Who the bot is in the fake workspace (FakeSlackApi's defaults, as its auth.test answers).
+FAKE_BOT = BotIdentity("U0REFUNDBOT", "B0REFUNDBOT")
 
 
 @pytest.fixture(autouse=True)
@@ -392,7 +396,7 @@ def handled_by_the_app(case: SlackCase, body: bytes) -> Handled:
     except MalformedRequest:
         return Handled()
     if isinstance(request, MessageEventCallback):
-        return Handled(messages=int(inbound_message(request, CHANNEL) is not None))
+        return Handled(messages=int(inbound_message(request, CHANNEL, FAKE_BOT) is not None))
     if isinstance(request, BlockActions) and request.actions[0].action_id in DECISION_ACTIONS:
         # A click on no message of a channel (a modal's button, say) is not one of ours.
         located = click_location(request) is not None
@@ -602,7 +606,7 @@ def _socket_expected(envelope_type: str, payload: Any) -> tuple[int, int, int]:
     except MalformedRequest:
         return 0, 0, int(envelope_type in ("events_api", "interactive"))
     if isinstance(request, MessageEventCallback):
-        return int(inbound_message(request, CHANNEL) is not None), 0, 0
+        return int(inbound_message(request, CHANNEL, FAKE_BOT) is not None), 0, 0
     if isinstance(request, BlockActions) and request.actions[0].action_id in DECISION_ACTIONS:
         routed = inbound_click(request) is not None and click_location(request) is not None
         return 0, int(routed), 0

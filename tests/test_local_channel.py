@@ -18,6 +18,7 @@ from bot.local.markup import plain
 from bot.local.terminal import PEOPLE, LocalChannel, inbound, thread_ref
 from bot.local.thread_store import APPROVERS_MENTION, LocalThreadStore
 from harness.recording_router import RecordingRouter
+from tests.support.customer_text import ANSWERS_LINE, hostile_status
 from tests.support.slack_app import RecordingCommands
 
 
@@ -175,6 +176,18 @@ async def test_chat_markup_is_shown_as_plain_words(tmp_path: Path) -> None:
     shown = out.getvalue()
     assert "local-local-support-t1  (read from history (https://docs.temporal.io))" in shown
     assert "*" not in shown and "<" not in shown
+
+
+async def test_a_customers_answer_reaches_staff_as_the_characters_typed(tmp_path: Path) -> None:
+    """Reproduces /refund-status printing a customer's answer raw: its escape code reached the
+    terminal (here, red text) and its second line passed for one of the bot's."""
+    channel, out, commands = channel_on(tmp_path)
+    commands.reply_text = hostile_status("local-local-support-t1").shown()
+    channel.me = PEOPLE["presenter"]
+    await channel.handle("/refund-status t1")
+    lines = out.getvalue().splitlines()
+    assert f"    {ANSWERS_LINE}" in lines  # the marks kept: in a code span, they are the words
+    assert "\x1b" not in out.getvalue()
 
 
 def test_plain_strips_marks_only_where_chat_platforms_read_them() -> None:

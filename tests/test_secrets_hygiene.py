@@ -300,7 +300,7 @@ async def test_no_secret_leaks_through_any_path(
             async with http.post(events, data=command.body, headers=headers) as response:
                 assert response.status == 200
             (status,) = await wait_for(lambda: slack.responses, timeout=TURN, what="/refund-status")
-            assert f"damage: {ANSWER}" in status["text"], status
+            assert f"damage: `{ANSWER}`" in status["text"], status
 
             # A Discord customer through the gateway: the Worker posts the first question.
             message = discord.user_message(SUPPORT, DISCORD_CUSTOMER, "please refund order 4500")

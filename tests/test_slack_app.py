@@ -51,7 +51,7 @@ from bot.slack.app import EVENTS_PATH, SlackApp, build_app, http_web_app, serve
 from bot.slack.commands import parse_grant_args
 from bot.slack.grants import SlackUserGroupGrants
 from bot.slack.links import parse_mention, parse_order_number, parse_thread_link
-from bot.slack.render import APPROVE_ACTION_ID, DECISION_BLOCK_ID, DENY_ACTION_ID
+from bot.slack.render import APPROVE_ACTION_ID, DECISION_BLOCK_ID, DENY_ACTION_ID, escape
 from bot.slack.settings import SlackSettings
 from bot.slack.web_client import KeptAliveWebClient
 from harness import free_port, port_accepts
@@ -64,6 +64,7 @@ from harness.fakes.slack_api import (
     signed_headers,
 )
 from harness.recording_router import RecordingRouter
+from tests.support.customer_text import hostile_status
 from tests.support.slack_app import (
     ADMIN,
     CHANNEL,
@@ -427,6 +428,38 @@ async def test_a_message_is_committed_to_the_inbox_before_slack_hears_ok(
         # Slack's retry of it (our 200 came late) is the same event: nothing new.
         assert await post(root, retry_num=1) == 200
     assert [kind for kind, _ in temporal.calls] == ["start"]
+
+
+async def test_the_bots_own_messages_are_acknowledged_and_open_nothing(
+    real_router_app, tmp_path: Path
+) -> None:
+    """Reproduces a signed message event from the bot's own user (no `bot_id` on it) kept at the
+    ack and delivered by the inbox: it opened a conversation, and the bot asked itself which
+    order to refund (bolt's self-event filter runs after the edge has kept the message)."""
+    app, temporal, sender, router = real_router_app
+    bot_user = sender.slack.bot_user_id
+    own_root = sender.post(CHANNEL, "Which order would you like refunded?", user=bot_user)
+    customer = sender.post(CHANNEL, "refund 1234")
+    thread = customer.payload["event"]["ts"]
+    own_reply = sender.post(CHANNEL, "Was the package opened?", user=bot_user, thread_ts=thread)
+    # After them, the customer's answer: once it is delivered, so is anything kept before it.
+    answer = sender.post(CHANNEL, "Yes", thread_ts=thread)
+    wid = workflow_id_for(
+        ThreadRef(platform="slack", workspace=TEAM, channel=CHANNEL, thread=thread)
+    )
+    async with _over_http(app) as post:
+        for delivery in (own_root, customer, own_reply, answer):
+            assert await post(delivery) == 200
+
+        async def answered() -> bool:
+            await router.deliver_pending()  # the inbox's own delivery, as the bot runs it
+            return await Inbox(SqliteDatabase(tmp_path)).size() == 0
+
+        await wait_for(answered, timeout=5, what="the customer's answer delivered")
+    # One conversation, the customer's: started, then answered (as an Update or a Signal).
+    assert [call[1] for call in temporal.calls] == [wid, wid], temporal.calls
+    assert temporal.calls[0] == ("start", wid)
+    assert sender.slack.calls_to("auth.test") != []  # who the bot is, as Slack names it
 
 
 async def test_a_message_that_cannot_be_kept_is_not_acknowledged(harness: Harness) -> None:
@@ -1133,6 +1166,19 @@ async def test_command_replies_are_escaped_and_failures_are_contained(harness: H
     harness.commands.fail = True
     text = await harness.command("/crash-worker")
     assert "failed on our side" in text and "boom" not in text
+
+
+async def test_a_customers_answer_reaches_staff_as_the_characters_typed(harness: Harness) -> None:
+    """Reproduces /refund-status showing a customer's answer raw: Slack rendered its bold for the
+    staff member reading it (its `<…>` was escaped already)."""
+    workflow_id = f"slack-{TEAM}-{CHANNEL}-1732860000.000100"
+    harness.commands.reply_text = hostile_status(workflow_id).shown()
+    text = await harness.command("/refund-status", workflow_id)
+    assert text == escape(hostile_status(workflow_id).shown())
+    assert (
+        "customer answers: 1 (damage: `**bold** [click](https://evil) @everyone &lt;@123&gt; "
+        "&lt;!channel&gt; # heading [31mred`)"
+    ) in text.splitlines()
 
 
 # ---------------------------------------------------------------------------------------------

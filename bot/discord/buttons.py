@@ -34,6 +34,7 @@ from bot.discord.render import (
     Action,
     components_for,
     fit_content,
+    named,
     parse_custom_id,
 )
 from bot.discord.replies import NO_PINGS, finished_within, tell_privately
@@ -123,13 +124,15 @@ class ClickedMessage:
             await tell_privately(self._interaction, text)
 
     async def checking(self) -> None:
-        await self._edit(_append(self._original, decided_line(self._click) + "."))
+        who = named(self._click.actor)
+        await self._edit(_append(self._original, decided_line(self._click, who=who) + "."))
 
     async def restore(self) -> None:
         await self._edit(self._original, buttons=True)
 
     async def conclude(self, outcome: str) -> None:
-        await self._edit(_append(self._original, decided_line(self._click, outcome)))
+        who = named(self._click.actor)
+        await self._edit(_append(self._original, decided_line(self._click, outcome, who)))
 
     async def _edit(self, content: str, *, buttons: bool = False) -> None:
         """Replace the clicked message's text; its buttons go, unless `buttons` asks for Approve

@@ -32,7 +32,7 @@ from pydantic import SecretStr
 from temporalio.exceptions import ApplicationError
 
 from agent.models import MessageEdit, MessageKey, OutboundMessage, PostedMessage
-from bot.discord.render import edit_payload_for, payload_for
+from bot.discord.render import edit_payload_for, is_role_id, payload_for
 from bot.discord.settings import DiscordSettings
 
 log = logging.getLogger(__name__)
@@ -92,7 +92,7 @@ class DiscordThreadPoster:
         now: Callable[[], datetime] = _utcnow,
         approver_role: str | None = None,
     ) -> None:
-        """`approver_role`: DISCORD_APPROVER_ROLE, which the approvers' reminder names."""
+        """`approver_role`: DISCORD_APPROVER_ROLE, which the approvers' reminder mentions."""
         if not token.get_secret_value():
             raise ValueError("DiscordThreadPoster needs a bot token")
         self._token = token
@@ -112,8 +112,9 @@ class DiscordThreadPoster:
 
     async def post(self, message: OutboundMessage) -> PostedMessage:
         channel_id = _thread_channel_id(message.thread.platform, message.thread.thread, message.key)
+        named = await self._roles_named(message)
         try:
-            payload = payload_for(message, self._approver_role)
+            payload = payload_for(message, self._approver_role, named)
         except ValueError as exc:
             _permanent(f"cannot render message {message.key} for Discord: {exc}", exc)
         nonce: str = payload["nonce"]
@@ -137,6 +138,40 @@ class DiscordThreadPoster:
             " (already posted)" if duplicate else "",
         )
         return PostedMessage(platform_message_id=message_id, duplicate=duplicate)
+
+    async def _roles_named(self, message: OutboundMessage) -> list[str]:
+        """For the approvers' reminder, when DISCORD_APPROVER_ROLE is a name: the ids of the
+        thread's guild's roles of that name, read now (a renamed role stops matching at once, as
+        in bot.discord.grants). [] otherwise, and when the roles cannot be read: the reminder then
+        writes the name and pings nobody (said in the log). 5xx and 429 propagate: retried."""
+        role = (self._approver_role or "").strip()
+        if message.mention != "approvers" or not role or is_role_id(role):
+            return []
+        guild_id = message.thread.workspace
+        if not guild_id.isascii() or not guild_id.isdigit():
+            return []  # no guild's snowflake: no roles to read
+        try:
+            roles = await (await self._client()).get_roles(int(guild_id))
+        except discord.LoginFailure as exc:
+            _raise_auth(exc)
+        except discord.HTTPException as exc:
+            if exc.status == 401:
+                _raise_auth(exc)
+            if exc.status >= 500:
+                raise
+            log.warning(
+                "cannot read the roles of guild %s (%s, code %s): the approvers' reminder names "
+                "%r and pings nobody",
+                guild_id, exc.status, exc.code, role,
+            )  # fmt: skip
+            return []
+        ids = [str(r["id"]) for r in roles if r.get("name") == role]
+        if not ids:
+            log.warning(
+                "guild %s has no role named %r: the approvers' reminder names it and pings nobody",
+                guild_id, role,
+            )  # fmt: skip
+        return ids
 
     async def edit(self, edit: MessageEdit) -> None:
         """ThreadPoster.edit: PATCH the post with what happened and no buttons (repeatable)."""

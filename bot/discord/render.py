@@ -14,11 +14,12 @@ from __future__ import annotations
 import base64
 import hashlib
 import re
+from collections.abc import Sequence
 from typing import Any, Literal, NamedTuple, get_args
 
 import discord
 
-from agent.models import MessageEdit, MessageKey, OutboundMessage
+from agent.models import Actor, MessageEdit, MessageKey, OutboundMessage
 
 Action = Literal["approve", "deny"]
 ACTIONS: tuple[Action, ...] = get_args(Action)
@@ -129,21 +130,33 @@ def components_for(
     return [{"type": discord.ComponentType.action_row.value, "components": buttons}]
 
 
-def mention_for(message: OutboundMessage, approver_role: str | None) -> tuple[str, list[str]]:
-    """(what the post opens with, the role ids it may ping). The approvers' reminder names
-    DISCORD_APPROVER_ROLE: a role id as `<@&id>`, which pings that role and no other; a role name
-    in bold, which pings nobody (a name cannot be mentioned). Every other post: ("", [])."""
+def is_role_id(role: str) -> bool:
+    """All digits: a role id (as bot.discord.grants reads it); anything else is a role name."""
+    return role.isascii() and role.isdigit()
+
+
+def mention_for(
+    message: OutboundMessage, approver_role: str | None, named: Sequence[str] = ()
+) -> tuple[str, list[str]]:
+    """(what the post opens with, the role ids it may ping). The approvers' reminder mentions
+    DISCORD_APPROVER_ROLE, `<@&id>`, which pings that role and no other: given by id, that id;
+    given by name, the ids of the guild's roles of that name (`named`, read by the poster). A name
+    no role has is written in bold and pings nobody. Every other post: ("", [])."""
     role = (approver_role or "").strip()
     if message.mention != "approvers" or not role:
         return "", []
-    if role.isascii() and role.isdigit():  # all digits: an id, as bot.discord.grants reads it
-        return f"<@&{role}> ", [role]
+    ids = [role] if is_role_id(role) else list(dict.fromkeys(named))
+    if ids:
+        return "".join(f"<@&{i}> " for i in ids), ids
     return f"**{discord.utils.escape_markdown(role)}** ", []
 
 
-def payload_for(message: OutboundMessage, approver_role: str | None = None) -> dict[str, Any]:
-    """The JSON body of POST /channels/{thread_id}/messages for one outbound message."""
-    lead, roles = mention_for(message, approver_role)
+def payload_for(
+    message: OutboundMessage, approver_role: str | None = None, named: Sequence[str] = ()
+) -> dict[str, Any]:
+    """The JSON body of POST /channels/{thread_id}/messages for one outbound message (`named`:
+    the ids of the roles named `approver_role`, when it is a name; see mention_for)."""
+    lead, roles = mention_for(message, approver_role, named)
     allowed: dict[str, Any] = {"parse": []}
     if roles:
         allowed["roles"] = roles  # the approver role, in its reminder: nothing else is parsed
@@ -164,10 +177,20 @@ def payload_for(message: OutboundMessage, approver_role: str | None = None) -> d
     return payload
 
 
+def named(actor: Actor) -> str:
+    """How a post names a person: a Discord user by their mention, `<@id>` (Discord shows the
+    name they go by; allowed_mentions keeps it from pinging), so that a name they chose cannot
+    format or link; anyone else by their label, its markdown escaped."""
+    if actor.platform == "discord" and actor.user_id.isascii() and actor.user_id.isdigit():
+        return f"<@{actor.user_id}>"
+    return discord.utils.escape_markdown(actor.label)
+
+
 def edit_payload_for(edit: MessageEdit) -> dict[str, Any]:
     """The JSON body of PATCH /channels/{thread_id}/messages/{id}: what happened, no buttons."""
+    who = named(edit.decided_by) if edit.decided_by is not None else None
     return {
-        "content": fit_content(f"{edit.text}\n\n{edit.outcome_line()}"),
+        "content": fit_content(f"{edit.text}\n\n{edit.outcome_line(who)}"),
         "components": [],
         "allowed_mentions": {"parse": []},
     }

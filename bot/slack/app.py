@@ -42,6 +42,7 @@ from bot.slack.actions import DECISION_ACTIONS, register_decision_actions
 from bot.slack.commands import COMMANDS, SHORTCUTS, register_commands
 from bot.slack.events import inbound_message, register_message_events
 from bot.slack.handover import Handovers
+from bot.slack.identity import OwnIdentity
 from bot.slack.links import FindByOrder
 from bot.slack.requests import (
     BlockActions,
@@ -91,10 +92,12 @@ _SOCKET_MODE_LOG = logging.getLogger(__name__ + ".socket_mode")
 
 class SlackApp(AsyncApp):
     """The bolt app, the router its edges write customer messages ahead to (and hand what they
-    cannot read), and the support channel those messages come from."""
+    cannot read), the support channel those messages come from, and who the bot is there (its
+    own messages are dropped at the edge)."""
 
     router: Router
     support_channel: str
+    identity: OwnIdentity
 
 
 def build_app(
@@ -139,21 +142,34 @@ def build_app(
         request_verification_enabled=True,
         process_before_response=False,  # listeners run after the ack, never before it
     )
-    register_message_events(app, router, settings.support_channel)
+    identity = OwnIdentity(client)
+    register_message_events(app, router, settings.support_channel, identity)
     register_decision_actions(app, router, grants)
     register_commands(app, commands, find_by_order)
     app.router = router
     app.support_channel = settings.support_channel
+    app.identity = identity
     return app
 
 
 async def kept_ahead(app: SlackApp, request: SlackRequest) -> bool:
     """Write a customer's message ahead to the inbox, before Slack hears "ok" (its listener then
     delivers it): False when it could not be kept, and must not be acknowledged, so that Slack
-    sends it again. Anything else needs no keeping."""
+    sends it again. Anything else needs no keeping, the bot's own messages included."""
     if not isinstance(request, MessageEventCallback):
         return True
-    inbound = inbound_message(request, app.support_channel)
+    try:
+        # Known since `serve` started; asked of Slack here only when served another way.
+        me = await app.identity.get()
+    except Exception as err:
+        log.warning(
+            "slack: event %s not acknowledged: who the bot is is unknown (auth.test: %s); "
+            "Slack sends it again",
+            request.event_id,
+            one_line(err),
+        )
+        return False
+    inbound = inbound_message(request, app.support_channel, me)
     if inbound is None:
         return True
     try:
@@ -305,7 +321,7 @@ def _freeze_startup_heap() -> None:
 
 
 async def _http_mode(app: SlackApp, port: int, signing_secret: str, health: PlatformHealth) -> None:
-    await _check_bot_token(app.client)
+    await _check_bot_token(app)
     runner = http_edge.runner(http_web_app(app, signing_secret))
     await runner.setup()
     try:
@@ -327,7 +343,7 @@ async def _http_mode(app: SlackApp, port: int, signing_secret: str, health: Plat
 async def _socket_mode(
     app: SlackApp, app_token: str, health: PlatformHealth, ping_interval: float
 ) -> None:
-    await _check_bot_token(app.client)
+    await _check_bot_token(app)
     try:
         opened = await app.client.apps_connections_open(app_token=app_token)
     except SlackApiError as err:
@@ -376,9 +392,10 @@ async def _socket_mode(
         await handler.close_async()
 
 
-async def _check_bot_token(client: AsyncWebClient) -> None:
+async def _check_bot_token(app: SlackApp) -> None:
+    """auth.test: the token is good, and names the bot (its own messages are dropped by it)."""
     try:
-        await client.auth_test()
+        await app.identity.learn()
     except SlackApiError as err:
         error = err.response.get("error")
         if error in TOKEN_REFUSED:

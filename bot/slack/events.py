@@ -3,7 +3,8 @@
     customer message in the support channel -> router.on_message -> Signal(-with-start)
 
 `inbound_message` is the filter (pure: other channels, bots, edits and system notices are
-dropped); `register_message_events` adds the listener that routes what passes, one thread at a
+dropped, and the bot's own posts by the identity auth.test gives it, bot.slack.identity);
+`register_message_events` adds the listener that routes what passes, one thread at a
 time, and posts the router's notice (if any) in the thread. The listener reads the event as the
 edge typed it (bot.slack.requests), so nothing in it can fail on a field's type; an event that
 reached it without passing the edge and does not read is kept in the inbox as a dead letter,
@@ -24,6 +25,7 @@ from agent import tracing
 from agent.models import Actor, ThreadRef
 from bot.conversations import NOT_KEPT, NOTICES, InboundMessage, Router, keep_unreadable
 from bot.keyed_locks import KeyedLocks
+from bot.slack.identity import BotIdentity, OwnIdentity
 from bot.slack.replies import post_notice
 from bot.slack.requests import MalformedRequest, MessageEvent, MessageEventCallback, typed
 
@@ -35,8 +37,11 @@ log = logging.getLogger(__name__)
 HUMAN_SUBTYPES = frozenset({"thread_broadcast", "file_share"})
 
 
-def register_message_events(app: AsyncApp, router: Router, support_channel: str) -> None:
-    """Route the support channel's customer messages to `router`, each thread in arrival order."""
+def register_message_events(
+    app: AsyncApp, router: Router, support_channel: str, identity: OwnIdentity
+) -> None:
+    """Route the support channel's customer messages to `router`, each thread in arrival order;
+    the bot's own (`identity`) never."""
     thread_locks = KeyedLocks()
 
     @app.event("message")
@@ -44,10 +49,17 @@ def register_message_events(app: AsyncApp, router: Router, support_channel: str)
         body: dict[str, Any], context: AsyncBoltContext, client: AsyncWebClient
     ) -> None:
         try:
-            inbound = inbound_message(typed(MessageEventCallback, context, body), support_channel)
+            request = typed(MessageEventCallback, context, body)
         except (MalformedRequest, ValidationError) as err:
             await keep_unreadable(router, "slack", "message", body, str(err).splitlines()[0])
             return
+        try:
+            me = await identity.get()  # known already: the edge needed it to keep the message
+        except Exception as err:
+            log.warning("slack: event %s not routed: who the bot is is unknown (%s)",
+                        request.event_id, err)  # fmt: skip
+            return
+        inbound = inbound_message(request, support_channel, me)
         if inbound is None:
             return
         with tracing.span("slack.message", "server", platform="slack", event_id=inbound.event_id):
@@ -67,10 +79,13 @@ def register_message_events(app: AsyncApp, router: Router, support_channel: str)
                 await post_notice(client, inbound.thread.channel, inbound.thread.thread, notice)
 
 
-def inbound_message(request: MessageEventCallback, support_channel: str) -> InboundMessage | None:
-    """A message event the agent should see, or None (other channels, bots, edits, notices)."""
+def inbound_message(
+    request: MessageEventCallback, support_channel: str, me: BotIdentity
+) -> InboundMessage | None:
+    """A message event the agent should see, or None (other channels, bots, edits, notices,
+    and the bot's own posts, `me`, whatever their shape)."""
     event = request.event
-    if event.channel != support_channel:
+    if event.channel != support_channel or me.wrote(event):
         return None
     if event.subtype is not None and event.subtype not in HUMAN_SUBTYPES:
         return None
