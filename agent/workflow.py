@@ -346,7 +346,7 @@ class RefundConversation:
         recorded = workflow.info().typed_search_attributes.get(VERSION_ATTRIBUTE)
         corrected = recorded is not None and recorded != WORKFLOW_VERSION
         if corrected and not workflow.patched("version-in-first-task"):
-            corrected = False  # a conversation of 1.1 or before: they left a value as it was
+            corrected = False  # replaying 1.1's first task, which left a value as it was
         # 1.0's code always corrected it, so "1.0" left as it is means 1.0's code ran this task
         # (or 1.1's, from a 1.0 starter: the decide step's marker then says so, in _decide).
         self._on_1_0 = recorded == "1.0" and not corrected
