@@ -14,7 +14,7 @@ export UV_PYTHON_DOWNLOADS := never
 TEST_WORKERS ?= 4
 
 .DEFAULT_GOAL := setup
-.PHONY: setup run demo demo-side-by-side test lint bench bench-quick clean
+.PHONY: setup run demo demo-side-by-side test release-check lint bench bench-quick clean
 
 $(UV):
 	$(PYTHON) -m venv .tools
@@ -41,6 +41,12 @@ $(PROMTOOL): | .venv/.synced
 test: .venv/.synced $(PROMTOOL)  ## mypy over every package, then the whole suite on a real Temporal dev server
 	$(UV) run --locked mypy
 	$(UV) run --locked pytest -n $(TEST_WORKERS) --dist loadfile
+
+# The release step (docs/versioning.md): every patch inside its window today, every supported older
+# version tagged (workflow-<version>), and an upgrade from each tag's own code to this one. Minutes;
+# it needs the tags (`git fetch --tags`), so it is not part of `make test`.
+release-check: .venv/.synced  ## the release step: patch windows, tags, and the upgrade from each tag
+	$(UV) run --locked python -m harness.release check
 
 lint: .venv/.synced
 	$(UV) run --locked ruff check .

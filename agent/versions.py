@@ -1,12 +1,13 @@
 """Which conversations this code runs: the Workflow's version, its open changes and their window.
 
-    a conversation's first task -> RefundBotVersion = WORKFLOW_VERSION (a search attribute)
+    a conversation's first task -> RefundBotVersion = WORKFLOW_VERSION (a search attribute), set
+        if the starter left it out and corrected if it named another version
     a Worker's start -> open conversations of a version not in SUPPORTED -> one line naming them
 
 docs/versioning.md says how a change to the Workflow ships: guarded by workflow.patched, listed in
 PATCHES with the day its release shipped, and removed once no open conversation can predate it
-(MAX_CONVERSATION_AGE after that day, since every wait a conversation has is bounded by it).
-tests/test_versions.py fails when a patch outlives that window.
+(MAX_CONVERSATION_AGE after that day, since every wait a conversation has is bounded by it). The
+release step (`python -m harness.release check`) fails when a patch outlives that window.
 """
 
 from __future__ import annotations
@@ -21,9 +22,10 @@ from agent.visibility import VERSION_ATTRIBUTE, check_registered
 
 # The version a conversation records when it starts: bumped with every release that changes the
 # Workflow's commands. A new baseline (the major number) drops every branch older than it.
-WORKFLOW_VERSION = "1.1"
-# The versions whose conversations this code replays: the current baseline's releases.
-SUPPORTED = ("1.0", "1.1")
+WORKFLOW_VERSION = "1.2"
+# The versions whose conversations this code replays: the current baseline's releases. Each has its
+# histories in tests/histories/workflow-<version>/, recorded by its own code, and its release tag.
+SUPPORTED = ("1.0", "1.1", "1.2")
 
 # No conversation lives longer than this: every wait (the customer, a support agent, the hold
 # before the refund) ends by this age, and the conversation closes with a sentence. It is the
@@ -33,26 +35,40 @@ MAX_CONVERSATION_AGE = timedelta(days=30)
 
 @dataclass(frozen=True)
 class Patch:
-    """A change to the Workflow's commands, guarded by workflow.patched(id) until removed."""
+    """A change to the Workflow's commands, guarded until removed: by workflow.patched(id), or
+    (marker=False, changes 1.1 shipped without a marker) by RefundConversation._has(id), which
+    tells 1.0's conversations by the version they recorded."""
 
     version: str  # the WORKFLOW_VERSION that introduced it
     shipped: date  # the day its release replaced the last Worker running older code
+    marker: bool = True
 
     def removable_after(self) -> date:
         """The day after which no open conversation can have started before this change."""
         return self.shipped + MAX_CONVERSATION_AGE
 
 
-# Every workflow.patched id in agent/workflow.py, by id. Empty at a baseline.
+# Every workflow.patched id in the product's Workflows (agent/, worker/, demo/) and every change
+# RefundConversation._has names, by id. Empty at a baseline.
 PATCHES: dict[str, Patch] = {
+    # A restart order expires: it names its host and is refused when older than ORDER_MAX_AGE
+    # (worker.control.RestartWorker, demo.paused_restart.PausedRestartWorker).
+    "restart-order-expires": Patch(version="1.1", shipped=date(2026, 12, 2)),
     # The offline policy's decide step posts the question it asks: one activation a turn fewer.
     "question-in-decide": Patch(version="1.1", shipped=date(2026, 12, 2)),
+    # An escalation waiting for a decision is in visibility for /refund-queue (search attributes
+    # upserted after its post and once decided).
+    "approval-queue": Patch(version="1.1", shipped=date(2026, 12, 2), marker=False),
+    # A silent customer and an undecided escalation are reminded once before they close.
+    "reminders": Patch(version="1.1", shipped=date(2026, 12, 2), marker=False),
+    # The first task corrects a RefundBotVersion the starter set to another version.
+    "version-in-first-task": Patch(version="1.2", shipped=date(2026, 12, 4)),
 }
 
 
 def overdue(patches: dict[str, Patch], today: date) -> list[str]:
     """The patches whose branch should be gone by `today` (docs/versioning.md: deprecate, then
-    remove); tests/test_versions.py fails while any is left."""
+    remove); the release step fails while any is left."""
     return sorted(
         patch_id for patch_id, patch in patches.items() if today > patch.removable_after()
     )

@@ -11,7 +11,7 @@ only their results are recorded. What waits on the outside world (the model, the
 platform) is a regular Activity that heartbeats. A step whose dependency is down is retried
 quickly, then (the thread told once) patiently as a regular Activity: an outage delays a
 conversation, never ends it. Every wait is bounded by its Timing and by MAX_CONVERSATION_AGE.
-This is Workflow version 1.1 (agent/versions.py); docs/versioning.md says how a change ships.
+This is Workflow version 1.2 (agent/versions.py); docs/versioning.md says how a change ships.
 """
 
 # The workflow sandbox runs this module afresh for every conversation it starts or replays, so it
@@ -297,6 +297,9 @@ class RefundConversation:
         self._told_waiting = False  # the thread knows a step waits out an outage
         # The key the decide step posts its question under (1.1 on); None: the Workflow posts it.
         self._question_key: MessageKey | None = None
+        # A conversation 1.0's code ran: it keeps 1.0's commands where 1.1 changed them without a
+        # marker (agent.versions.PATCHES, marker=False). Set in run(), from what it recorded.
+        self._on_1_0 = False
 
     # ------------------------------------------------------------------------------------------
     # The loop
@@ -304,11 +307,7 @@ class RefundConversation:
 
     @workflow.run
     async def run(self, start: ConversationStart) -> ConversationOutcome:
-        # Which code started this conversation, for the Worker that must one day replay it. The
-        # starter sets it (agent.versions.version_attributes); set here only if it did not. Never
-        # compared with this code's version: a later release replays this same command.
-        if workflow.info().typed_search_attributes.get(VERSION_ATTRIBUTE) is None:
-            workflow.upsert_search_attributes([VERSION_ATTRIBUTE.value_set(WORKFLOW_VERSION)])
+        self._record_version()
         try:
             decision = await self._dispose(await self._agent_loop(start))
             order = self._order()
@@ -337,6 +336,27 @@ class RefundConversation:
             # A step failed for good (a model that refuses the call, retries exhausted, ...).
             await self._say_failed(err)
             raise  # the run fails loudly for an operator, with the detail in Event History
+
+    def _record_version(self) -> None:
+        """RefundBotVersion says which code ran this conversation's first task, for the Worker
+        that must one day replay it. The starter sets it (agent.versions.version_attributes); this
+        task corrects it when it is missing or names another version (a split deploy: a starter and
+        a Worker of different releases). A replay takes the branch its first run took: a value
+        that was missing was set by every version, a different one only by code with the marker."""
+        recorded = workflow.info().typed_search_attributes.get(VERSION_ATTRIBUTE)
+        corrected = recorded is not None and recorded != WORKFLOW_VERSION
+        if corrected and not workflow.patched("version-in-first-task"):
+            corrected = False  # replaying 1.1's first task, which left a value as it was
+        # 1.0's code always corrected it, so "1.0" left as it is means 1.0's code ran this task
+        # (or 1.1's, from a 1.0 starter: the decide step's marker then says so, in _decide).
+        self._on_1_0 = recorded == "1.0" and not corrected
+        if recorded is None or corrected:
+            workflow.upsert_search_attributes([VERSION_ATTRIBUTE.value_set(WORKFLOW_VERSION)])
+
+    def _has(self, change: str) -> bool:
+        """Whether this conversation takes `change`, one of the changes 1.1 made without a marker
+        (agent.versions.PATCHES, marker=False): every conversation but those 1.0's code ran."""
+        return not self._on_1_0
 
     async def _agent_loop(self, start: ConversationStart) -> AgentStep:
         """Turns of the decider until it proposes a decision (or gives nothing usable)."""
@@ -379,6 +399,7 @@ class RefundConversation:
             # (a takeover's sentence) cannot take it; a step that does not ask leaves it unused.
             self._question_key = None
             if workflow.patched("question-in-decide"):
+                self._on_1_0 = False  # 1.1's code ran it, whatever its starter recorded
                 self._seq += 1
                 self._question_key = self._key()
                 where = QuestionPost(
@@ -450,7 +471,10 @@ class RefundConversation:
         """The customer's next message: one reminder if they are silent, closed if still silent.
         While a person holds the conversation the clock stops, and starts again at the hand-back."""
         timing = self._timing
-        reminded = False
+        # Without the reminders (1.0): one wait of customer_idle, then closed.
+        reminders = self._has("reminders")
+        reminded = not reminders
+        left = timing.customer_idle - (timing.customer_reminder if reminders else timedelta())
         while True:
             await self._while_taken_over()
 
@@ -459,12 +483,10 @@ class RefundConversation:
 
             # DURABLE WAIT: no Worker needs to stay alive while the customer types.
             if reminded:
-                left = timing.customer_idle - timing.customer_reminder
                 if not await self._wait(ready, left, "close: the customer is silent"):
                     raise _Idle
             elif not await self._wait(ready, timing.customer_reminder, "remind the customer"):
                 reminded = True
-                left = timing.customer_idle - timing.customer_reminder
                 await self._post("info", customer_reminder(question, left))
                 continue
             if self._taken_over is None:
@@ -549,7 +571,8 @@ class RefundConversation:
         starts again at the hand-back); a click still counts meanwhile."""
         timing = self._timing
         posted_at = workflow.now()
-        reminded = timing.approval_reminder >= timing.approval_timeout
+        # Without the reminders (1.0): one wait until approval_timeout, then closed.
+        reminded = timing.approval_reminder >= timing.approval_timeout or not self._has("reminders")
         while True:
             self._phase = "waiting_for_approval"
             if self._taken_over is not None and not self._approvals:
@@ -607,7 +630,7 @@ class RefundConversation:
     def _queued(self, stage: str | None) -> None:
         """What /refund-queue reads, in visibility: this conversation waits for a decision (order,
         amount, since when), or no longer does. Only changes are written."""
-        if stage == self._stage:
+        if stage == self._stage or not self._has("approval-queue"):
             return
         self._stage = stage
         order = self._order()

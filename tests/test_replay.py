@@ -1,9 +1,12 @@
 """Replay: the committed Event Histories replay cleanly; a reordered Workflow does not.
 
-tests/histories/*.json are every path of Workflow version 1.1 (tests/histories/record.py records
-them), encrypted with the tests' codec key. A change to the Workflow's commands ships as
-docs/versioning.md says: guarded by workflow.patched, with the histories recorded before it kept
-in a `before-<patch id>/` folder here until the patch is removed (tests/test_versions.py).
+tests/histories/*.json are this Workflow version's, and tests/histories/workflow-<version>/ each
+older version's in agent.versions.SUPPORTED: the histories that version's own code recorded,
+encrypted with the tests' codec key, every path to its end (tests/histories/record.py) and a
+conversation left open at every stage (open_*.json, `python -m harness.release record`). This
+code replays them all. A change to the Workflow's commands ships as docs/versioning.md says:
+guarded, under a new WORKFLOW_VERSION; the histories of the version before move into its folder
+and are never recorded again.
 """
 
 from __future__ import annotations
@@ -31,16 +34,22 @@ from agent.history import (
 )
 from agent.models import ConversationStart, DecideInput, LookupCustomerInput
 from agent.temporal_client import data_converter
-from agent.versions import PATCHES, WORKFLOW_VERSION
+from agent.versions import SUPPORTED, WORKFLOW_VERSION
 from agent.workflow import WORKFLOW_TYPE, RefundConversation
 from harness.codec import TEST_CONVERTER, TEST_KEY, codec_payloads
 from worker.sandbox import CompiledOnceSandboxRunner
 
 ROOT = Path(__file__).parent / "histories"
-# Every committed history: the current Workflow's paths, and in before-* folders those recorded
-# before a patched change (conversations that were running at that deploy).
+# Every committed history, of every supported version.
 HISTORIES = sorted(ROOT.rglob("*.json"))
-CURRENT = sorted(ROOT.glob("*.json"))
+# This version's paths, each to its end.
+HERE = ROOT
+CURRENT = sorted(p for p in HERE.glob("*.json") if not p.stem.startswith("open_"))
+# The stages a conversation can wait at, by the first version that had each.
+STAGES = {
+    "1.0": {"waiting", "escalated", "held"},
+    "1.1": {"waiting", "escalated", "held", "reminded", "customer_reminded", "taken_over"},
+}
 # The steps that run as local activities (the decide step too, with the offline policy).
 SHORT_STEPS = {
     "lookup_order",
@@ -110,6 +119,19 @@ class ReorderedConversation:
     def release(self) -> None: ...
 
 
+def test_every_supported_version_left_its_own_histories_at_every_stage() -> None:
+    """A release's histories are recorded by its own code: the version each conversation recorded
+    at its start is its folder's. Each left a conversation open at every stage it has."""
+    for version in SUPPORTED:
+        folder = ROOT if version == WORKFLOW_VERSION else ROOT / f"workflow-{version}"
+        opened = {p.stem.removeprefix("open_") for p in folder.glob("open_*.json")}
+        assert opened >= STAGES["1.0" if version == "1.0" else "1.1"], (version, opened)
+        for path in folder.glob("*.json"):
+            started = _read(path).events[0].workflow_execution_started_event_attributes
+            payload = started.search_attributes.indexed_fields["RefundBotVersion"]
+            assert json.loads(payload.data) == version, _name(path)
+
+
 def test_every_path_is_recorded() -> None:
     assert {p.stem for p in CURRENT} >= {
         "auto_approved",
@@ -145,8 +167,9 @@ async def test_a_conversation_records_the_version_that_started_it(path: Path) ->
     ]
     upserted = {name for attributes in upserts for name in attributes.indexed_fields}
     assert "RefundBotVersion" not in upserted  # the starter's was right
-    # The offline policy's path takes the 1.1 branch; the model's has no branch.
-    expected = set() if path.stem.startswith("model_") else set(PATCHES)
+    # The offline policy's path takes the 1.1 branch; the model's has no branch. A starter of this
+    # version needs no correction ("version-in-first-task" has no marker).
+    expected = set() if path.stem.startswith("model_") else {"question-in-decide"}
     assert _patch_ids(history) == expected
 
 
@@ -218,7 +241,7 @@ async def test_the_offline_policy_reads_the_order_and_the_history_in_one_turn(pa
 def test_steps_read_back_in_the_order_they_were_scheduled_whichever_finished_first() -> None:
     # The two lookups of one turn record their markers as they finish; swap them, as a run whose
     # history lookup finished first records them, and the reading must not change.
-    events = list(_read(ROOT / "auto_approved.json").events)
+    events = list(_read(HERE / "auto_approved.json").events)
     lookups = [i for i, e in enumerate(events) if "lookup_" in str(local_activity(e))]
     assert len(lookups) == 2 and lookups[1] == lookups[0] + 1
     first, second = lookups
@@ -267,7 +290,7 @@ async def test_a_local_post_that_timed_out_replays_as_it_ran() -> None:
     (what the SDK hands the Workflow on replay; on the first run it raised an ActivityError) and
     the Activity posted the question. The replay takes the first run's path: the same commands,
     the conversation refunded."""
-    history = await _decoded(ROOT / "post_timed_out.json")
+    history = await _decoded(HERE / "post_timed_out.json")
     posts = [
         step for step in steps_of(history.events, TEST_CONVERTER) if step.name == "post_to_thread"
     ]
@@ -281,14 +304,15 @@ async def test_a_local_post_that_timed_out_replays_as_it_ran() -> None:
     ]
     assert len(timed_out) == 1, timed_out
     result = await _replayer(RefundConversation).replay_workflow(
-        await _load(ROOT / "post_timed_out.json"), raise_on_replay_failure=False
+        await _load(HERE / "post_timed_out.json"), raise_on_replay_failure=False
     )
     assert result.replay_failure is None, result.replay_failure
     survivors = survivors_from_history(history)
     assert survivors.outcome is not None and survivors.outcome.status == "refunded"
 
 
-@pytest.mark.parametrize("path", HISTORIES, ids=_name)
+# A conversation to its end: the reordered code's first command meets a recorded one.
+@pytest.mark.parametrize("path", CURRENT, ids=_name)
 async def test_reordered_workflow_fails_replay(path: Path) -> None:
     replayer = _replayer(ReorderedConversation)
     with pytest.raises(NondeterminismError):
@@ -296,14 +320,14 @@ async def test_reordered_workflow_fails_replay(path: Path) -> None:
 
 
 async def test_the_loser_of_a_race_reads_already_refunded_from_history() -> None:
-    survivors = survivors_from_history(await _decoded(ROOT / "raced.json"))
+    survivors = survivors_from_history(await _decoded(HERE / "raced.json"))
     assert survivors.closed and survivors.outcome and survivors.outcome.status == "denied"
     assert survivors.refund.state == "already_refunded"
     assert survivors.refund.refund and survivors.refund.refund.earlier is not None
 
 
 async def test_what_survives_is_rebuilt_from_history_alone() -> None:
-    survivors = survivors_from_history(await _decoded(ROOT / "auto_approved.json"))
+    survivors = survivors_from_history(await _decoded(HERE / "auto_approved.json"))
     assert survivors.answers == {"item_opened": "Yes", "damage": "Split seam"}
     assert survivors.lookups == ["lookup_order", "lookup_customer_history"]
     assert survivors.closed and survivors.outcome and survivors.outcome.status == "refunded"
@@ -320,7 +344,7 @@ def test_histories_are_ciphertext_and_compressed() -> None:
         compressed = {COMPRESSION_METADATA in p.metadata for e in events for p in codec_payloads(e)}
         assert compressed == {True}, _name(path)
     # The local activities' results are among them.
-    escalated = _read(ROOT / "escalated.json").events
+    escalated = _read(HERE / "escalated.json").events
     results = [e for e in escalated if "result" in e.marker_recorded_event_attributes.details]
     # Decide steps (two posting their questions), lookups, the rules, the grant read, posts.
     assert len(results) == 13
@@ -330,7 +354,7 @@ def test_histories_are_ciphertext_and_compressed() -> None:
 async def test_replay_tooling_without_the_key_fails_in_one_line() -> None:
     stranger = data_converter([CodecKey.generate("not-the-tests-key")])
     with pytest.raises(MissingCodecKey) as missing:
-        await _load(ROOT / "escalated.json", stranger)
+        await _load(HERE / "escalated.json", stranger)
     assert str(missing.value).startswith(
         f"Event History is encrypted with codec key {TEST_KEY.key_id!r}"
     )
@@ -338,4 +362,4 @@ async def test_replay_tooling_without_the_key_fails_in_one_line() -> None:
 
 def test_reading_an_encrypted_history_undecoded_is_refused_clearly() -> None:
     with pytest.raises(ValueError, match="still encrypted: read it through decoded_history"):
-        survivors_from_history(_read(ROOT / "escalated.json"))
+        survivors_from_history(_read(HERE / "escalated.json"))

@@ -1,6 +1,8 @@
-"""How a Workflow change ships (docs/versioning.md): every patch registered and inside its window,
-every wait bounded, each conversation's version recorded, and the conversations a Worker cannot run
-named before it polls and drained with a sentence in their threads."""
+"""How a Workflow change ships (docs/versioning.md): every patch registered with its versions'
+histories, every wait bounded, each conversation's version recorded (and corrected in a split
+deploy), and the conversations a Worker cannot run named before it polls and drained with a
+sentence in their threads. Whether a patch is still inside its window depends on today's date: the
+release step checks it (harness/release.py), not this suite."""
 
 from __future__ import annotations
 
@@ -13,6 +15,7 @@ from pathlib import Path
 
 import pytest
 from temporalio.client import WorkflowExecutionStatus
+from temporalio.common import SearchAttributePair, TypedSearchAttributes
 from temporalio.testing import WorkflowEnvironment
 
 from agent import versions
@@ -21,6 +24,8 @@ from agent.stores.databases import database_for
 from agent.stores.ledger import Ledger
 from agent.versions import (
     PATCHES,
+    SUPPORTED,
+    WORKFLOW_VERSION,
     Patch,
     overdue,
     unsupported_conversations,
@@ -30,13 +35,18 @@ from agent.workflow import WORKFLOW_TYPE, RefundConversation
 from bot.local.thread_store import LocalThreadStore
 from harness.codec import TEST_CONVERTER
 from harness.conditions import wait_for
+from harness.conversation import LocalConversation
 from harness.inproc import running_worker
 from refund_bot.conversations import DRAINED, DRAINED_REFUNDED, drain, open_conversations
 from worker.runner import run_worker
 from worker.server import temporal_cli_path
 
-WORKFLOW_SOURCE = Path(__file__).parents[1] / "agent" / "workflow.py"
+ROOT = Path(__file__).parents[1]
+WORKFLOW_SOURCE = ROOT / "agent" / "workflow.py"
+# Every package of the product: a Workflow of any of them may be patched.
+PRODUCT = ("agent", "bot", "worker", "refund_bot", "demo")
 HISTORIES = Path(__file__).parent / "histories"
+CONTROL_HISTORIES = Path(__file__).parent / "control_histories"
 CUSTOMER = Actor(platform="local", user_id="customer", display_name="Nyghtowl")
 
 
@@ -54,21 +64,70 @@ def _calls(name: str) -> list[ast.Call]:
     ]
 
 
-def test_every_patch_in_the_workflow_is_registered_with_its_histories() -> None:
-    used = {
-        ast.literal_eval(call.args[0])
-        for name in ("patched", "deprecate_patch")
-        for call in _calls(name)
+def _patch_ids(tree: ast.Module, constants: dict[str, str]) -> set[str]:
+    """The ids of every workflow.patched(...) and workflow.deprecate_patch(...) in `tree`: a
+    literal, or a module constant of the product holding one."""
+    found = set()
+    for node in ast.walk(tree):
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr in ("patched", "deprecate_patch")
+            and isinstance(node.func.value, ast.Name)
+            and node.func.value.id == "workflow"
+        ):
+            arg = node.args[0]
+            found.add(constants[arg.id] if isinstance(arg, ast.Name) else ast.literal_eval(arg))
+    return found
+
+
+def _product_trees() -> list[ast.Module]:
+    files = [f for package in PRODUCT for f in sorted((ROOT / package).rglob("*.py"))]
+    return [ast.parse(f.read_text()) for f in files]
+
+
+def _string_constants(trees: list[ast.Module]) -> dict[str, str]:
+    return {
+        target.id: node.value.value
+        for tree in trees
+        for node in tree.body
+        if isinstance(node, ast.Assign)
+        and isinstance(node.value, ast.Constant)
+        and isinstance(node.value.value, str)
+        for target in node.targets
+        if isinstance(target, ast.Name)
     }
-    assert used == set(PATCHES), "register each workflow.patched id in agent.versions.PATCHES"
-    for patch_id in PATCHES:
-        # The conversations running at that deploy, recorded: tests/test_replay.py replays them.
-        assert list((HISTORIES / f"before-{patch_id}").glob("*.json")), patch_id
 
 
-def test_no_patch_outlives_its_window() -> None:
-    """A patch is removed (docs/versioning.md) once no open conversation can predate it."""
-    assert overdue(PATCHES, date.today()) == []
+def test_every_patch_of_the_product_is_registered() -> None:
+    """Every workflow.patched id in any package of the product, and every change the Workflow
+    tells apart without a marker (RefundConversation._has), is in PATCHES: the release step then
+    checks its window."""
+    trees = _product_trees()
+    markers = set().union(*(_patch_ids(t, _string_constants(trees)) for t in trees))
+    unmarked = {
+        ast.literal_eval(call.args[0])
+        for call in ast.walk(ast.parse(WORKFLOW_SOURCE.read_text()))
+        if isinstance(call, ast.Call)
+        and isinstance(call.func, ast.Attribute)
+        and call.func.attr == "_has"
+    }
+    assert markers == {p for p, patch in PATCHES.items() if patch.marker}, markers
+    assert unmarked == {p for p, patch in PATCHES.items() if not patch.marker}, unmarked
+
+
+def test_every_supported_version_has_its_own_histories() -> None:
+    """The conversations each supported version leaves running, recorded by its own code:
+    tests/test_replay.py replays them, so each patch's older branch is exercised."""
+    for version in SUPPORTED:
+        folder = HISTORIES if version == WORKFLOW_VERSION else HISTORIES / f"workflow-{version}"
+        assert list(folder.glob("open_*.json")), version
+    conversation = _patch_ids(ast.parse(WORKFLOW_SOURCE.read_text()), {})
+    for patch_id, patch in PATCHES.items():
+        assert patch.version in SUPPORTED[1:], f"{patch_id}: no supported version before it"
+        if patch.marker and patch_id not in conversation:
+            # The control Workflows' (worker.control): kept in tests/control_histories/before-*.
+            assert list(CONTROL_HISTORIES.glob("before-*/*.json")), patch_id
 
 
 def test_the_window_rule_names_a_patch_past_its_day() -> None:
@@ -225,6 +284,54 @@ async def test_a_conversation_started_without_its_version_records_it(
         await handle.terminate("test done")
 
 
+async def test_a_split_deploy_records_the_version_of_the_worker_that_runs_it(
+    client, agent_settings
+) -> None:
+    """A starter of a newer release (deployed before the Workers) sets a version this Worker's
+    code is not: its first task corrects it, so visibility names the code that runs it and neither
+    the Worker's line nor the drain takes a healthy conversation for an unsupported one."""
+    newer = "1.99"
+    assert newer not in SUPPORTED
+    threads = LocalThreadStore(database_for(agent_settings))
+    async with running_worker(client, agent_settings, threads) as queue:
+        conv = LocalConversation(client, threads, queue)
+        root = await threads.open_thread("support", CUSTOMER.user_id, "please refund order 1234")
+        conv.thread_id = root.thread_id
+        conv.handle = await client.start_workflow(
+            RefundConversation.run,
+            ConversationStart(
+                thread=ThreadRef(
+                    platform="local", workspace="local", channel="support", thread=root.thread_id
+                ),
+                customer=CUSTOMER,
+                opening_message_id=root.message_id,
+                opening_text="please refund order 1234",
+            ),
+            id=f"local-split-{uuid.uuid4().hex[:12]}-{root.thread_id}",
+            task_queue=queue,
+            search_attributes=TypedSearchAttributes(
+                [SearchAttributePair(VERSION_ATTRIBUTE, newer)]
+            ),
+            start_signal="customer_message",
+            start_signal_args=[
+                CustomerMessage(
+                    message_id=root.message_id, author=CUSTOMER, text="please refund order 1234"
+                )
+            ],
+        )
+        await conv.wait_phase("waiting_for_customer")  # its first task has run: it asks
+
+        async def listed() -> str | None:
+            found = {c.workflow_id: c for c in await open_conversations(client)}
+            row = found.get(conv.handle.id) if conv.handle else None
+            return row.version if row and row.version != newer else None
+
+        assert await wait_for(listed, what="visibility to show the version") == WORKFLOW_VERSION
+        assert not await _listed_unsupported(client, conv.handle.id)
+        await conv.answer_the_questions()  # and it runs on, on this code, to its refund
+        assert (await conv.handle.result()).status == "refunded"
+
+
 async def test_a_namespace_without_the_search_attribute_is_one_line() -> None:
     env = await WorkflowEnvironment.start_local(
         dev_server_existing_path=str(temporal_cli_path()), data_converter=TEST_CONVERTER
@@ -241,13 +348,14 @@ async def test_a_namespace_without_the_search_attribute_is_one_line() -> None:
 
 async def test_the_next_version_replays_every_conversation_of_this_one(monkeypatch) -> None:
     """A release that bumps WORKFLOW_VERSION (and guards its change with workflow.patched) must
-    replay what this one recorded: nothing this code does depends on its own version number."""
+    replay what this one recorded: its first task corrects no version it did not correct then."""
     from temporalio.client import WorkflowHistory
     from temporalio.worker import Replayer
 
     from worker.sandbox import CompiledOnceSandboxRunner
 
-    monkeypatch.setattr(versions, "WORKFLOW_VERSION", "1.1")
+    major, minor = versions.WORKFLOW_VERSION.split(".")
+    monkeypatch.setattr(versions, "WORKFLOW_VERSION", f"{major}.{int(minor) + 1}")
     replayer = Replayer(
         workflows=[RefundConversation],
         data_converter=TEST_CONVERTER,

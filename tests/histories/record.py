@@ -1,13 +1,12 @@
-"""Record the committed Event Histories that tests/test_replay.py replays.
+"""Record the Event Histories of this code's Workflow version that tests/test_replay.py replays.
 
-Run it when the Workflow changes on purpose (and version the change with workflow.patched):
     uv run python -m tests.histories.record [name ...]      (no names: every scenario)
 
-The histories are encrypted with the tests' codec key (harness/codec.py), as every history
-written since the codec is. A history recorded before a Workflow change stays as it was recorded:
-it is the proof that a conversation that was running at the deploy still replays. Move it into a
-`before-*` folder (the replay test reads every folder) before re-recording the scenario with the
-new code.
+They go into tests/histories/, encrypted with the tests' codec key (harness/codec.py), beside the
+conversations this version leaves open at every stage (`python -m harness.release record`). A
+change to the Workflow's commands is a new WORKFLOW_VERSION (docs/versioning.md): first move this
+version's histories into tests/histories/workflow-<its version>/, never to be recorded again
+(they are the proof that the conversations it left running still replay), then record here.
 """
 
 from __future__ import annotations
