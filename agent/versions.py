@@ -47,6 +47,9 @@ class Patch:
 PATCHES: dict[str, Patch] = {
     # The offline policy's decide step posts the question it asks: one activation a turn fewer.
     "question-in-decide": Patch(version="1.1", shipped=date(2026, 12, 2)),
+    # A number named as the order wins over any other, and amounts are never one: read by the
+    # Workflow (its lookups, the rules' input) as by the decider.
+    "order-number-named": Patch(version="1.2", shipped=date(2026, 12, 4)),
 }
 
 

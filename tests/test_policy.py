@@ -16,7 +16,7 @@ from agent.models import (
     PolicyLookup,
     QuestionId,
 )
-from agent.policy import find_order_number, next_step
+from agent.policy import QUESTIONS, WHICH_ORDER, find_order_number, next_step
 
 
 def _answer(question_id: QuestionId, text: str) -> Answer:
@@ -66,6 +66,71 @@ ANSWERS: list[Observation] = [_answer("item_opened", "Yes"), _answer("damage", "
 )
 def test_order_numbers_are_found_in_text(text: str, number: str | None) -> None:
     assert find_order_number(text) == number
+
+
+@pytest.mark.parametrize(
+    ("text", "number"),
+    [
+        # An amount is never the order: a currency code before or after it, in either case.
+        ("refund USD 5000 please", None),
+        ("refund EUR 5000 please", None),
+        ("I paid 5000 gbp", None),
+        ("jpy 5000 back please", None),
+        ("refund Rs 5000", None),
+        ("refund Rs. 5000", None),
+        ("refund rs.5000", None),
+        # Any currency sign, on either side, with or without a space.
+        ("refund ₹5000", None),
+        ("refund ₩ 5000", None),
+        ("refund 5000 ₹", None),
+        ("refund 5000₿ now", None),
+        # An amount in parentheses, as a statement writes it.
+        ("it was charged (5000)", None),
+        # Digit groups: one number, never its last group.
+        ("refund 5 000 please", None),
+        ("refund 5\u2009000 please", None),
+        ("refund 5\u202f000 please", None),
+        ("refund 5\u00a0000 please", None),
+        ("refund 1 234 567", None),
+        ("refund 5'000 please", None),
+        ("refund 5.000,00 please", None),
+        # A number named as the order wins over any other.
+        ("refund 5000 for order 1234", "1234"),
+        ("refund 5000 usd for order #1234", "1234"),
+        ("refund 5000 for order no. 1234", "1234"),
+        ("refund 5000 for order number: 1234", "1234"),
+        ("4500 is what I paid, #1234 is the order", "1234"),
+        ("I paid 5 000 for order 1234", "1234"),
+        ("order 1234 cost (5000)", "1234"),
+        ("USD 5000 for Order No.1234.", "1234"),
+        # An English word that is also a currency code, written in lower case, is a word.
+        ("order 1234 all broken", "1234"),
+        ("please try 1234", "1234"),
+        # Two numbers and none named as the order: no order (the agent asks which).
+        ("refund 5000 for 1234", None),
+        ("order 1234 and order 4500", None),
+        ("orders 1234 and 4500", None),
+        ("refund 1234, bought 17/11/2026", "1234"),
+        ("refund 1234 or 1234", "1234"),  # the same number twice is one
+    ],
+)
+def test_amounts_are_never_order_numbers_and_a_named_order_wins(
+    text: str, number: str | None
+) -> None:
+    assert find_order_number(text) == number
+
+
+@pytest.mark.parametrize("opening", ["refund 5000 for 1234", "orders 1234 and 4500"])
+def test_two_numbers_and_no_named_order_ask_which_order(opening: str) -> None:
+    step = next_step(opening, [])
+    assert (step.action, step.question_id, step.question) == ("ask", "order_number", WHICH_ORDER)
+    step = next_step(opening, [_answer("order_number", "1234")])
+    assert (step.tool, step.parallel_tools) == ("lookup_order", ("lookup_customer_history",))
+
+
+def test_an_opening_whose_only_number_is_an_amount_asks_for_the_order() -> None:
+    step = next_step("please refund USD 5000", [])
+    assert (step.action, step.question) == ("ask", QUESTIONS["order_number"])
 
 
 def test_asks_for_the_order_number_then_looks_up_then_asks_the_two_questions() -> None:

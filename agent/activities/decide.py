@@ -40,7 +40,9 @@ class DecideActivities:
 
     @activity.defn
     async def decide_next_step(self, request: DecideInput) -> AgentStep:
-        step = policy.next_step(request.opening_text, request.memory, request.asked_on)
+        step = policy.next_step(
+            request.opening_text, request.memory, request.asked_on, request.order_rule
+        )
         if request.decider == "openai" and step.action != "ask":
             async with (
                 heartbeating()
