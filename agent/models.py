@@ -249,6 +249,8 @@ class AgentStep(_Frozen):
     # The question, posted by the step itself (DecideInput.post_question); None when it was not
     # asked to, or its try failed and the Workflow posts it.
     posted: PostedMessage | None = None
+    # How many times a live model was asked again in this step for an unusable answer.
+    model_retries: int = 0
 
     @property
     def summary(self) -> str:

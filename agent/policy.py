@@ -90,6 +90,28 @@ def _ask(question_id: str, question: str | None = None) -> AgentStep:
     )
 
 
+def question_open(
+    question_id: str,
+    opening_text: str,
+    memory: Sequence[Observation],
+    rule: OrderRule = "named",
+) -> AgentStep | None:
+    """The agent's own question for `question_id`, asked by another decider (the live model), or
+    None where this policy would not ask it: the order number once it is known or after
+    MAX_ORDER_NUMBER_ASKS answers; whether it was opened, or what was damaged, once answered in an
+    answer or in the customer's own words."""
+    if question_id == "order_number":
+        known = order_number_from(opening_text, memory, rule) is not None
+        if known or len(_answered(memory, question_id)) >= MAX_ORDER_NUMBER_ASKS:
+            return None
+        return _ask(question_id, order_question(opening_text, memory))
+    if question_id not in ("item_opened", "damage") or _answered(memory, question_id):
+        return None
+    if question_id in known_answers(customer_words(opening_text, memory)):
+        return None
+    return _ask(question_id)
+
+
 def next_step(
     opening_text: str,
     memory: Sequence[Observation],

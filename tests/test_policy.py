@@ -16,7 +16,14 @@ from agent.models import (
     PolicyLookup,
     QuestionId,
 )
-from agent.policy import QUESTIONS, WHICH_ORDER, find_order_number, next_step
+from agent.policy import (
+    ORDER_NUMBER_RETRY,
+    QUESTIONS,
+    WHICH_ORDER,
+    find_order_number,
+    next_step,
+    question_open,
+)
 
 
 def _answer(question_id: QuestionId, text: str) -> Answer:
@@ -271,3 +278,18 @@ def test_the_count_of_prior_refunds_decides_not_the_lines_listed() -> None:
     eligible = PolicyCheck(order_number="1234", eligible=True, return_required=False, reason="ok")
     step = next_step("refund 1234", [*ANSWERS, _order(), many, PolicyLookup(policy=eligible)])
     assert step.outcome == "escalate" and "12 prior refunds" in step.rationale
+
+
+def test_a_question_another_decider_asks_is_open_only_where_the_policy_would_ask_it() -> None:
+    # The order number: until it is known, and for three answers at most.
+    assert question_open("order_number", "refund order 1234", []) is None
+    step = question_open("order_number", "help", [_answer("order_number", "the green one")])
+    assert step is not None and step.question == ORDER_NUMBER_RETRY
+    three = [_answer("order_number", t) for t in ("a", "b", "c")]
+    assert question_open("order_number", "help", three) is None
+    # The other two: until answered, in an answer or in the customer's own words.
+    step = question_open("item_opened", "refund order 1234", [])
+    assert step is not None and step.question == QUESTIONS["item_opened"]
+    assert question_open("item_opened", "refund order 1234", ANSWERS) is None
+    assert question_open("damage", "refund order 1234, the seam is split", []) is None
+    assert question_open("whatever", "refund order 1234", []) is None
