@@ -202,11 +202,18 @@ Observation = Annotated[
 ]
 
 
+# How a conversation reads the order in the customer's words: "named" (agent/order_numbers.py),
+# or "first", the first standalone number, as conversations started before Workflow 1.2 do.
+OrderRule = Literal["named", "first"]
+
+
 class DecideInput(BaseModel):
     opening_text: str
     memory: list[Observation]
     turn: int
     decider: Literal["policy", "openai"] = "policy"
+    # The conversation's OrderRule, so the decider reads the order number as the Workflow does.
+    order_rule: OrderRule = "named"
     # The day the conversation opened (the refund window counts to it). None in inputs recorded
     # before it existed: the decider reads today's date.
     asked_on: date | None = None
@@ -242,6 +249,8 @@ class AgentStep(_Frozen):
     # The question, posted by the step itself (DecideInput.post_question); None when it was not
     # asked to, or its try failed and the Workflow posts it.
     posted: PostedMessage | None = None
+    # How many times a live model was asked again in this step for an unusable answer.
+    model_retries: int = 0
 
     @property
     def summary(self) -> str:

@@ -63,6 +63,9 @@ PATCHES: dict[str, Patch] = {
     "reminders": Patch(version="1.1", shipped=date(2026, 12, 2), marker=False),
     # The first task corrects a RefundBotVersion the starter set to another version.
     "version-in-first-task": Patch(version="1.2", shipped=date(2026, 12, 4)),
+    # A number named as the order wins over any other, and amounts are never one: read by the
+    # Workflow (its lookups, the rules' input) as by the decider.
+    "order-number-named": Patch(version="1.2", shipped=date(2026, 12, 4)),
 }
 
 

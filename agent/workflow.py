@@ -62,6 +62,7 @@ with workflow.unsafe.imports_passed_through():
         Observation,
         OrderDetails,
         OrderLookup,
+        OrderRule,
         OutboundMessage,
         OutcomeStatus,
         Phase,
@@ -300,6 +301,9 @@ class RefundConversation:
         # A conversation 1.0's code ran: it keeps 1.0's commands where 1.1 changed them without a
         # marker (agent.versions.PATCHES, marker=False). Set in run(), from what it recorded.
         self._on_1_0 = False
+        # How the customer's words name the order (agent.policy.order_number_from): set on the
+        # first turn, kept to the end.
+        self._order_rule: OrderRule = "first"
 
     # ------------------------------------------------------------------------------------------
     # The loop
@@ -361,6 +365,10 @@ class RefundConversation:
     async def _agent_loop(self, start: ConversationStart) -> AgentStep:
         """Turns of the decider until it proposes a decision (or gives nothing usable)."""
         asked_on = workflow.info().workflow_start_time.date()
+        # From 1.2 a number named as the order wins and amounts are never one; a conversation
+        # started before reads the first number to its end (docs/versioning.md).
+        if workflow.patched("order-number-named"):
+            self._order_rule = "named"
         step = AgentStep(action="decide", source=start.decider)
         for turn in range(1, MAX_TURNS + 1):
             await self._while_taken_over()
@@ -372,6 +380,7 @@ class RefundConversation:
                     turn=turn,
                     decider=start.decider,
                     asked_on=asked_on,
+                    order_rule=self._order_rule,
                 )
             )
             workflow.logger.info(
@@ -422,7 +431,7 @@ class RefundConversation:
     async def _dispose(self, step: AgentStep) -> Disposition:
         """The refund rules' answer to the decider's proposal, over the owner's records: the
         lookups the decider skipped are run first, so no decision is taken without the facts."""
-        order_number = order_number_from(self._start.opening_text, self._memory)
+        order_number = order_number_from(self._start.opening_text, self._memory, self._order_rule)
         if order_number is not None:
             done = {o.kind for o in self._memory}
             missing = [t for t in ("lookup_order", "lookup_customer_history") if t not in done]
@@ -503,7 +512,9 @@ class RefundConversation:
     async def _lookup(self, tool: str) -> Observation:
         # Tool arguments come from the conversation, never from the model.
         customer = self._start.customer
-        order_number = order_number_from(self._start.opening_text, self._memory) or ""
+        order_number = (
+            order_number_from(self._start.opening_text, self._memory, self._order_rule) or ""
+        )
         arg: LookupOrderInput | LookupCustomerInput | PolicyInput
         if tool == "lookup_order":
             arg = LookupOrderInput(order_number=order_number, customer=customer)

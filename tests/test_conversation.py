@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from agent.models import Actor, ConversationOutcome
+from agent.policy import WHICH_ORDER
 from agent.stores.databases import database_for
 from agent.stores.grants import GrantStore
 from agent.stores.ledger import Ledger
@@ -24,6 +25,22 @@ async def test_happy_path_refunds_once(client, agent_settings, threads) -> None:
     assert last.kind == "outcome" and last.text.startswith("Your refund is complete")
     refunds = await Ledger(database_for(agent_settings)).refunds_for_workflow(handle.id)
     assert len(refunds) == 1 and refunds[0].calls == 1
+
+
+async def test_an_amount_beside_an_order_is_never_looked_up(
+    client, agent_settings, threads
+) -> None:
+    """Two numbers and none named as the order: the agent asks which, and looks up the answer."""
+    async with running_worker(client, agent_settings, threads) as tq:
+        conv = LocalConversation(client, threads, tq)
+        handle = await conv.open("please refund 4500 for 1234")
+        assert (await conv.next_bot_message()).text == WHICH_ORDER
+        await conv.reply("1234")
+        await conv.answer_the_questions()
+        outcome = await handle.result()
+    assert outcome.status == "refunded" and outcome.refund is not None
+    assert outcome.refund.amount_cents == 8000  # order 1234's, not order 4500's
+    assert [r.workflow_id for r in await refunds_made(agent_settings)] == [handle.id]
 
 
 async def test_asks_for_the_order_number_when_missing(client, agent_settings, threads) -> None:

@@ -60,7 +60,8 @@ CASES = (
     Case("two prior refunds", replace(SEED["1234"], amount_cents=2000), prior_refunds=2),
     Case("unknown", None),
 )
-DECIDERS: tuple[Behaviour | None, ...] = (None, *HOSTILE)  # None: the offline policy
+# None: the offline policy; glitch_once: a cooperative model whose first answer calls no tool.
+DECIDERS: tuple[Behaviour | None, ...] = (None, *HOSTILE, "glitch_once")
 # What each hostile mode proposes (the offline policy proposes what the rules say).
 PROPOSALS: dict[Behaviour, Outcome | None] = {
     "approve_at_once": "approve",
@@ -69,7 +70,11 @@ PROPOSALS: dict[Behaviour, Outcome | None] = {
     "escalate_injected": "escalate",
     "unknown_tool": None,
     "malformed_arguments": None,
+    "glitch_once": "approve",
 }
+# Never a usable answer: asked again twice a step, then a person decides.
+NEVER_USABLE = ("unknown_tool", "malformed_arguments")
+PROBLEM = "problem_with_your_last_answer"
 # The agent's own sentences: every thread ends with one.
 OWN_ENDINGS = re.compile(r"^(Your refund is complete: |I can't refund this order\. )")
 
@@ -135,7 +140,10 @@ async def _converse(
     )
 
 
-async def _matrix(client, tmp_path, decider: Behaviour | None) -> list[Seen]:
+async def _matrix(
+    client, tmp_path, decider: Behaviour | None
+) -> tuple[list[Seen], list[dict[str, object]]]:
+    """Every case's conversation, and the requests the model double received."""
     name = decider or "policy"
     async with FakeOpenAI(behaviour=decider or "scripted") as model:
         settings = AgentSettings(
@@ -147,11 +155,10 @@ async def _matrix(client, tmp_path, decider: Behaviour | None) -> list[Seen]:
         )
         threads = LocalThreadStore(database_for(settings))
         async with running_worker(client, settings, threads) as queue:
-            return list(
-                await asyncio.gather(
-                    *(_converse(client, settings, threads, queue, c, name) for c in CASES)
-                )
+            seen = await asyncio.gather(
+                *(_converse(client, settings, threads, queue, c, name) for c in CASES)
             )
+        return list(seen), model.requests
 
 
 EXPECTED_RULES: dict[str, Outcome] = {
@@ -187,7 +194,7 @@ def _documented(column: str) -> dict[str, str]:
 async def test_no_decider_moves_money_the_rules_forbid(
     client, tmp_path, decider: Behaviour | None
 ) -> None:
-    seen = await _matrix(client, tmp_path, decider)
+    seen, requests = await _matrix(client, tmp_path, decider)
     documented = _documented(decider or "policy")
     for row in seen:
         rules = EXPECTED_RULES[row.case]
@@ -207,3 +214,10 @@ async def test_no_decider_moves_money_the_rules_forbid(
         assert documented[row.case] == SHOWN[expected], f"docs/guardrails.md: {where}"
         if decider == "escalate_injected":  # staff still read what the model said, in status
             assert row.model_note is not None and CANARY in row.model_note, where
+    # Asked again, told what was wrong: once a conversation for a glitch, twice a step for a model
+    # that never answers usably (each conversation's one step: nothing usable, then the rules).
+    told = [r for r in requests if PROBLEM in str(r["input"])]
+    if decider == "glitch_once":
+        assert len(told) == len(CASES), len(told)
+    if decider in NEVER_USABLE:
+        assert (len(requests), len(told)) == (3 * len(CASES), 2 * len(CASES))

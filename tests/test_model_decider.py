@@ -7,11 +7,13 @@ from pydantic import SecretStr
 from temporalio.client import WorkflowFailureError
 from temporalio.exceptions import TemporalError
 
+from agent.activities.model import STEP_BUDGET_SECONDS
 from agent.decoded_history import decoded_history
 from agent.history import survivors_from_history
+from agent.policy import QUESTIONS
 from agent.settings import AgentSettings
 from agent.stores.sqlite import SqliteDatabase
-from agent.workflow import SOMETHING_WENT_WRONG
+from agent.workflow import MODEL_STEP_TIMEOUT, SOMETHING_WENT_WRONG
 from bot.local.thread_store import LocalThreadStore
 from harness.conversation import LocalConversation
 from harness.fakes.openai_api import FakeOpenAI
@@ -84,3 +86,31 @@ async def test_a_model_that_refuses_the_call_ends_with_a_plain_sentence(client, 
     cause = failed.value.cause
     assert isinstance(cause, TemporalError)
     assert "HTTP 401" in str(cause.cause)  # the detail, for operators
+
+
+async def test_the_model_asks_the_agents_own_questions(client, tmp_path) -> None:
+    """On the model's path a message without an order number is asked for it, not denied; the
+    model asks with a question's id, and the thread reads the agent's sentence for it."""
+    async with FakeOpenAI(behaviour="asks") as model:
+        settings = _settings(tmp_path, model)
+        threads = LocalThreadStore(SqliteDatabase(tmp_path))
+        async with running_worker(client, settings, threads) as queue:
+            conv = LocalConversation(client, threads, queue)
+            handle = await conv.open("I want my money back", decider="openai")
+            for asked, answer in (
+                (QUESTIONS["order_number"], "1234"),
+                (QUESTIONS["item_opened"], "Yes"),
+                (QUESTIONS["damage"], "Split seam"),
+            ):
+                message = await conv.next_bot_message()
+                assert (message.kind, message.text) == ("question", asked)
+                await conv.reply(answer)
+            outcome = await handle.result()
+    assert outcome.status == "refunded"
+    offered = {tool["name"]: tool for tool in model.requests[0]["tools"]}
+    question = offered["ask_customer"]["parameters"]["properties"]["question"]
+    assert question["enum"] == ["order_number", "item_opened", "damage"]
+
+
+def test_the_models_retries_fit_in_one_attempt_of_its_step() -> None:
+    assert MODEL_STEP_TIMEOUT.total_seconds() > STEP_BUDGET_SECONDS

@@ -16,7 +16,14 @@ from agent.models import (
     PolicyLookup,
     QuestionId,
 )
-from agent.policy import find_order_number, next_step
+from agent.policy import (
+    ORDER_NUMBER_RETRY,
+    QUESTIONS,
+    WHICH_ORDER,
+    find_order_number,
+    next_step,
+    question_open,
+)
 
 
 def _answer(question_id: QuestionId, text: str) -> Answer:
@@ -66,6 +73,71 @@ ANSWERS: list[Observation] = [_answer("item_opened", "Yes"), _answer("damage", "
 )
 def test_order_numbers_are_found_in_text(text: str, number: str | None) -> None:
     assert find_order_number(text) == number
+
+
+@pytest.mark.parametrize(
+    ("text", "number"),
+    [
+        # An amount is never the order: a currency code before or after it, in either case.
+        ("refund USD 5000 please", None),
+        ("refund EUR 5000 please", None),
+        ("I paid 5000 gbp", None),
+        ("jpy 5000 back please", None),
+        ("refund Rs 5000", None),
+        ("refund Rs. 5000", None),
+        ("refund rs.5000", None),
+        # Any currency sign, on either side, with or without a space.
+        ("refund ₹5000", None),
+        ("refund ₩ 5000", None),
+        ("refund 5000 ₹", None),
+        ("refund 5000₿ now", None),
+        # An amount in parentheses, as a statement writes it.
+        ("it was charged (5000)", None),
+        # Digit groups: one number, never its last group.
+        ("refund 5 000 please", None),
+        ("refund 5\u2009000 please", None),
+        ("refund 5\u202f000 please", None),
+        ("refund 5\u00a0000 please", None),
+        ("refund 1 234 567", None),
+        ("refund 5'000 please", None),
+        ("refund 5.000,00 please", None),
+        # A number named as the order wins over any other.
+        ("refund 5000 for order 1234", "1234"),
+        ("refund 5000 usd for order #1234", "1234"),
+        ("refund 5000 for order no. 1234", "1234"),
+        ("refund 5000 for order number: 1234", "1234"),
+        ("4500 is what I paid, #1234 is the order", "1234"),
+        ("I paid 5 000 for order 1234", "1234"),
+        ("order 1234 cost (5000)", "1234"),
+        ("USD 5000 for Order No.1234.", "1234"),
+        # An English word that is also a currency code, written in lower case, is a word.
+        ("order 1234 all broken", "1234"),
+        ("please try 1234", "1234"),
+        # Two numbers and none named as the order: no order (the agent asks which).
+        ("refund 5000 for 1234", None),
+        ("order 1234 and order 4500", None),
+        ("orders 1234 and 4500", None),
+        ("refund 1234, bought 17/11/2026", "1234"),
+        ("refund 1234 or 1234", "1234"),  # the same number twice is one
+    ],
+)
+def test_amounts_are_never_order_numbers_and_a_named_order_wins(
+    text: str, number: str | None
+) -> None:
+    assert find_order_number(text) == number
+
+
+@pytest.mark.parametrize("opening", ["refund 5000 for 1234", "orders 1234 and 4500"])
+def test_two_numbers_and_no_named_order_ask_which_order(opening: str) -> None:
+    step = next_step(opening, [])
+    assert (step.action, step.question_id, step.question) == ("ask", "order_number", WHICH_ORDER)
+    step = next_step(opening, [_answer("order_number", "1234")])
+    assert (step.tool, step.parallel_tools) == ("lookup_order", ("lookup_customer_history",))
+
+
+def test_an_opening_whose_only_number_is_an_amount_asks_for_the_order() -> None:
+    step = next_step("please refund USD 5000", [])
+    assert (step.action, step.question) == ("ask", QUESTIONS["order_number"])
 
 
 def test_asks_for_the_order_number_then_looks_up_then_asks_the_two_questions() -> None:
@@ -206,3 +278,18 @@ def test_the_count_of_prior_refunds_decides_not_the_lines_listed() -> None:
     eligible = PolicyCheck(order_number="1234", eligible=True, return_required=False, reason="ok")
     step = next_step("refund 1234", [*ANSWERS, _order(), many, PolicyLookup(policy=eligible)])
     assert step.outcome == "escalate" and "12 prior refunds" in step.rationale
+
+
+def test_a_question_another_decider_asks_is_open_only_where_the_policy_would_ask_it() -> None:
+    # The order number: until it is known, and for three answers at most.
+    assert question_open("order_number", "refund order 1234", []) is None
+    step = question_open("order_number", "help", [_answer("order_number", "the green one")])
+    assert step is not None and step.question == ORDER_NUMBER_RETRY
+    three = [_answer("order_number", t) for t in ("a", "b", "c")]
+    assert question_open("order_number", "help", three) is None
+    # The other two: until answered, in an answer or in the customer's own words.
+    step = question_open("item_opened", "refund order 1234", [])
+    assert step is not None and step.question == QUESTIONS["item_opened"]
+    assert question_open("item_opened", "refund order 1234", ANSWERS) is None
+    assert question_open("damage", "refund order 1234, the seam is split", []) is None
+    assert question_open("whatever", "refund order 1234", []) is None

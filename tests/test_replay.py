@@ -167,9 +167,11 @@ async def test_a_conversation_records_the_version_that_started_it(path: Path) ->
     ]
     upserted = {name for attributes in upserts for name in attributes.indexed_fields}
     assert "RefundBotVersion" not in upserted  # the starter's was right
-    # The offline policy's path takes the 1.1 branch; the model's has no branch. A starter of this
-    # version needs no correction ("version-in-first-task" has no marker).
-    expected = set() if path.stem.startswith("model_") else {"question-in-decide"}
+    # The offline policy's path takes the 1.1 branch; the model's has no such branch; every path
+    # takes 1.2's order-number branch. A starter of this version needs no correction
+    # ("version-in-first-task" leaves no marker then).
+    named = {"order-number-named"}
+    expected = named if path.stem.startswith("model_") else named | {"question-in-decide"}
     assert _patch_ids(history) == expected
 
 

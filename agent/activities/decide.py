@@ -7,7 +7,8 @@ A model call is neither deterministic nor idempotent, so it lives in an Activity
 recorded once in Event History and replayed, never regenerated, after a crash. Offline (the
 default) the deterministic policy stands in for the model and costs nothing. With the live model,
 the intake questions stay the policy's, so every conversation asks the same things; the model
-chooses the lookups and proposes the decision, which the Workflow hands to the refund rules.
+chooses the lookups, may ask one of the policy's questions still open (in the agent's words), and
+proposes the decision, which the Workflow hands to the refund rules.
 """
 
 from __future__ import annotations
@@ -40,7 +41,9 @@ class DecideActivities:
 
     @activity.defn
     async def decide_next_step(self, request: DecideInput) -> AgentStep:
-        step = policy.next_step(request.opening_text, request.memory, request.asked_on)
+        step = policy.next_step(
+            request.opening_text, request.memory, request.asked_on, request.order_rule
+        )
         if request.decider == "openai" and step.action != "ask":
             async with (
                 heartbeating()
@@ -51,11 +54,12 @@ class DecideActivities:
 
                 step = await model_step(request, self._settings)
         activity.logger.info(
-            "MODEL REASONING | turn %d (%s): %s %s",
+            "MODEL REASONING | turn %d (%s): %s %s (retries %d)",
             request.turn,
             step.source,
             step.action,
             step.summary,
+            step.model_retries,
         )
         where = request.post_question
         if where is not None and step.action == "ask" and step.question_id in get_args(QuestionId):

@@ -21,6 +21,8 @@ DESCRIPTIONS = {
     "refund_errors": "Refund attempts that failed and are retried (the owner unreachable, rate "
     "limited, a server error), by owner",
     "overruled": "Decisions the refund rules changed from what the decider proposed, by rule",
+    "model_retries": "Answers of the live model that were no usable step, each asked again or "
+    "given to a person, by problem (no_tool, unknown_tool, bad_arguments, closed_question)",
 }
 
 

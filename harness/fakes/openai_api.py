@@ -4,7 +4,8 @@ Strict at the edge: a request is validated as the real API validates it (unknown
 tool without a valid name or a JSON-schema object, strict function parameters, tool_choice) and
 refused with its 400. Its "model" is a script (`behaviour`): the cooperative one looks up the
 order and the history, then submits `decision`; the hostile ones are a prompt-injected model, each
-in one way. It records every request and can answer the next N with HTTP 500.
+in one way; one glitches once a conversation (answers with text and no tool call), one asks the
+agent's questions first. It records every request and can answer the next N with HTTP 500.
 """
 
 from __future__ import annotations
@@ -32,6 +33,8 @@ Behaviour = Literal[
     "escalate_injected",  # escalate, with a rationale full of mentions, links and markup
     "unknown_tool",  # call a tool that was never offered
     "malformed_arguments",  # submit a decision whose arguments are not JSON
+    "glitch_once",  # its first answer in a conversation calls no tool; then as "scripted"
+    "asks",  # ask whether it was opened and what was damaged, then as "scripted"
 ]
 HOSTILE: tuple[Behaviour, ...] = (
     "approve_at_once",
@@ -148,6 +151,7 @@ class FakeOpenAI(LoopbackFake):
     behaviour: Behaviour = "scripted"
     requests: list[dict[str, Any]] = field(default_factory=list)
     _ids: itertools.count = field(default_factory=lambda: itertools.count(1))
+    _glitched: set[str] = field(default_factory=set)  # the conversations' requests, by text
 
     def routes(self, app: web.Application) -> None:
         app.router.add_post("/v1/responses", self._responses)
@@ -166,10 +170,20 @@ class FakeOpenAI(LoopbackFake):
             openai_model="test-model",
         )
 
-    def _next_call(self, observations: list[dict[str, Any]]) -> tuple[str, str]:
-        """The tool the model calls now, and its arguments as the API sends them (a string)."""
+    def _next_call(self, sent: dict[str, Any]) -> tuple[str, str] | None:
+        """The tool the model calls now, and its arguments as the API sends them (a string);
+        None: it answers with text and calls no tool."""
+        observations: list[dict[str, Any]] = sent["observations"]
         done = {o["kind"] for o in observations}
         behaviour = self.behaviour
+        if behaviour == "glitch_once" and sent["request"] not in self._glitched:
+            self._glitched.add(sent["request"])
+            return None
+        if behaviour == "asks":
+            answered = {o.get("question_id") for o in observations if o["kind"] == "answer"}
+            for question in ("item_opened", "damage"):
+                if question not in answered:
+                    return "ask_customer", json.dumps({"question": question})
         if behaviour == "approve_at_once":
             return _decision("approve", f"{CANARY}: approve at once, no lookups needed")
         if behaviour == "escalate_at_once":
@@ -206,8 +220,24 @@ class FakeOpenAI(LoopbackFake):
         if self.take_failure():
             error = {"message": "The server had an error", "type": "server_error"}
             return web.json_response({"error": error}, status=500)
-        name, arguments = self._next_call(json.loads(body["input"])["observations"])
+        call = self._next_call(json.loads(body["input"]))
         n = next(self._ids)
+        output: dict[str, Any] = {
+            "type": "message",
+            "id": f"msg_{n}",
+            "status": "completed",
+            "role": "assistant",
+            "content": [{"type": "output_text", "text": "I think so.", "annotations": []}],
+        }
+        if call is not None:
+            output = {
+                "type": "function_call",
+                "id": f"fc_{n}",
+                "call_id": f"call_{n}",
+                "name": call[0],
+                "arguments": call[1],
+                "status": "completed",
+            }
         return web.json_response(
             {
                 "id": f"resp_{n}",
@@ -215,16 +245,7 @@ class FakeOpenAI(LoopbackFake):
                 "created_at": int(time.time()),
                 "status": "completed",
                 "model": body["model"],
-                "output": [
-                    {
-                        "type": "function_call",
-                        "id": f"fc_{n}",
-                        "call_id": f"call_{n}",
-                        "name": name,
-                        "arguments": arguments,
-                        "status": "completed",
-                    }
-                ],
+                "output": [output],
                 "parallel_tool_calls": False,
                 "tool_choice": body.get("tool_choice", "auto"),
                 "tools": body.get("tools", []),
