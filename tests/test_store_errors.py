@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import sqlite3
 from collections.abc import AsyncIterator
 from datetime import timedelta
 from pathlib import Path
@@ -29,8 +30,11 @@ from agent.sayings import REFUND_FAILED, SOMETHING_WENT_WRONG, WAITING
 from agent.settings import AgentSettings
 from agent.stores import domain, ledger
 from agent.stores.databases import database_for
+from agent.stores.postgres import refusal as pg_refusal
 from agent.stores.sqlite import SqliteDatabase
+from agent.stores.sqlite import refusal as sqlite_refusal
 from bot.local.thread_store import LocalThreadStore
+from harness import free_port
 from harness.conditions import wait_for
 from harness.conversation import LocalConversation
 from harness.inproc import running_worker
@@ -167,3 +171,67 @@ async def test_the_database_away_for_a_while_delays_the_conversation(
     assert outcome.status == "refunded", said
     assert said.count(WAITING) == 1 and SOMETHING_WENT_WRONG not in said
     assert len(await refunds_made(settings)) == 1
+
+
+async def test_each_driver_error_is_sorted_as_an_outage_or_a_refusal(
+    tmp_path, postgres: PostgresServer, postgres_url: str
+) -> None:
+    """The sorting itself, on errors the real drivers raise: what the conversation tests above
+    cannot reach in seconds (a SQLite file locked past its busy timeout, say)."""
+    path = tmp_path / "locked.sqlite"
+    holder = sqlite3.connect(path, isolation_level=None)
+    holder.execute("CREATE TABLE t (k TEXT UNIQUE)")
+    holder.execute("INSERT INTO t VALUES ('a')")
+    holder.execute("BEGIN EXCLUSIVE")
+    waiter = sqlite3.connect(path, timeout=0, isolation_level=None)
+    sqlite_errors: dict[str, sqlite3.Error] = {}
+    for name, sql in (
+        ("locked", "INSERT INTO t VALUES ('b')"),
+        ("no such table", "SELECT * FROM missing"),
+        ("no such column", "SELECT missing FROM t"),
+        ("constraint", "INSERT INTO t VALUES ('a')"),
+    ):
+        with pytest.raises(sqlite3.Error) as raised:
+            waiter.execute(sql)
+        sqlite_errors[name] = raised.value
+        if name == "locked":
+            holder.execute("ROLLBACK")
+    holder.close()
+    waiter.close()
+    sorted_sqlite = {k: sqlite_refusal(e, "sqlite:///x") for k, e in sqlite_errors.items()}
+    assert "database is locked" in str(sqlite_errors["locked"])
+    assert isinstance(sqlite_errors["constraint"], sqlite3.IntegrityError)
+    assert sorted_sqlite["locked"] is None, sqlite_errors["locked"]
+    assert all(sorted_sqlite[k] is not None for k in ("no such table", "no such column"))
+    assert sorted_sqlite["constraint"] is not None
+
+    pg_errors: dict[str, BaseException] = {}
+    conn = await asyncpg.connect(postgres_url)
+    try:
+        await conn.execute("CREATE TABLE t (k TEXT UNIQUE)")
+        await conn.execute("INSERT INTO t VALUES ('a')")
+        for name, sql in (
+            ("no such table", "SELECT * FROM missing"),
+            ("no such column", "SELECT missing FROM t"),
+            ("constraint", "INSERT INTO t VALUES ('a')"),
+            ("cancelled", "SET statement_timeout = 1; SELECT pg_sleep(1)"),
+        ):
+            with pytest.raises(asyncpg.PostgresError) as raised:
+                await conn.execute(sql)
+            pg_errors[name] = raised.value
+    finally:
+        await conn.close()
+    url = await postgres.create_password_database("refund_sorting", PASSWORD)
+    try:
+        with pytest.raises(asyncpg.PostgresError) as refused:
+            await asyncpg.connect(url.replace(PASSWORD, "wrong"))
+        pg_errors["wrong password"] = refused.value
+    finally:
+        await postgres.drop_database(url)
+    with pytest.raises(OSError) as unreachable:
+        await asyncpg.connect(f"postgresql://refund@127.0.0.1:{free_port()}/refund")
+    pg_errors["unreachable"] = unreachable.value
+    sorted_pg = {k: pg_refusal(e, "postgresql://x") for k, e in pg_errors.items()}
+    assert sorted_pg.pop("cancelled") is None and sorted_pg.pop("unreachable") is None
+    assert isinstance(pg_errors["wrong password"], asyncpg.InvalidPasswordError)
+    assert all(refusal is not None for refusal in sorted_pg.values()), pg_errors

@@ -16,8 +16,8 @@ import fcntl
 import os
 import sqlite3
 import time
-from collections.abc import AsyncIterator, Callable, Sequence
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -58,6 +58,17 @@ def refusal(err: sqlite3.Error, url: str) -> DatabaseRefused | None:
     if isinstance(err, sqlite3.OperationalError) and any(m in str(err) for m in _SCHEMA_MISSING):
         return DatabaseRefused(url, "lacks what this code reads", err)
     return None
+
+
+@contextmanager
+def sorted_errors(url: str) -> Iterator[None]:
+    """SQLite's permanent errors raised as DatabaseRefused; an outage's as they are."""
+    try:
+        yield
+    except sqlite3.Error as err:
+        if (refused := refusal(err, url)) is not None:
+            raise refused from err
+        raise
 
 
 class SqliteConnection:
@@ -119,15 +130,13 @@ class SqliteDatabase:
             await self.migrate(schema)
         path = self.path(schema)
         idle = self._idle.setdefault(path, [])
-        db = idle.pop() if idle else await _open(path)
+        with sorted_errors(self.url):
+            db = idle.pop() if idle else await _open(path)
         reusable = False
         try:
-            yield traced(SqliteConnection(db), schema)
+            with sorted_errors(self.url):
+                yield traced(SqliteConnection(db), schema)
             reusable = not db.in_transaction
-        except sqlite3.Error as err:
-            if (refused := refusal(err, self.url)) is not None:
-                raise refused from err
-            raise
         finally:
             # After an error or a cancellation the connection may be mid-statement: closed, not
             # handed to the next caller.
