@@ -44,7 +44,9 @@ def saying_the_outcome() -> timedelta:
 
 
 def longest_life(timing: Timing) -> timedelta:
-    """The waits end by WAITS_END_AT_AGE; after the last, one outage and the outcome."""
+    """The waits end by WAITS_END_AT_AGE; after the last, one outage and the outcome. (Every
+    step after it riding out an outage of its own would not fit any useful window: those are the
+    server's to end, at MAX_CONVERSATION_AGE.)"""
     return WAITS_END_AT_AGE + riding_out_an_outage(timing) + saying_the_outcome()
 
 
