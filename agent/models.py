@@ -51,8 +51,9 @@ AGENT_PRINCIPAL = Actor(platform="agent", user_id="refund-bot", display_name="re
 
 class Timing(_Frozen):
     """How long a conversation waits, and when it speaks up: settings (agent.settings), recorded
-    with the conversation at its start so that replay never reads a changed setting. Every wait is
-    also bounded by agent.versions.MAX_CONVERSATION_AGE."""
+    with the conversation at its start so that replay never reads a changed setting. Every wait
+    also ends by agent.versions.WAITS_END_AT_AGE, and the life these allow must fit in the window
+    (agent.lifetime)."""
 
     # A silent customer: one reminder in the thread, then the request is closed.
     customer_reminder: timedelta = timedelta(days=1)

@@ -22,9 +22,10 @@ from pydantic_settings import (
 )
 
 from agent.codec import parse_keys
+from agent.lifetime import too_long
 from agent.models import Actor, Platform, Timing
 from agent.stores.urls import check_url, sqlite_url
-from agent.versions import MAX_CONVERSATION_AGE
+from agent.versions import WAITS_END_AT_AGE
 
 ENV_FILE = ".env"
 # A span in a setting: a number and its unit (seconds without one).
@@ -231,10 +232,11 @@ class AgentSettings(BaseSettings):
 
     @model_validator(mode="after")
     def _timing_fits(self) -> AgentSettings:
-        """Every wait must fit in a conversation's life (docs/versioning.md), and a reminder must
-        come before the end it reminds of."""
-        limit = MAX_CONVERSATION_AGE
-        for name in ("customer_idle", "approval_timeout", "hold_timeout", "outage_patience"):
+        """Every wait must end by the age at which waits end, and the whole life the settings
+        allow must fit in the window (agent.lifetime, docs/versioning.md); a reminder must come
+        before the end it reminds of."""
+        limit = WAITS_END_AT_AGE
+        for name in ("customer_idle", "approval_timeout", "hold_timeout"):
             if not timedelta() < getattr(self, name) <= limit:
                 raise ValueError(f"{name} must be more than 0 and at most {limit.days} days")
         if not timedelta() < self.customer_reminder < self.customer_idle:
@@ -243,6 +245,8 @@ class AgentSettings(BaseSettings):
             raise ValueError("approval_reminder must be more than 0")
         if not timedelta() < self.quick_retry <= self.outage_patience:
             raise ValueError("quick_retry must be more than 0 and at most outage_patience")
+        if (line := too_long(self.timing())) is not None:
+            raise ValueError(line)
         return self
 
     @field_validator("codec_keys")

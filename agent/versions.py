@@ -6,7 +6,7 @@
 
 docs/versioning.md says how a change to the Workflow ships: guarded by workflow.patched, listed in
 PATCHES with the day its release shipped, and removed once no open conversation can predate it
-(MAX_CONVERSATION_AGE after that day, since every wait a conversation has is bounded by it). The
+(MAX_CONVERSATION_AGE after that day: no conversation lives longer, agent.lifetime). The
 release step (`python -m harness.release check`) fails when a patch outlives that window.
 """
 
@@ -27,10 +27,14 @@ WORKFLOW_VERSION = "1.2"
 # histories in tests/histories/workflow-<version>/, recorded by its own code, and its release tag.
 SUPPORTED = ("1.0", "1.1", "1.2")
 
-# No conversation lives longer than this: every wait (the customer, a support agent, the hold
-# before the refund) ends by this age, and the conversation closes with a sentence. It is the
-# window after which no open conversation can predate a release.
+# No conversation lives longer than this: the window after which no open conversation can predate
+# a release. The server enforces it (each conversation's execution timeout, set by its starter),
+# and the settings are checked at start-up to fit in it (agent.lifetime).
 MAX_CONVERSATION_AGE = timedelta(days=30)
+# Every wait (the customer, a support agent, the hold before the refund) ends by this age, and the
+# conversation closes with a sentence; the rest of the window is for what may follow its last
+# wait (a step riding out an outage, the outcome said).
+WAITS_END_AT_AGE = timedelta(days=21)
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,9 @@ post's first try) are local activities: they run inside the workflow task that n
 only their results are recorded. What waits on the outside world (the model, the refund, a slow
 platform) is a regular Activity that heartbeats. A step whose dependency is down is retried
 quickly, then (the thread told once) patiently as a regular Activity: an outage delays a
-conversation, never ends it. Every wait is bounded by its Timing and by MAX_CONVERSATION_AGE.
+conversation, never ends it. Every wait is bounded by its Timing and by WAITS_END_AT_AGE, every
+step and post by its retry budget: a conversation's whole life fits in MAX_CONVERSATION_AGE
+(agent.lifetime), which the server enforces as its execution timeout.
 This is Workflow version 1.2 (agent/versions.py); docs/versioning.md says how a change ships.
 """
 
@@ -37,6 +39,7 @@ with workflow.unsafe.imports_passed_through():
     from agent.activities.rules import apply_refund_rules
     from agent.escalation import EscalationRound
     from agent.intake import MESSAGE_UPDATE, answer_text, from_customer, remember
+    from agent.lifetime import EDIT_RETRIES, POST_RETRIES
     from agent.models import (
         AGENT_PRINCIPAL,
         ALREADY_REFUNDED,
@@ -94,7 +97,7 @@ with workflow.unsafe.imports_passed_through():
         money,
         taken_over,
     )
-    from agent.versions import MAX_CONVERSATION_AGE, WORKFLOW_VERSION
+    from agent.versions import MAX_CONVERSATION_AGE, WAITS_END_AT_AGE, WORKFLOW_VERSION
     from agent.visibility import (
         AMOUNT_CENTS,
         APPROVERS_REMINDED,
@@ -771,10 +774,11 @@ class RefundConversation:
     # ------------------------------------------------------------------------------------------
 
     async def _wait(self, ready: Callable[[], bool], at_most: timedelta, summary: str) -> bool:
-        """Wait until `ready`, for `at_most` and never past the conversation's age limit
-        (MAX_CONVERSATION_AGE: the window docs/versioning.md counts on). False if time ran out.
-        The timer's summary says what it is for (/refund-status shows the next one)."""
-        age_left = workflow.info().workflow_start_time + MAX_CONVERSATION_AGE - workflow.now()
+        """Wait until `ready`, for `at_most` and never past the age at which waits end
+        (WAITS_END_AT_AGE: the rest of the window docs/versioning.md counts on is for what follows
+        the last wait). False if time ran out. The timer's summary says what it is for
+        (/refund-status shows the next one)."""
+        age_left = workflow.info().workflow_start_time + WAITS_END_AT_AGE - workflow.now()
         if age_left < at_most:
             at_most, summary = age_left, AGE_LIMIT
         try:
@@ -908,7 +912,7 @@ class RefundConversation:
             # Retry-After inside the call); the heartbeat still notices a dead Worker in seconds.
             start_to_close_timeout=timedelta(minutes=5),
             heartbeat_timeout=HEARTBEAT_TIMEOUT,
-            schedule_to_close_timeout=timedelta(days=1),
+            schedule_to_close_timeout=POST_RETRIES,
             retry_policy=POST_RETRY,
         )
 
@@ -951,7 +955,7 @@ class RefundConversation:
                 edit,
                 start_to_close_timeout=timedelta(minutes=5),
                 heartbeat_timeout=HEARTBEAT_TIMEOUT,
-                schedule_to_close_timeout=timedelta(hours=1),
+                schedule_to_close_timeout=EDIT_RETRIES,
                 retry_policy=POST_RETRY,
             )
         except ActivityError as err:

@@ -57,7 +57,7 @@ from agent.models import (
     ThreadRef,
     Timing,
 )
-from agent.versions import version_attributes
+from agent.versions import MAX_CONVERSATION_AGE, version_attributes
 from agent.workflow import RefundConversation
 from bot.dedup import RecentEvents
 from bot.ids import workflow_id_for
@@ -534,6 +534,8 @@ class ConversationRouter:
                 ],
                 # A thread is one conversation: a finished one is never started again.
                 id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
+                # The window no conversation outlives (docs/versioning.md), held by the server.
+                execution_timeout=MAX_CONVERSATION_AGE,
                 rpc_timeout=RPC_TIMEOUT,
             )
         except WorkflowAlreadyStartedError:

@@ -17,7 +17,7 @@ from agent.models import (
     ThreadRef,
     Timing,
 )
-from agent.versions import version_attributes
+from agent.versions import MAX_CONVERSATION_AGE, version_attributes
 from agent.workflow import RefundConversation
 from bot.local.thread_store import LocalMessage, LocalThreadStore
 from harness.conditions import wait_for
@@ -63,6 +63,7 @@ class LocalConversation:
             id=f"local-test-{uuid.uuid4().hex[:12]}-{root.thread_id}",
             task_queue=self.task_queue,
             search_attributes=version_attributes(),
+            execution_timeout=MAX_CONVERSATION_AGE,
             start_signal="customer_message",
             start_signal_args=[
                 CustomerMessage(message_id=root.message_id, author=self.customer, text=text)

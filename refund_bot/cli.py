@@ -31,7 +31,7 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from agent import tracing
 from agent.codec import CodecError, NoCodecKey
-from agent.stores.database import DatabaseUnavailable
+from agent.stores.database import DatabaseRefused, DatabaseUnavailable
 from agent.visibility import SearchAttributesMissing, ensure_registered
 from refund_bot import config
 from refund_bot.config import Config, ConfigError
@@ -433,6 +433,9 @@ def main(argv: list[str] | None = None) -> None:
     except ConfigError as err:
         print(f"refund-bot: {err}", file=sys.stderr)
         code = 2
+    except DatabaseRefused as err:
+        print(f"refund-bot: {err.message}", file=sys.stderr)  # never its password either
+        code = 1
     except (
         Refused,
         TemporalServerError,

@@ -78,6 +78,12 @@ CASES: list[tuple[str, list[str], dict[str, str], list[str]]] = [
         ["DISCORD_SUPPORT_CHANNEL_ID"],
     ),
     ("boolean not a boolean", ["run"], {"TEMPORAL_EMBEDDED": "maybe"}, ["TEMPORAL_EMBEDDED"]),
+    (
+        "outage patience past the conversation's window",
+        ["worker"],
+        {"REFUND_OUTAGE_PATIENCE": "30d"},
+        ["REFUND_OUTAGE_PATIENCE=30d", "live 54d 1h 1m", "30d window", "5d or less"],
+    ),
     ("unknown decider", ["run"], {"AGENT_DECIDER": "gpt-5"}, ["AGENT_DECIDER", "policy"]),
     ("openai decider without key: run", ["run"], {"AGENT_DECIDER": "openai"}, ["OPENAI_API_KEY"]),
     ("openai decider without key: demo", ["demo"], {"AGENT_DECIDER": "openai"}, ["OPENAI_API_KEY"]),

@@ -365,3 +365,83 @@ async def test_the_next_version_replays_every_conversation_of_this_one(monkeypat
         history = WorkflowHistory.from_json(path.stem, path.read_text())
         result = await replayer.replay_workflow(history, raise_on_replay_failure=False)
         assert result.replay_failure is None, path.stem
+
+
+def test_a_conversation_lives_no_longer_than_its_window() -> None:
+    """The window counts on the whole life, not only the waits: every wait ends by
+    WAITS_END_AT_AGE, every step and post is retried within a budget agent.lifetime counts, and
+    the longest life the settings accept fits in MAX_CONVERSATION_AGE (which the server holds
+    every conversation to: tests/test_lifetime.py)."""
+    from types import SimpleNamespace
+
+    from temporalio.common import RetryPolicy
+
+    from agent import lifetime, workflow
+    from agent.models import Timing
+
+    tree = ast.parse(WORKFLOW_SOURCE.read_text())
+    [wait] = [
+        f for f in ast.walk(tree) if isinstance(f, ast.AsyncFunctionDef) and f.name == "_wait"
+    ]
+    waits = {c.lineno for c in _calls("wait_condition")}
+    assert waits and waits <= set(range(wait.lineno, (wait.end_lineno or 0) + 1)), "via _wait"
+    names = {n.id for n in ast.walk(wait) if isinstance(n, ast.Name)}
+    assert "WAITS_END_AT_AGE" in names, "every wait ends by WAITS_END_AT_AGE"
+
+    timing = Timing(outage_patience=lifetime.longest_patience(Timing()))
+    # What each call may spend, by what it is: the sums agent.lifetime counts are of these.
+    counted = {
+        "QUICK_RETRY": timing.quick_retry + lifetime.LONGEST_ATTEMPT,
+        "PATIENT_RETRY": timing.outage_patience,
+        "NotifyActivities.post_to_thread": lifetime.POST_RETRIES,
+        "NotifyActivities.edit_thread_message": lifetime.EDIT_RETRIES,
+    }
+    scope = {**vars(workflow), "self": SimpleNamespace(_timing=timing)}
+    scope["start_to_close"] = lifetime.LONGEST_ATTEMPT  # _step's, checked below
+
+    def budget(call: ast.Call, name: str) -> timedelta | None:
+        found = next((k.value for k in call.keywords if k.arg == name), None)
+        return None if found is None else eval(ast.unparse(found), scope)
+
+    calls = [
+        c
+        for name in ("execute_activity", "execute_activity_method", "execute_local_activity")
+        for c in _calls(name)
+    ]
+    local_calls = [
+        c
+        for c in ast.walk(tree)
+        if isinstance(c, ast.Call)
+        and isinstance(c.func, ast.Name)
+        and c.func.id == "_local_activity"
+    ]
+    assert len(calls) >= 5 and len(local_calls) >= 2
+    for call in calls:
+        line = ast.unparse(call)
+        if "schedule_to_close_timeout=schedule_to_close" in line:
+            continue  # _local_activity's: its callers are checked below
+        spent = budget(call, "schedule_to_close_timeout")
+        assert spent is not None, f"unbounded retries: {line}"
+        kind = ast.unparse(call.args[0]) if call.args else ""
+        if kind not in counted:
+            kind = ast.unparse(next(k.value for k in call.keywords if k.arg == "retry_policy"))
+        assert spent <= counted[kind], line
+    for call in local_calls:
+        spent = budget(call, "schedule_to_close")
+        if spent is None:  # one try only, within a post's try
+            policy = budget(call, "retry_policy")
+            assert isinstance(policy, RetryPolicy) and policy.maximum_attempts == 1
+            assert budget(call, "start_to_close") <= lifetime.POST_TRY
+        else:
+            assert spent <= counted["QUICK_RETRY"], ast.unparse(call)
+    attempts = (
+        workflow.SHORT_STEP_TIMEOUT,
+        workflow.MODEL_STEP_TIMEOUT,
+        workflow.REFUND_STEP_TIMEOUT,
+    )
+    assert max(attempts) <= lifetime.LONGEST_ATTEMPT
+    assert workflow.LOCAL_POST_TIMEOUT <= lifetime.POST_TRY
+
+    # The longest life the settings accept, and the defaults', fit in the window.
+    assert lifetime.longest_life(timing) <= versions.MAX_CONVERSATION_AGE
+    assert lifetime.longest_life(Timing()) <= versions.MAX_CONVERSATION_AGE

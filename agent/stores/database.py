@@ -24,6 +24,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Literal, Protocol
 
+from temporalio.exceptions import ApplicationError
+
 from agent import tracing
 
 log = logging.getLogger(__name__)
@@ -43,7 +45,28 @@ class Row(Protocol):
 
 
 class DatabaseUnavailable(Exception):
-    """The database at DATABASE_URL cannot be reached or opened; the message is one line."""
+    """The database at DATABASE_URL cannot be reached or opened; the message is one line. An
+    outage: an Activity that meets it is retried (a conversation waits it out)."""
+
+
+class DatabaseRefused(ApplicationError):
+    """The database answered, and no retry can change its answer: a wrong password, a database,
+    table or column that is not there, a write a constraint refuses. Non-retryable: the step
+    fails at once and the customer hears one plain sentence; this line (DATABASE_URL shown
+    without its password, never a row's values) is for the log and Event History."""
+
+    def __init__(self, url: str, what: str, err: BaseException) -> None:
+        super().__init__(
+            f"the database at DATABASE_URL={url} {what}: {first_line(err)}",
+            type="DatabaseRefused",
+            non_retryable=True,
+        )
+
+
+def first_line(err: BaseException) -> str:
+    """A driver's message, its first line only (PostgreSQL's detail lines can hold row values)."""
+    text = str(err).strip()
+    return text.splitlines()[0] if text else type(err).__name__
 
 
 # ------------------------------------------------------------------------------------------------

@@ -18,14 +18,17 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 import asyncpg
+from asyncpg import exceptions as pg
 
 from agent.stores.database import (
     POSTGRESQL,
     Connection,
+    DatabaseRefused,
     DatabaseUnavailable,
     Row,
     Schema,
     apply_migrations,
+    first_line,
     lock_key,
     traced,
 )
@@ -39,6 +42,27 @@ IDLE_LIFETIME_S = 30.0
 CONNECT_TIMEOUT_S = 10.0
 # The lock every process takes to migrate, whichever store: migrations are rare and short.
 MIGRATION_LOCK = lock_key("refund-bot schema migrations")
+
+# What the database answers that no retry changes, by what it means. Everything else is an outage
+# Temporal retries: the server unreachable or restarting (OSError, TimeoutError,
+# ConnectionDoesNotExistError, CannotConnectNowError, TooManyConnectionsError, any
+# PostgresConnectionError), a statement cancelled, a serialization failure.
+_REFUSALS: tuple[tuple[type[Exception], str], ...] = (
+    # InvalidPasswordError is one of these.
+    (pg.InvalidAuthorizationSpecificationError, "refused refund-bot's login"),
+    (pg.InvalidCatalogNameError, "does not exist"),
+    (pg.UndefinedTableError, "lacks what this code reads"),
+    (pg.UndefinedColumnError, "lacks what this code reads"),
+    (pg.IntegrityConstraintViolationError, "refused the write"),
+)
+
+
+def refusal(err: BaseException, url: str) -> DatabaseRefused | None:
+    """The permanent errors among PostgreSQL's; None for an outage (Temporal retries it)."""
+    for kind, what in _REFUSALS:
+        if isinstance(err, kind):
+            return DatabaseRefused(url, what, err)
+    return None
 
 
 @functools.lru_cache(maxsize=512)
@@ -126,13 +150,18 @@ class PostgresDatabase:
                         await conn.fetchval("SELECT 1")
                 except (OSError, TimeoutError, asyncpg.PostgresError) as err:
                     self._pool = None
-                    raise self._unavailable(err) from err
+                    raise self._sorted(err) from err
                 self._pool_loop = loop
         return self._pool
 
-    def _unavailable(self, err: BaseException) -> DatabaseUnavailable:
-        why = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-        return DatabaseUnavailable(f"cannot reach the database at DATABASE_URL={self.url}: {why}")
+    def _sorted(self, err: BaseException) -> DatabaseRefused | DatabaseUnavailable:
+        """A failure to connect: refused for good (a wrong password, no such database), or an
+        outage."""
+        if (refused := refusal(err, self.url)) is not None:
+            return refused
+        return DatabaseUnavailable(
+            f"cannot reach the database at DATABASE_URL={self.url}: {first_line(err)}"
+        )
 
     @asynccontextmanager
     async def _acquire(self) -> AsyncIterator[asyncpg.Connection]:
@@ -140,7 +169,7 @@ class PostgresDatabase:
         try:
             conn = await pool.acquire()
         except (OSError, TimeoutError, asyncpg.PostgresError) as err:
-            raise self._unavailable(err) from err
+            raise self._sorted(err) from err
         try:
             yield conn
         finally:
@@ -151,7 +180,12 @@ class PostgresDatabase:
         if schema.name not in self._ready:
             await self.migrate(schema)
         async with self._acquire() as conn:
-            yield traced(PostgresConnection(conn), schema)
+            try:
+                yield traced(PostgresConnection(conn), schema)
+            except asyncpg.PostgresError as err:
+                if (refused := refusal(err, self.url)) is not None:
+                    raise refused from err
+                raise
 
     async def migrate(self, *schemas: Schema) -> None:
         pending = [s for s in schemas if s.name not in self._ready]
@@ -174,7 +208,7 @@ class PostgresDatabase:
         try:
             conn = await asyncpg.connect(self._dsn, timeout=CONNECT_TIMEOUT_S)
         except (OSError, TimeoutError, asyncpg.PostgresError) as err:
-            raise self._unavailable(err) from err
+            raise self._sorted(err) from err
         try:
             held = await conn.fetchval("SELECT pg_try_advisory_lock($1)", lock_key(name))
             yield bool(held)

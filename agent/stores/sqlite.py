@@ -16,8 +16,8 @@ import fcntl
 import os
 import sqlite3
 import time
-from collections.abc import AsyncIterator, Callable, Sequence
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +27,7 @@ from aiosqlite.core import _STOP_RUNNING_SENTINEL  # ends a connection's thread:
 from agent.stores.database import (
     SQLITE,
     Connection,
+    DatabaseRefused,
     DatabaseUnavailable,
     Row,
     Schema,
@@ -43,6 +44,31 @@ BUSY_TIMEOUT_S = 10.0
 # "Stores"), and every lookup, grant read, post and inbox write used to pay it. More calls at
 # once than this open extra connections, closed when they end.
 IDLE_CONNECTIONS = 4
+
+# What SQLite says of a table or column that is not there (an OperationalError, like "database is
+# locked" or "unable to open database file", which are outages to wait out).
+_SCHEMA_MISSING = ("no such table", "no such column", "has no column named")
+
+
+def refusal(err: sqlite3.Error, url: str) -> DatabaseRefused | None:
+    """The permanent errors among SQLite's: a constraint refused the write, or the schema lacks a
+    table or column. None for the rest (locked, busy, cannot open): Temporal retries those."""
+    if isinstance(err, sqlite3.IntegrityError):
+        return DatabaseRefused(url, "refused the write", err)
+    if isinstance(err, sqlite3.OperationalError) and any(m in str(err) for m in _SCHEMA_MISSING):
+        return DatabaseRefused(url, "lacks what this code reads", err)
+    return None
+
+
+@contextmanager
+def sorted_errors(url: str) -> Iterator[None]:
+    """SQLite's permanent errors raised as DatabaseRefused; an outage's as they are."""
+    try:
+        yield
+    except sqlite3.Error as err:
+        if (refused := refusal(err, url)) is not None:
+            raise refused from err
+        raise
 
 
 class SqliteConnection:
@@ -104,10 +130,12 @@ class SqliteDatabase:
             await self.migrate(schema)
         path = self.path(schema)
         idle = self._idle.setdefault(path, [])
-        db = idle.pop() if idle else await _open(path)
+        with sorted_errors(self.url):
+            db = idle.pop() if idle else await _open(path)
         reusable = False
         try:
-            yield traced(SqliteConnection(db), schema)
+            with sorted_errors(self.url):
+                yield traced(SqliteConnection(db), schema)
             reusable = not db.in_transaction
         finally:
             # After an error or a cancellation the connection may be mid-statement: closed, not
