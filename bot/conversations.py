@@ -423,7 +423,9 @@ class ConversationRouter:
 
     async def release(self, kept: Kept) -> Routed:
         await self._inbox.ready(kept.seq)
-        return await self.deliver(kept)
+        routed = await self.deliver(kept)
+        self._wake.set()  # what its conversation kept meanwhile (a reply) waited behind it
+        return routed
 
     async def withdraw(self, kept: Kept) -> None:
         await self._inbox.remove(kept.seq)

@@ -2,6 +2,9 @@
 
     500s to every thread creation, then Discord healthy   -> the conversation opens, is answered
     then no answer to any thread creation for a while     -> the next one too
+    then a thread Discord opens without saying so, and 500s after it, the customer answering in
+        it meanwhile                                      -> the answer is kept, and taken after
+                                                             the opening
     refund-bot SIGKILLed (its whole tree) while it fails  -> restarted, Discord healthy: delivered
 
 The process is configured as in tests/test_discord_e2e.py, with its thread retries made short
@@ -155,6 +158,28 @@ async def test_openings_outlive_500s_and_no_answer_to_thread_creation(lab: Lab) 
         await assert_one_conversation(lab, opening)
         failed = lab.api.thread_failures - before
         assert failed == outage.get("times", failed) and failed >= 6, failed
+
+    # Discord opens the thread but never says so, then fails: the customer already answers in it.
+    lab.api.fail_threads("late", times=1)
+    opening = lab.api.user_message(SUPPORT, CUSTOMER, "please refund order 4500 (late)")
+    thread_id = opening["id"]
+    await wait_for(lambda: lab.api.channel(thread_id), timeout=TURN, what="the thread, unsaid")
+    lab.api.fail_threads(500)
+    lab.api.user_message(int(thread_id), CUSTOMER, "Yes")  # kept behind the opening
+    await wait_for(lambda: bot_messages(lab.api, thread_id), timeout=TURN, what="its notice")
+    # Failing past the router's own later look at what it kept (KEPT_GRACE): only the opening's
+    # release is left to send the answer on.
+    failed = lab.api.thread_failures
+    await wait_for(lambda: lab.api.thread_failures >= failed + 10, timeout=TURN, what="failures")
+    lab.api.heal_threads()
+
+    async def damage_asked() -> bool:
+        return "What was damaged?" in [m["content"] for m in bot_messages(lab.api, thread_id)]
+
+    await wait_for(damage_asked, timeout=TURN, what="the reply taken after the opening")
+    survived = await what_survives(lab.temporal_env.client, f"discord-{GUILD}-{thread_id}")
+    assert survived.customer_signals == 2  # the opening, then "Yes"
+    assert lab.api.channel(thread_id) is not None
     assert bot.output.count("could not open a thread on message") >= 18
     assert "Traceback" not in bot.output
     assert await bot.stop() == 0

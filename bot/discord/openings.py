@@ -25,6 +25,7 @@ import logging
 import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from enum import Enum
 from functools import partial
 from typing import TYPE_CHECKING
 
@@ -53,6 +54,15 @@ DELAYED = (
     "Thanks, I have your message: its thread is taking longer than usual to open, and the agent "
     "will answer you there as soon as it does."
 )
+
+
+class Found(Enum):
+    """What an attempt found, when it did not fail."""
+
+    OPEN = "open"  # the thread is open: this attempt's, or one already there
+    GONE = "gone"  # the message was deleted
+
+
 # What one request to Discord may fail with when Discord or the network is away: one line, never
 # a traceback, and another attempt.
 UNAVAILABLE = (discord.HTTPException, aiohttp.ClientError, OSError, TimeoutError)
@@ -151,58 +161,25 @@ class ThreadOpenings:
         await asyncio.gather(*tasks, return_exceptions=True)
 
     async def _open(self, waiting: Waiting) -> None:
-        async with self._arrival.hold(int(waiting.thread.thread)):
-            if not await self._open_thread(waiting):
-                await self._forget(waiting)
-                return
-            routed = await self._release(waiting)
-            notice = NOTICES.get(routed)
-            if notice is not None:
-                thread = self._client.get_partial_messageable(
-                    int(waiting.thread.thread),
-                    guild_id=int(waiting.thread.workspace),
-                    type=discord.ChannelType.public_thread,
-                )
-                await say(thread, notice)
-
-    async def _open_thread(self, waiting: Waiting) -> bool:
-        """Attempt until the thread is open (True) or its message is gone (False)."""
+        """Attempt until the thread is open, then deliver; or forget a deleted message."""
         channel_id, message_id = int(waiting.thread.channel), int(waiting.thread.thread)
-        name = fit_content(f"Refund request from {waiting.author.label}", 100)
         attempts, retry_at = waiting.attempts, waiting.retry_at
         # Past the notice already when this process took it up: told by whoever had it then.
         told = waited(waiting) >= self._retry.notice_after
         while True:
             if retry_at is not None:
                 await asyncio.sleep(max(0.0, retry_at - time.time()))
-            try:
-                async with asyncio.timeout(self._retry.attempt_seconds):
-                    await self._client.http.start_thread_with_message(
-                        channel_id,
-                        message_id,
-                        name=name,
-                        auto_archive_duration=THREAD_ARCHIVE_MINUTES,
-                        rate_limit_per_user=None,
-                    )
-                return True
-            except discord.HTTPException as err:
-                if err.code == THREAD_ALREADY_EXISTS:
-                    # A thread on a message has the message's id: that one is this conversation's.
-                    log.info("message %s has its thread already; it is used", message_id)
-                    return True
-                if err.code == UNKNOWN_MESSAGE:
-                    log.warning("message %s was gone before its thread opened", message_id)
-                    return False
-                why = f"{err.status} {err.text or err.response.reason} (code {err.code})"
-                if err.status < 500:
-                    why += (
-                        "; the bot needs Create Public Threads and Send Messages in Threads in "
-                        "the support channel"
-                    )
-            except TimeoutError:
-                why = f"no answer within {self._retry.attempt_seconds:g}s"
-            except (aiohttp.ClientError, OSError) as err:
-                why = one_line(err)
+            # The thread's lock for one attempt (bounded), and on to the delivery once it opens:
+            # a reply in the new thread reaches the router after the opening. Between attempts a
+            # reply is kept at once, behind the opening in the inbox.
+            async with self._arrival.hold(message_id):
+                why = await self._attempt(waiting)
+                if why is Found.OPEN:
+                    await self._deliver(waiting)
+                    return
+                if why is Found.GONE:
+                    await self._forget(waiting)
+                    return
             attempts += 1
             delay = self._retry.backoff.delay(attempts)
             retry_at = time.time() + delay
@@ -218,6 +195,50 @@ class ThreadOpenings:
             if not told and waited(waiting) >= self._retry.notice_after:
                 told = True
                 await self.reply(channel_id, message_id, DELAYED, nonce=f"late{message_id}")
+
+    async def _attempt(self, waiting: Waiting) -> Found | str:
+        """One bounded attempt: what it found, or why it failed."""
+        channel_id, message_id = int(waiting.thread.channel), int(waiting.thread.thread)
+        try:
+            async with asyncio.timeout(self._retry.attempt_seconds):
+                await self._client.http.start_thread_with_message(
+                    channel_id,
+                    message_id,
+                    name=fit_content(f"Refund request from {waiting.author.label}", 100),
+                    auto_archive_duration=THREAD_ARCHIVE_MINUTES,
+                    rate_limit_per_user=None,
+                )
+            return Found.OPEN
+        except discord.HTTPException as err:
+            if err.code == THREAD_ALREADY_EXISTS:
+                # A thread on a message has the message's id: that one is this conversation's.
+                log.info("message %s has its thread already; it is used", message_id)
+                return Found.OPEN
+            if err.code == UNKNOWN_MESSAGE:
+                log.warning("message %s was gone before its thread opened", message_id)
+                return Found.GONE
+            why = f"{err.status} {err.text or err.response.reason} (code {err.code})"
+            if err.status < 500:
+                why += (
+                    "; the bot needs Create Public Threads and Send Messages in Threads in the "
+                    "support channel"
+                )
+            return why
+        except TimeoutError:
+            return f"no answer within {self._retry.attempt_seconds:g}s"
+        except (aiohttp.ClientError, OSError) as err:
+            return one_line(err)
+
+    async def _deliver(self, waiting: Waiting) -> None:
+        routed = await self._release(waiting)
+        notice = NOTICES.get(routed)
+        if notice is not None:
+            thread = self._client.get_partial_messageable(
+                int(waiting.thread.thread),
+                guild_id=int(waiting.thread.workspace),
+                type=discord.ChannelType.public_thread,
+            )
+            await say(thread, notice)
 
     async def _note(self, waiting: Waiting, why: str, retry_at: float) -> None:
         try:
