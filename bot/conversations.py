@@ -411,8 +411,11 @@ class ConversationRouter:
             else:
                 assert isinstance(payload, InboundMessage), pending.kind
                 event_id, thread, author = payload.event_id, payload.thread, payload.author
-            self._recent.accept(event_id)  # a redelivery while it waits is a duplicate
-            kept = Kept(event_id, pending.seq, workflow_id_for(thread))
+            # As kept here; after a restart a start's event id is its message's (Discord's are).
+            kept = next((k for k in self._kept.values() if k.seq == pending.seq), None) or Kept(
+                event_id, pending.seq, workflow_id_for(thread)
+            )
+            self._recent.accept(kept.event_id)  # a redelivery while it waits is a duplicate
             held.append(
                 Waiting(kept, thread, author, pending.queued_at, pending.attempts, pending.retry_at)
             )

@@ -217,7 +217,7 @@ class ThreadOpenings:
             if err.code == UNKNOWN_MESSAGE:
                 log.warning("message %s was gone before its thread opened", message_id)
                 return Found.GONE
-            why = f"{err.status} {err.text or err.response.reason} (code {err.code})"
+            why = one_line(err)
             if err.status < 500:
                 why += (
                     "; the bot needs Create Public Threads and Send Messages in Threads in the "
