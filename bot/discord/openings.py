@@ -167,8 +167,8 @@ class ThreadOpenings:
         # Past the notice already when this process took it up: told by whoever had it then.
         told = waited(waiting) >= self._retry.notice_after
         while True:
-            if retry_at is not None:
-                await asyncio.sleep(max(0.0, retry_at - time.time()))
+            if retry_at is not None:  # never past the cap: a clock moved, a cap lowered
+                await asyncio.sleep(min(max(0.0, retry_at - time.time()), self._retry.backoff.cap))
             # The thread's lock for one attempt (bounded), and on to the delivery once it opens:
             # a reply in the new thread reaches the router after the opening. Between attempts a
             # reply is kept at once, behind the opening in the inbox.
