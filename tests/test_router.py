@@ -760,9 +760,11 @@ async def test_a_message_kept_waiting_is_delivered_only_once_released(
         assert await router.deliver_pending() == 0
         assert [c[1] for c in temporal.calls] == [workflow_id_for(other.thread)]
 
-        later = ConversationRouter(
-            temporal, "refund-bot", Inbox(SqliteDatabase(tmp_path)), router._hold
-        )  # type: ignore[arg-type]
+        async def hold() -> bool:
+            return True
+
+        # Another router on the same inbox: the bot restarted.
+        later = ConversationRouter(temporal, "refund-bot", Inbox(SqliteDatabase(tmp_path)), hold)
         [waiting] = await later.waiting("thread")
         assert waiting.kept.seq == kept.seq and waiting.kept.workflow_id == kept.workflow_id
         assert waiting.author == CUSTOMER and waiting.attempts == 0
