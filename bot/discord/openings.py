@@ -98,8 +98,9 @@ def now_iso() -> str:
 class ThreadOpenings:
     """The openings one logged-in client is opening: one task each, cancelled when it closes.
 
-    Each holds its thread's arrival-order lock (`arrival`, the client's) from its first attempt
-    to its delivery, so a reply in the new thread reaches the router after the opening."""
+    Each holds its thread's arrival-order lock (`arrival`, the client's) through each attempt
+    and, once the thread is open, through its delivery: a reply in the new thread reaches the
+    router after the opening, and one written between attempts is kept at once, behind it."""
 
     def __init__(
         self,
@@ -149,10 +150,6 @@ class ThreadOpenings:
             log.info("discord: resuming %d opening(s) whose thread is not open yet", len(held))
         for waiting in held:
             self.open(waiting)
-
-    @property
-    def in_progress(self) -> int:
-        return len(self._tasks)
 
     async def close(self) -> None:
         tasks = list(self._tasks.values())
