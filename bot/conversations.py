@@ -5,6 +5,7 @@
     deliver, a customer's reply: the Update a Worker accepts (bounded wait)
                                  ... not accepted, refused -> the Signal
     adapter, an acknowledged event it cannot read -> keep_unreadable -> inbox, as a dead letter
+    adapter, a message it must do something for first -> keep_waiting (kept, held) ... release
 
 An acknowledgement means durable: every customer message and click is written ahead to the inbox
 (the stores' database, committed) before its platform hears "ok" (`keep`); Slack never resends
@@ -176,6 +177,18 @@ class Kept:
     workflow_id: str
 
 
+@dataclass(frozen=True)
+class Waiting:
+    """A kept message held for its adapter (`keep_waiting`), as the inbox has it."""
+
+    kept: Kept
+    thread: ThreadRef
+    author: Actor
+    queued_at: str  # ISO 8601, when it was kept
+    attempts: int  # the adapter's failed attempts so far (`note_wait`)
+    retry_at: float | None  # time.time() of the adapter's next attempt, if it said
+
+
 class Router(Protocol):
     """What a chat adapter asks of the router: ConversationRouter is the one that reaches
     Temporal; tests and benchmarks hand adapters a recording one (harness.recording_router)."""
@@ -198,6 +211,32 @@ class Router(Protocol):
     async def keep_unreadable(self, event: UnreadableEvent) -> None:
         """Keep an acknowledged event that cannot be read as a dead letter; raises when it cannot
         be kept."""
+        ...
+
+
+class WaitingRouter(Router, Protocol):
+    """A Router that also holds messages for their adapter: Discord keeps a conversation's opening
+    before its thread exists, and releases it once the thread is open."""
+
+    async def keep_waiting(self, message: InboundMessage, waits_for: str) -> Kept | Routed:
+        """`keep`, held (with its conversation's later entries) until `release`."""
+        ...
+
+    async def waiting(self, waits_for: str) -> list[Waiting]:
+        """Every message still held for `waits_for` (after a restart: what to resume)."""
+        ...
+
+    async def note_wait(self, kept: Kept, error: str, retry_at: float) -> None:
+        """Record the adapter's failed attempt, and when it tries again."""
+        ...
+
+    async def release(self, kept: Kept) -> Routed:
+        """The adapter is done: deliver it (QUEUED, kept, if not now). Raises when the inbox
+        cannot record it; the message stays held."""
+        ...
+
+    async def withdraw(self, kept: Kept) -> None:
+        """Forget a held message that is gone (its author deleted it)."""
         ...
 
 
@@ -332,8 +371,11 @@ class ConversationRouter:
             return await self._keep(message.event_id, "message", message)
         if (kept := self._kept.get(message.event_id)) is not None:
             return kept  # kept at the ack: the hold below was decided then
+        return await self._keep(message.event_id, "start", await self._start_of(message))
+
+    async def _start_of(self, message: InboundMessage) -> ConversationStart:
         # Decided now, at arrival: a message kept in the inbox keeps the hold it arrived with.
-        start = ConversationStart(
+        return ConversationStart(
             thread=message.thread,
             customer=message.author,
             opening_message_id=message.message_id,
@@ -342,7 +384,56 @@ class ConversationRouter:
             decider=self._decider,
             timing=self._timing,
         )
-        return await self._keep(message.event_id, "start", start)
+
+    async def keep_waiting(self, message: InboundMessage, waits_for: str) -> Kept | Routed:
+        if message.from_bot or message.edited_or_deleted:
+            return Routed.IGNORED
+        message = message.model_copy(update={"text": cut(message.text)})
+        if not message.opens_thread:
+            return await self._keep(message.event_id, "message", message, waits_for)
+        start = await self._start_of(message)
+        return await self._keep(message.event_id, "start", start, waits_for)
+
+    async def waiting(self, waits_for: str) -> list[Waiting]:
+        held = []
+        for pending in await self._inbox.waiting(waits_for):
+            try:
+                payload = _decode(pending)
+            except (ValidationError, ValueError) as err:
+                await self._bury(pending, f"cannot be read: {one_line(err)}", attempted=False)
+                continue
+            if isinstance(payload, ConversationStart):
+                event_id, thread, author = (
+                    payload.opening_message_id,
+                    payload.thread,
+                    payload.customer,
+                )
+            else:
+                assert isinstance(payload, InboundMessage), pending.kind
+                event_id, thread, author = payload.event_id, payload.thread, payload.author
+            # As kept here; after a restart a start's event id is its message's (Discord's are).
+            kept = next((k for k in self._kept.values() if k.seq == pending.seq), None) or Kept(
+                event_id, pending.seq, workflow_id_for(thread)
+            )
+            self._recent.accept(kept.event_id)  # a redelivery while it waits is a duplicate
+            held.append(
+                Waiting(kept, thread, author, pending.queued_at, pending.attempts, pending.retry_at)
+            )
+        return held
+
+    async def note_wait(self, kept: Kept, error: str, retry_at: float) -> None:
+        await self._inbox.failed(kept.seq, error, retry_at)
+
+    async def release(self, kept: Kept) -> Routed:
+        await self._inbox.ready(kept.seq)
+        routed = await self.deliver(kept)
+        self._wake.set()  # what its conversation kept meanwhile (a reply) waited behind it
+        return routed
+
+    async def withdraw(self, kept: Kept) -> None:
+        await self._inbox.remove(kept.seq)
+        self._kept.pop(kept.event_id, None)
+        self._kept_seqs.pop(kept.seq, None)
 
     async def on_message(self, message: InboundMessage) -> Routed:
         kept = await self.keep(message)
@@ -367,7 +458,9 @@ class ConversationRouter:
             seq,
         )
 
-    async def _keep(self, event_id: str, kind: str, payload: BaseModel) -> Kept | Routed:
+    async def _keep(
+        self, event_id: str, kind: str, payload: BaseModel, waits_for: str | None = None
+    ) -> Kept | Routed:
         """Write an event ahead once: a redelivery of one kept is a duplicate (or, while the
         first is not yet handed to deliver, that same Kept); one that arrives while the first is
         being written waits for it. Several waiting on a write that failed: the first of them
@@ -385,7 +478,7 @@ class ConversationRouter:
             workflow_id = _workflow_of(kind, payload)
             with tracing.span("router.keep", workflow_id=workflow_id, inbound=kind):
                 # COMMITTED before the platform is acknowledged: this is what "ok" promises.
-                seq = await self._inbox.put(kind, payload, workflow_id)
+                seq = await self._inbox.put(kind, payload, workflow_id, waits_for=waits_for)
             kept = self._kept[event_id] = Kept(event_id, seq, workflow_id)
             self._kept_seqs[seq] = time.monotonic()
             # Its handler delivers it right after the ack, unless the handler never runs (Bolt
@@ -434,7 +527,11 @@ class ConversationRouter:
         first = await self._inbox.first_for(kept.workflow_id)
         if first is None or first.seq > kept.seq:
             return Routed.SIGNALLED  # the inbox's own delivery took it meanwhile
-        if first.seq != kept.seq or (first.retry_at is not None and first.retry_at > time.time()):
+        if (
+            first.seq != kept.seq
+            or first.waits_for is not None
+            or (first.retry_at is not None and first.retry_at > time.time())
+        ):
             return Routed.QUEUED  # an earlier entry of this conversation goes first
         try:
             # Right after the ack, a reply goes as an Update (the fast turn). The background loop
@@ -644,6 +741,9 @@ class ConversationRouter:
                     continue
                 workflow_id = _workflow_of(pending.kind, payload)
                 if workflow_id in held:
+                    continue
+                if pending.waits_for is not None:
+                    held.add(workflow_id)  # its adapter releases it (`release`)
                     continue
                 kept_at = self._kept_seqs.get(pending.seq)
                 if kept_at is not None and time.monotonic() - kept_at < KEPT_GRACE:

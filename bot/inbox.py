@@ -5,6 +5,8 @@
         -> failed     -> retried later (attempts, error)
         -> never      -> dead letter (kept, with its error)
     acknowledged, cannot be read -> keep_dead  -> dead letter (kept, with why)
+    kept waiting for its adapter (`waits_for`: Discord opening the message's thread)
+        -> ready -> delivered as above; until then it holds its conversation's later entries back
 
 An entry is kept in the stores' database (DATABASE_URL), so it survives a bot restart, and is
 delivered in arrival order within its conversation (`workflow_id`). Nothing is dropped: an entry
@@ -21,7 +23,7 @@ from datetime import UTC, datetime
 
 from pydantic import BaseModel
 
-from agent.stores.database import Connection, Database, Migration, Schema
+from agent.stores.database import Connection, Database, Migration, Schema, both
 
 _DEAD_LETTERS = """CREATE TABLE IF NOT EXISTS dead_letters (
     seq {seq} PRIMARY KEY,
@@ -85,9 +87,12 @@ SCHEMA = Schema(
                 _DEAD_LETTERS.format(seq="BIGINT"),
             ),
         ),
+        # What an entry waits for before it may be delivered (NULL: nothing); while it waits,
+        # attempts, last_error and retry_at are its adapter's, and `ready` clears them.
+        both(2, "entries waiting for their adapter", "ALTER TABLE inbox ADD COLUMN waits_for TEXT"),
     ),
 )
-_COLUMNS = "seq, kind, payload, queued_at, workflow_id, attempts, last_error, retry_at"
+_COLUMNS = "seq, kind, payload, queued_at, workflow_id, attempts, last_error, retry_at, waits_for"
 
 
 class Pending(BaseModel):
@@ -99,6 +104,7 @@ class Pending(BaseModel):
     attempts: int = 0
     last_error: str | None = None
     retry_at: float | None = None
+    waits_for: str | None = None
 
 
 class DeadLetter(BaseModel):
@@ -126,9 +132,9 @@ def _now() -> str:
     return datetime.now(UTC).isoformat()
 
 
-# One entry's row as put: kind, payload, queued_at, workflow_id.
-_Row = tuple[str, str, str, str]
-# The most keeps one commit takes (4 parameters each, well under both databases' limits).
+# One entry's row as put: kind, payload, queued_at, workflow_id, waits_for.
+_Row = tuple[str, str, str, str, str | None]
+# The most keeps one commit takes (5 parameters each, well under both databases' limits).
 GROUP_MAX = 500
 
 
@@ -144,10 +150,14 @@ class Inbox:
         self._to_commit: list[tuple[_Row, asyncio.Future[int]]] = []
         self._committing: asyncio.Task[None] | None = None
 
-    async def put(self, kind: str, payload: BaseModel, workflow_id: str) -> int:
-        """Keep an entry: committed when this returns its seq."""
+    async def put(
+        self, kind: str, payload: BaseModel, workflow_id: str, *, waits_for: str | None = None
+    ) -> int:
+        """Keep an entry: committed when this returns its seq. With `waits_for`, it is not to be
+        delivered until `ready`."""
         kept = asyncio.get_running_loop().create_future()
-        self._to_commit.append(((kind, payload.model_dump_json(), _now(), workflow_id), kept))
+        row = (kind, payload.model_dump_json(), _now(), workflow_id, waits_for)
+        self._to_commit.append((row, kept))
         if self._committing is None or self._committing.done():
             self._committing = asyncio.create_task(self._commit_kept())
         return await kept
@@ -156,13 +166,14 @@ class Inbox:
         while self._to_commit:
             group = self._to_commit[:GROUP_MAX]
             del self._to_commit[:GROUP_MAX]
-            rows = ", ".join(["(?, ?, ?, ?, 0)"] * len(group))
+            rows = ", ".join(["(?, ?, ?, ?, ?, 0)"] * len(group))
             try:
                 # One statement for the group: each statement is a hop to the database's thread
                 # and back through a busy event loop, which 100 of them would wait on in turn.
                 async with self._writes, self._database.connect(SCHEMA) as db, db.transaction():
                     found = await db.fetch(
-                        "INSERT INTO inbox (kind, payload, queued_at, workflow_id, attempts) "
+                        "INSERT INTO inbox (kind, payload, queued_at, workflow_id, waits_for, "
+                        "attempts) "
                         f"VALUES {rows} RETURNING seq",
                         *(value for row, _ in group for value in row),
                     )
@@ -193,6 +204,23 @@ class Inbox:
                 workflow_id,
             )
         return Pending(**dict(row)) if row is not None else None
+
+    async def waiting(self, waits_for: str) -> list[Pending]:
+        """The entries waiting for `waits_for`, oldest first."""
+        async with self._database.connect(SCHEMA) as db:
+            rows = await db.fetch(
+                f"SELECT {_COLUMNS} FROM inbox WHERE waits_for = ? ORDER BY seq", waits_for
+            )
+        return [Pending(**dict(r)) for r in rows]
+
+    async def ready(self, seq: int) -> None:
+        """The entry waits no more: delivered from now on, its attempts counted afresh."""
+        async with self._writes, self._database.connect(SCHEMA) as db:
+            await db.execute(
+                "UPDATE inbox SET waits_for = NULL, attempts = 0, last_error = NULL, "
+                "retry_at = NULL WHERE seq = ?",
+                seq,
+            )
 
     async def remove(self, seq: int) -> None:
         async with self._writes, self._database.connect(SCHEMA) as db:

@@ -21,7 +21,7 @@ from discord.http import HTTPClient, MultipartParameters
 from agent.models import Actor, Platform, ThreadRef
 from agent.policy import ASKED_TEXTS
 from bot.commands import ChannelRef
-from bot.discord.customer_messages import THREAD_ARCHIVE_MINUTES
+from bot.discord.openings import THREAD_ARCHIVE_MINUTES
 from bot.discord.render import fit_content, utf16_len
 from bot.discord.replies import NO_PINGS
 from demo.stage import Frame

@@ -2,17 +2,28 @@
 
     adapter -> RecordingRouter.keep / on_message / on_click -> recorded -> the result a test chose
 
-It is a bot.conversations.Router, so an adapter takes it where it takes the real one. A test sets
-what it answers (`message_result`, `click_result`), makes it fail (`message_error`,
-`click_error`), or makes it slow (`gate`: Temporal taking its time).
+It is a bot.conversations.WaitingRouter, so an adapter takes it where it takes the real one. A test
+sets what it answers (`message_result`, `click_result`), makes it fail (`message_error`,
+`click_error`), or makes it slow (`gate`: Temporal taking its time). A message kept waiting for its
+adapter (`keep_waiting`) is in `held` until `release` hands it on as `on_message` would; a second
+RecordingRouter given the same `held` and `held_messages` is a restarted bot reading one inbox.
 """
 
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
 
-from bot.conversations import InboundClick, InboundMessage, Kept, Routed, UnreadableEvent
+from bot.conversations import (
+    InboundClick,
+    InboundMessage,
+    Kept,
+    Routed,
+    UnreadableEvent,
+    Waiting,
+)
+from bot.ids import workflow_id_for
 
 
 @dataclass
@@ -32,6 +43,10 @@ class RecordingRouter:
     unreadable: list[UnreadableEvent] = field(default_factory=list)  # kept as dead letters
     kept: list[InboundMessage] = field(default_factory=list)  # written ahead, before the ack
     keep_error: Exception | None = None  # raised by keep: the inbox could not take it
+    held: dict[int, Waiting] = field(default_factory=dict)  # kept for their adapter, by seq
+    held_messages: dict[int, InboundMessage] = field(default_factory=dict)
+    released: list[InboundMessage] = field(default_factory=list)
+    withdrawn: list[InboundMessage] = field(default_factory=list)
 
     def seen(self, event_id: str) -> bool:
         return event_id in self.accepted
@@ -41,6 +56,33 @@ class RecordingRouter:
             raise self.keep_error
         self.kept.append(message)
         return Kept(message.event_id, len(self.kept), message.thread.thread)
+
+    async def keep_waiting(self, message: InboundMessage, waits_for: str) -> Kept | Routed:
+        kept = await self.keep(message)
+        assert isinstance(kept, Kept)
+        kept = Kept(message.event_id, kept.seq, workflow_id_for(message.thread))
+        now = datetime.now(UTC).isoformat()
+        self.held[kept.seq] = Waiting(kept, message.thread, message.author, now, 0, None)
+        self.held_messages[kept.seq] = message
+        self.accepted.add(message.event_id)
+        return kept
+
+    async def waiting(self, waits_for: str) -> list[Waiting]:
+        return [self.held[seq] for seq in sorted(self.held)]
+
+    async def note_wait(self, kept: Kept, error: str, retry_at: float) -> None:
+        waiting = self.held[kept.seq]
+        self.held[kept.seq] = replace(waiting, attempts=waiting.attempts + 1, retry_at=retry_at)
+
+    async def release(self, kept: Kept) -> Routed:
+        del self.held[kept.seq]
+        message = self.held_messages.pop(kept.seq)
+        self.released.append(message)
+        return await self.on_message(message)
+
+    async def withdraw(self, kept: Kept) -> None:
+        del self.held[kept.seq]
+        self.withdrawn.append(self.held_messages.pop(kept.seq))
 
     async def on_message(self, message: InboundMessage) -> Routed:
         self.arrived.append(message)

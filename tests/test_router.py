@@ -628,13 +628,13 @@ async def test_redeliveries_waiting_on_a_failed_keep_write_it_once(router) -> No
     original = router._inbox.put
     calls = 0
 
-    async def put(kind: str, payload: Any, workflow_id: str) -> int:
+    async def put(kind: str, payload: Any, workflow_id: str, **kwargs: Any) -> int:
         nonlocal calls
         calls += 1
         if calls == 1:
             await release.wait()
             raise sqlite3.OperationalError("database is locked")
-        return await original(kind, payload, workflow_id)
+        return await original(kind, payload, workflow_id, **kwargs)
 
     router._inbox.put = put
     first = asyncio.create_task(router.keep(message("e3", "Yes")))
@@ -741,3 +741,43 @@ async def test_a_kept_message_is_delivered_right_after_its_ack_not_twice(
     assert await router.on_message(message("e2", "Yes")) == Routed.DUPLICATE
     assert [c[3].text for c in temporal.calls[1:]] == ["Yes"]
     assert await _empty(tmp_path)
+
+
+async def test_a_message_kept_waiting_is_delivered_only_once_released(
+    router, temporal, tmp_path
+) -> None:
+    """An opening kept before its thread exists: the delivery loop leaves it (and the reply kept
+    behind it) alone, a restarted router finds it waiting, its release delivers both in order."""
+    delivery = asyncio.create_task(router.run_delivery())
+    try:
+        kept = await router.keep_waiting(message("e1", "refund 1234", opens=True), "thread")
+        assert isinstance(kept, Kept)
+        assert await router.on_message(message("e2", "Yes")) == Routed.QUEUED  # behind it
+        other = message(
+            "o1", "refund 99", opens=True, thread=THREAD.model_copy(update={"thread": "9"})
+        )
+        assert await router.on_message(other) == Routed.STARTED  # the positive control
+        assert await router.deliver_pending() == 0
+        assert [c[1] for c in temporal.calls] == [workflow_id_for(other.thread)]
+
+        async def hold() -> bool:
+            return True
+
+        # Another router on the same inbox: the bot restarted.
+        later = ConversationRouter(temporal, "refund-bot", Inbox(SqliteDatabase(tmp_path)), hold)
+        [waiting] = await later.waiting("thread")
+        assert waiting.kept.seq == kept.seq and waiting.kept.workflow_id == kept.workflow_id
+        assert waiting.author == CUSTOMER and waiting.attempts == 0
+        assert (await router.waiting("thread"))[0].kept == kept  # as kept, in the same router
+        await later.note_wait(waiting.kept, "500 Internal Server Error", time.time() + 60)
+        assert (await later.waiting("thread"))[0].attempts == 1
+
+        assert await router.release(kept) == Routed.STARTED
+        await wait_for(lambda: len(temporal.calls) == 3, what="the reply after its opening")
+        assert [(c[0], c[1]) for c in temporal.calls[1:]] == [
+            ("start", kept.workflow_id),
+            ("signal", kept.workflow_id),
+        ]
+        assert await router.waiting("thread") == []
+    finally:
+        delivery.cancel()

@@ -1,7 +1,8 @@
 """The Discord gateway client: its set-up, its gateway events, and the entry points to run it.
 
     gateway event -> edge (MESSAGE_CREATE, INTERACTION_CREATE checked; kept if unreadable)
-    customer message in the support channel or a thread -> customer_messages -> router.on_message
+    customer message in the support channel or a thread -> customer_messages -> the router
+                                                           (an opening through openings)
     Approve / Deny click (DecisionButton)               -> buttons -> bot.clicks -> router.on_click
     /crash-worker, /refund-… commands                   -> slash_commands    -> bot.commands
 
@@ -27,11 +28,12 @@ from agent import tracing
 from agent.activities.authorize import GrantSource
 from bot.clicks import ApprovalCheck, approver_check
 from bot.commands import ChatCommands
-from bot.conversations import Router
+from bot.conversations import WaitingRouter
 from bot.discord.buttons import DecisionButton
 from bot.discord.commands_spec import load_manifest, mismatches, register_commands
 from bot.discord.customer_messages import is_from_a_person, route_customer_message
 from bot.discord.edge import CheckedCommandTree, guard_parsers
+from bot.discord.openings import OpeningRetry, ThreadOpenings
 from bot.discord.outbound import RoutedHTTPClient
 from bot.discord.parts import BotParts
 from bot.discord.replies import NO_PINGS
@@ -66,7 +68,7 @@ class RefundBotClient(discord.Client):
     def __init__(
         self,
         settings: DiscordSettings,
-        router: Router,
+        router: WaitingRouter,
         commands: ChatCommands,
         can_approve: ApprovalCheck,
         *,
@@ -92,6 +94,12 @@ class RefundBotClient(discord.Client):
         guard_parsers(self._connection.parsers, router)
         self._sync_commands = sync_commands
         self._in_arrival_order = KeyedLocks()
+        # The openings whose thread this client opens: its own, and those the inbox still held
+        # when it logged in (resumed by setup_hook).
+        self.openings = ThreadOpenings(
+            self, router, self._in_arrival_order, OpeningRetry.from_settings(settings)
+        )
+        self._resuming: asyncio.Task[None] | None = None
         # What the gateway last did; serve() and on_ready() keep it current.
         self.health = PlatformHealth("discord")
         self.logged_in = False  # login (REST, then setup_hook) has completed once
@@ -165,6 +173,9 @@ class RefundBotClient(discord.Client):
         ready = getattr(self._connection, "_ready_task", None)
         if ready is not None:
             ready.cancel()
+        if self._resuming is not None:
+            self._resuming.cancel()
+        await self.openings.close()
         await super().close()
 
     def _next_connection(self) -> dict[str, Any]:
@@ -189,6 +200,8 @@ class RefundBotClient(discord.Client):
         # Registered as classes, not views: a click on any message with a matching custom id is
         # handled, whoever posted it and however long ago.
         self.add_dynamic_items(DecisionButton)
+        # Over REST, which needs no gateway: what a killed or replaced bot was opening.
+        self._resuming = asyncio.create_task(self.openings.resume(), name="resume openings")
         if self._sync_commands:
             await self._register_commands()
 
@@ -238,7 +251,7 @@ class RefundBotClient(discord.Client):
             "discord.message", "consumer", platform="discord", event_id=str(message.id)
         ):
             async with self._in_arrival_order.hold(message.id if opening else message.channel.id):
-                await route_customer_message(self.parts, self, message)
+                await route_customer_message(self.parts, self, self.openings, message)
 
 
 class _RoutedWebhookAdapter(AsyncWebhookAdapter):
@@ -259,7 +272,7 @@ class _RoutedWebhookAdapter(AsyncWebhookAdapter):
 
 def build_client(
     settings: DiscordSettings,
-    router: Router,
+    router: WaitingRouter,
     commands: ChatCommands,
     *,
     grants: GrantSource | None = None,

@@ -1,7 +1,11 @@
 """Customer messages: from the support channel and its threads to the conversation router.
 
-    customer message in the support channel -> public thread on it -> router.on_message (start)
+    customer message in the support channel -> kept, waiting for its thread -> openings (thread,
+                                               then router.release: start)
     message in one of those threads         -> router.on_message -> `customer_message` Signal
+    message in a thread the cache does not know, whose parent cannot be looked up now
+                                            -> router.on_message all the same: the Workflow ID
+                                               needs no parent, and no such conversation is UNKNOWN
 
 Messages from bots (this one included), system messages, edits and deletions never reach the
 router: only MESSAGE_CREATE of a person's message is handled (discord.py dispatches edits and
@@ -10,30 +14,25 @@ deletions as other events, which the client does not listen to).
 
 from __future__ import annotations
 
+import asyncio
 import logging
-from typing import TYPE_CHECKING
 
 import discord
 
 from agent.models import ThreadRef
-from bot.conversations import NOT_KEPT, NOTICES, InboundMessage, cut
+from bot.conversations import NOT_KEPT, NOTICES, InboundMessage, Routed, Waiting, cut
 from bot.discord.actors import actor_for
+from bot.discord.openings import UNAVAILABLE, WAITS_FOR, ThreadOpenings, now_iso
 from bot.discord.parts import BotParts
-from bot.discord.render import fit_content
 from bot.discord.replies import say
-
-if TYPE_CHECKING:  # discord.types is for type checkers: imported first, it is a circular import
-    from discord.types.threads import ThreadArchiveDuration
+from bot.reconnect import one_line
 
 log = logging.getLogger(__name__)
 
 # A message's channel when it may be a thread: cached (Thread) or not (PartialMessageable).
 MaybeThread = discord.Thread | discord.PartialMessageable
-
-# A week: an escalation can wait days for a person. A post into an archived thread reopens it.
-THREAD_ARCHIVE_MINUTES: ThreadArchiveDuration = 10080
-THREAD_ALREADY_EXISTS = 160004  # Discord's error code: this message already has a thread
-UNKNOWN_MESSAGE = 10008  # Discord's error code: no such message (deleted as soon as posted)
+# How long a lookup of an uncached thread's parent may take before the message is routed anyway.
+LOOKUP_SECONDS = 10.0
 HUMAN_MESSAGE_TYPES = frozenset({discord.MessageType.default, discord.MessageType.reply})
 
 
@@ -48,12 +47,13 @@ def is_from_a_person(message: discord.Message, me: discord.ClientUser | None) ->
 
 
 async def route_customer_message(
-    parts: BotParts, client: discord.Client, message: discord.Message
+    parts: BotParts, client: discord.Client, openings: ThreadOpenings, message: discord.Message
 ) -> None:
     """Hand a message in the support channel or one of its threads to the router.
 
-    An opening message gets its thread first; messages anywhere else are left alone. The router's
-    notice for the result (if any) goes into the thread.
+    An opening message is kept before anything else, then `openings` opens its thread and
+    delivers it; messages anywhere else are left alone. The router's notice for the result (if
+    any) goes into the thread.
     """
     assert message.guild is not None
     support_channel_id = parts.support_channel_id
@@ -62,27 +62,40 @@ async def route_customer_message(
         # request to Discord, so no second thread is attempted on an opening message.
         log.info("Discord message %s was already routed; the redelivery is dropped", message.id)
         return
-    thread: MaybeThread | None
     if message.channel.id == support_channel_id:
-        thread = await _open_thread(client, message)
-        if thread is None:
-            return
-        opens_thread = True
-    elif isinstance(message.channel, MaybeThread) and (
-        await _parent_of(client, message.channel) == support_channel_id
-    ):
-        thread = message.channel
-        opens_thread = False
-    else:
-        return  # another channel, or a thread elsewhere
+        await _keep_opening(parts, openings, message)
+        return
+    if not isinstance(message.channel, MaybeThread):
+        return
+    ours = await _in_support_channel(client, message.channel, support_channel_id)
+    if ours is False:
+        return  # a thread elsewhere
+    thread = message.channel
+    inbound = _inbound(message, support_channel_id, thread_id=thread.id, opens_thread=False)
+    try:
+        routed = await parts.router.on_message(inbound)
+    except Exception as err:
+        log.warning("could not keep Discord message %s: %s", message.id, one_line(err))
+        if ours:
+            await say(thread, NOT_KEPT)
+        return
+    notice = NOTICES.get(routed)
+    # A thread not known to be the support channel's hears only what proves it is a conversation.
+    if notice is not None and (ours or routed == Routed.CLOSED):
+        await say(thread, notice)
 
-    inbound = InboundMessage(
+
+def _inbound(
+    message: discord.Message, support_channel_id: int, *, thread_id: int, opens_thread: bool
+) -> InboundMessage:
+    assert message.guild is not None
+    return InboundMessage(
         event_id=str(message.id),
         thread=ThreadRef(
             platform="discord",
             workspace=str(message.guild.id),
             channel=str(support_channel_id),
-            thread=str(thread.id),
+            thread=str(thread_id),
         ),
         message_id=str(message.id),
         author=actor_for(message.author),
@@ -91,51 +104,41 @@ async def route_customer_message(
         text=cut(message.content),
         opens_thread=opens_thread,
     )
+
+
+async def _keep_opening(
+    parts: BotParts, openings: ThreadOpenings, message: discord.Message
+) -> None:
+    """Keep the opening first, under the id its thread will have, then have its thread opened."""
+    # A thread opened on a message takes the message's id: the conversation's key is known now.
+    inbound = _inbound(message, parts.support_channel_id, thread_id=message.id, opens_thread=True)
     try:
-        routed = await parts.router.on_message(inbound)
-    except Exception:
-        log.exception("could not route Discord message %s", message.id)
-        await say(thread, NOT_KEPT)
+        kept = await parts.router.keep_waiting(inbound, WAITS_FOR)
+    except Exception as err:
+        log.warning("could not keep Discord message %s: %s", message.id, one_line(err))
+        await openings.reply(message.channel.id, message.id, NOT_KEPT, nonce=f"nk{message.id}")
         return
-    notice = NOTICES.get(routed)
-    if notice is not None:
-        await say(thread, notice)
+    if isinstance(kept, Routed):
+        return  # a duplicate: its first copy is being opened
+    openings.open(Waiting(kept, inbound.thread, inbound.author, now_iso(), 0, None))
 
 
-async def _open_thread(client: discord.Client, message: discord.Message) -> MaybeThread | None:
-    assert message.guild is not None
-    name = fit_content(f"Refund request from {message.author.display_name}", 100)
-    try:
-        return await message.create_thread(name=name, auto_archive_duration=THREAD_ARCHIVE_MINUTES)
-    except discord.HTTPException as err:
-        if err.code == THREAD_ALREADY_EXISTS:
-            # Another replica got there first. A thread on a message has the message's id,
-            # and the router's signal-with-start makes the second start a no-op.
-            return client.get_partial_messageable(
-                message.id, guild_id=message.guild.id, type=discord.ChannelType.public_thread
-            )
-        if err.code == UNKNOWN_MESSAGE:
-            # Deleted before its thread could open: nothing of it is left to answer, or to keep.
-            log.warning("message %s was gone before its thread opened", message.id)
-            return None
-        log.error(
-            "could not open a thread on message %s in the support channel (%s %s); the bot "
-            "needs Create Public Threads and Send Messages in Threads there",
-            message.id,
-            err.status,
-            err.text,
-        )
-        return None
-
-
-async def _parent_of(client: discord.Client, channel: MaybeThread) -> int | None:
+async def _in_support_channel(
+    client: discord.Client, channel: MaybeThread, support_channel_id: int
+) -> bool | None:
+    """Whether the thread is the support channel's; None when that cannot be known now."""
     if isinstance(channel, discord.Thread):
-        return channel.parent_id
+        return channel.parent_id == support_channel_id
     # A channel the cache does not know (rare: GUILD_CREATE lists active threads and
     # THREAD_CREATE adds new ones). Ask Discord what it is.
     try:
-        fetched = await client.fetch_channel(channel.id)
-    except discord.HTTPException:
-        log.warning("could not look up channel %s", channel.id, exc_info=True)
+        async with asyncio.timeout(LOOKUP_SECONDS):
+            fetched = await client.fetch_channel(channel.id)
+    except UNAVAILABLE as err:
+        log.warning(
+            "could not look up channel %s (%s); its message is routed by the thread's id",
+            channel.id,
+            one_line(err),
+        )
         return None
-    return fetched.parent_id if isinstance(fetched, discord.Thread) else None
+    return isinstance(fetched, discord.Thread) and fetched.parent_id == support_channel_id

@@ -15,14 +15,14 @@ import discord
 
 from bot.clicks import ApprovalCheck
 from bot.commands import ChatCommands
-from bot.conversations import Router
+from bot.conversations import WaitingRouter
 from bot.discord.replies import RESPONSE_BUDGET
 from bot.discord.settings import DiscordSettings
 
 
 @dataclass
 class BotParts:
-    router: Router
+    router: WaitingRouter
     commands: ChatCommands
     settings: DiscordSettings
     support_channel_id: int

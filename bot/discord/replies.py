@@ -14,6 +14,7 @@ import asyncio
 import logging
 from typing import Any
 
+import aiohttp
 import discord
 
 from bot.discord.render import fit_content
@@ -44,10 +45,9 @@ async def tell_privately(interaction: discord.Interaction, text: str) -> None:
 
 
 async def say(channel: discord.abc.Messageable, text: str) -> None:
-    """Post a notice in a channel or thread; a failure is logged, never raised."""
+    """Post a notice in a channel or thread; a failure (Discord or the network away) is one line
+    in the log, never raised."""
     try:
         await channel.send(text, allowed_mentions=NO_PINGS)
-    except discord.HTTPException:
-        log.warning(
-            "could not post a notice in channel %s", getattr(channel, "id", "?"), exc_info=True
-        )
+    except (discord.HTTPException, aiohttp.ClientError, OSError, TimeoutError) as err:
+        log.warning("could not post a notice in channel %s: %s", getattr(channel, "id", "?"), err)

@@ -35,6 +35,12 @@ class DiscordSettings(BaseSettings):
     # One gateway connection per token: the bot process holding the lease connects, another
     # stands by. A holder that dies without releasing it (SIGKILL) is taken over after this long.
     gateway_lease_seconds: int = 30
+    # Opening a customer's thread (bot/discord/openings.py): one attempt may take this long
+    # (discord.py's own retries of a 500 included), the next waits a backoff doubling from a
+    # second up to the cap, and past the notice the customer is told, once, that it is late.
+    thread_attempt_seconds: float = 60.0
+    thread_retry_cap_seconds: float = 60.0
+    thread_delay_notice_seconds: float = 30.0
 
     @field_validator("approver_role_limit_cents")
     @classmethod
@@ -50,6 +56,15 @@ class DiscordSettings(BaseSettings):
             raise ValueError(
                 "DISCORD_GATEWAY_LEASE_SECONDS must be 3 or more (it is renewed every third)"
             )
+        return value
+
+    @field_validator(
+        "thread_attempt_seconds", "thread_retry_cap_seconds", "thread_delay_notice_seconds"
+    )
+    @classmethod
+    def _positive(cls, value: float) -> float:
+        if value <= 0:
+            raise ValueError("must be more than 0 seconds")
         return value
 
     @field_validator("api_url")

@@ -11,7 +11,8 @@ limited and fail the way it would against discord.com:
 - `GET /channels/{channel_id}/messages`: newest first, `limit` / `before` / `after`.
 - `POST /channels/{channel_id}/messages/{message_id}/threads`: a public thread on a message; like
   Discord, the thread's id is the message's id, and a second thread on one message is refused
-  (400, code 160004).
+  (400, code 160004). `fail_threads(...)` makes it fail for a while: answer 500, answer nothing
+  (the request held open until the client gives up), or reset the connection.
 - `GET /channels/{channel_id}`: a text channel or thread of a guild added with `add_guild`.
 - `GET /oauth2/applications/@me`: the bot's application (discord.py's login reads it).
 - `PUT /applications/{application_id}/commands` and `.../guilds/{guild_id}/commands`: bulk overwrite
@@ -48,6 +49,7 @@ Rate limits are never produced by counting: a test asks for them with `rate_limi
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import itertools
 import json
@@ -57,7 +59,7 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Literal
 
 from aiohttp import web
 
@@ -109,6 +111,26 @@ class _RateLimit:
     is_global: bool
 
 
+# How a thread creation fails during an outage: Discord's 500, no answer at all, or a reset.
+# "late": done, but answered only once the client has given up on it.
+ThreadFailure = Literal[500, "hang", "reset", "late"]
+
+
+@dataclass
+class _Outage:
+    failure: ThreadFailure
+    times: int | None  # requests left to fail; None: until `until`, or until healed
+    until: float | None  # time.monotonic()
+
+    def applies(self) -> bool:
+        if self.until is not None:
+            return time.monotonic() < self.until
+        if self.times is not None:
+            self.times -= 1
+            return self.times >= 0
+        return True
+
+
 @dataclass
 class _Channel:
     messages: list[dict[str, Any]] = field(default_factory=list)
@@ -154,6 +176,10 @@ class FakeDiscordAPI:
         self._channels: dict[int, _Channel] = {}
         self._failing: dict[int, int] = {}
         self._rate_limits: dict[str, _RateLimit] = {}
+        self._thread_outage: _Outage | None = None
+        self._unheld = asyncio.Event()  # set: held thread requests end (the client has gone)
+        self.thread_attempts = 0  # thread creations asked for, answered or not
+        self.thread_failures = 0  # of them, those the outage failed
         self.application: dict[str, Any] = {
             "id": str(bot_id),  # a bot made since 2019 has its application's id as its user id
             "name": bot_name,
@@ -224,6 +250,7 @@ class FakeDiscordAPI:
     async def __aexit__(self, *exc_info: object) -> None:
         # Close the gateway's websockets first: the server waits for open handlers on shutdown.
         await self.gateway.close_connections(1001)
+        self._unheld.set()
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None
@@ -269,6 +296,27 @@ class FakeDiscordAPI:
         if status not in _CHANNEL_ERRORS:
             raise ValueError(f"fail_channel supports {sorted(_CHANNEL_ERRORS)}, not {status}")
         self._failing[int(channel_id)] = status
+
+    def fail_threads(
+        self,
+        failure: ThreadFailure = 500,
+        *,
+        times: int | None = None,
+        seconds: float | None = None,
+    ) -> None:
+        """Fail thread creation for the next `times` requests, or for `seconds` from now, or until
+        `heal_threads()`: with 500 Internal Server Error (which discord.py retries itself, up to
+        five requests in 25 s), with no answer ("hang": the request is held, never done, its
+        connection open until the client gives up), or by closing the connection ("reset")."""
+        self._thread_outage = _Outage(
+            failure, times, time.monotonic() + seconds if seconds is not None else None
+        )
+        self._unheld.clear()
+
+    def heal_threads(self) -> None:
+        """Thread creation works again; requests still held end unanswered."""
+        self._thread_outage = None
+        self._unheld.set()
 
     def advance(self, seconds: float) -> None:
         """Move Discord's clock forward, e.g. past the nonce window."""
@@ -508,6 +556,14 @@ class FakeDiscordAPI:
         }
         if nonce is not None:
             message["nonce"] = str(nonce)
+        reference = body.get("message_reference")
+        if isinstance(reference, dict):  # a reply
+            message["type"] = 19
+            message["message_reference"] = {
+                "type": 0,
+                "message_id": str(reference["message_id"]),
+                "channel_id": request.match_info["channel_id"],
+            }
         _apply_mentions(message, body.get("allowed_mentions"))
         channel.messages.append(message)
         self._dispatch_bot_message(message)
@@ -581,6 +637,30 @@ class FakeDiscordAPI:
         return None
 
     async def _start_thread(self, request: web.Request) -> web.Response:
+        """A thread on a message, unless the outage `fail_threads` set up fails it."""
+        self.thread_attempts += 1
+        outage = self._thread_outage
+        failure = outage.failure if outage is not None and outage.applies() else None
+        if failure is not None:
+            self.thread_failures += 1
+        if failure == "late":
+            answer = await self._open_thread(request)
+            await self._unheld.wait()  # by now the client has given up on it
+            return answer
+        if failure == "hang":
+            await self._unheld.wait()
+        elif failure == "reset" and request.transport is not None:
+            request.transport.close()
+        if failure is not None:
+            # No rate-limit headers: Discord's own 500 page comes from its edge, not the API.
+            return web.Response(
+                body=b'{"message": "500: Internal Server Error", "code": 0}',
+                status=500,
+                headers={"Content-Type": "application/json", "Via": "1.1 google"},
+            )
+        return await self._open_thread(request)
+
+    async def _open_thread(self, request: web.Request) -> web.Response:
         route = THREADS_ROUTE
         channel_id = int(request.match_info["channel_id"])
         found = self._guild_channel(channel_id)
