@@ -253,6 +253,18 @@ async def test_drain_says_a_refund_the_owner_holds(client, agent_settings) -> No
     assert said.startswith(DRAINED_REFUNDED.split("{")[0]) and "re_ledger_" in said
 
 
+def _opening(root) -> ConversationStart:
+    """The start of order 1234's conversation on the local thread `root` opened."""
+    return ConversationStart(
+        thread=ThreadRef(
+            platform="local", workspace="local", channel="support", thread=root.thread_id
+        ),
+        customer=CUSTOMER,
+        opening_message_id=root.message_id,
+        opening_text="please refund order 1234",
+    )
+
+
 async def test_a_conversation_started_without_its_version_records_it(
     client, agent_settings
 ) -> None:
@@ -261,14 +273,7 @@ async def test_a_conversation_started_without_its_version_records_it(
         root = await threads.open_thread("support", CUSTOMER.user_id, "please refund order 1234")
         handle = await client.start_workflow(
             RefundConversation.run,
-            ConversationStart(
-                thread=ThreadRef(
-                    platform="local", workspace="local", channel="support", thread=root.thread_id
-                ),
-                customer=CUSTOMER,
-                opening_message_id=root.message_id,
-                opening_text="please refund order 1234",
-            ),
+            _opening(root),
             id=f"local-noversion-{uuid.uuid4().hex[:12]}",
             task_queue=queue,
         )
@@ -299,14 +304,7 @@ async def test_a_split_deploy_records_the_version_of_the_worker_that_runs_it(
         conv.thread_id = root.thread_id
         conv.handle = await client.start_workflow(
             RefundConversation.run,
-            ConversationStart(
-                thread=ThreadRef(
-                    platform="local", workspace="local", channel="support", thread=root.thread_id
-                ),
-                customer=CUSTOMER,
-                opening_message_id=root.message_id,
-                opening_text="please refund order 1234",
-            ),
+            _opening(root),
             id=f"local-split-{uuid.uuid4().hex[:12]}-{root.thread_id}",
             task_queue=queue,
             search_attributes=TypedSearchAttributes(
