@@ -5,8 +5,8 @@
 
 The owner has accepted the refund and nothing on our side has recorded it: the one moment a
 refund could be made twice, held still so that a presenter (or tests/test_crash_drill.py) can kill
-the Worker there. The refund itself knows nothing of it: the composition root adds this
-interceptor to a Worker whose REFUND_DRILL_PAUSE_AFTER_EFFECT is true.
+the Worker there. The refund itself knows nothing of it: refund_bot.demos adds this interceptor
+to a Worker whose REFUND_DRILL_PAUSE_AFTER_EFFECT is true, and loads this module only then.
 """
 
 from __future__ import annotations
@@ -37,9 +37,9 @@ class DrillSettings(BaseSettings):
     pause_after_effect: bool = Field(default=False, alias="REFUND_DRILL_PAUSE_AFTER_EFFECT")
 
 
-def drill_interceptors(settings: DrillSettings) -> list[Interceptor]:
-    """The Worker's interceptors for the drill: none unless it is on."""
-    return [PauseAfterEffect()] if settings.pause_after_effect else []
+def drill_interceptors() -> list[Interceptor]:
+    """The Worker's interceptors for the drill, read from its settings: none unless it is on."""
+    return [PauseAfterEffect()] if DrillSettings().pause_after_effect else []
 
 
 class PauseAfterEffect(Interceptor):

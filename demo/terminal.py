@@ -10,6 +10,8 @@ presenter's presses; exit status 0 only if every count is the docs page's.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 
 from agent.settings import AgentSettings
 from agent.stores.databases import database_for
@@ -19,6 +21,26 @@ from bot.local.thread_store import LOCAL_WORKSPACE, LocalThreadStore
 from demo.local_stage import LocalStage
 from demo.parts import DemoFailed, RunningStack
 from demo.side_by_side import Pace, SideBySide, StoryParts
+from worker.control import RestartReport
+from worker.supervisor import WorkerSupervisor
+
+
+@dataclass(frozen=True)
+class SupervisorInProcess:
+    """bot.commands.WorkerControl over this process's own supervisor (`refund-bot demo`, tests):
+    the same calls, without the trip through Temporal."""
+
+    supervisor: WorkerSupervisor
+
+    async def supervisor_hosts(self) -> list[str]:
+        return [self.supervisor.host]
+
+    async def restart(
+        self, host: str | None, while_down: Callable[[], Awaitable[None]] | None = None
+    ) -> RestartReport:
+        if host not in (None, self.supervisor.host):
+            raise ValueError(f"this process supervises {self.supervisor.host!r}, not {host!r}")
+        return await self.supervisor.restart(kill=True, while_down=while_down)
 
 
 async def side_by_side(stack: RunningStack, settings: AgentSettings, workers: WorkerControl) -> int:

@@ -49,11 +49,7 @@ from bot.local import thread_store as threads_store
 from bot.local.terminal import LocalChannel
 from bot.platform_health import PlatformHealth
 from bot.slack.settings import SlackSettings
-from demo import pace as demo_pace
-from demo.command import SideBySideDemos
-from demo.pace import DemoPace
-from demo.side_by_side import StoryParts
-from demo.worker_hold import WorkerHold
+from refund_bot import demos as demo_hooks
 from refund_bot.ops import Ops, OpsRefused, serving_ops
 from refund_bot.stack import Stack
 from refund_bot.status import first_status, log_status_every, say
@@ -90,7 +86,6 @@ async def running_router(
         inbox_store.SCHEMA,
         hold_store.SCHEMA,
         threads_store.SCHEMA,
-        demo_pace.SCHEMA,
         lease.SCHEMA,
     )
     hold = HoldSwitch(database, settings.hold_before_refund)
@@ -105,10 +100,7 @@ async def running_router(
         meter=metric_meter(),
     )
     workers = SupervisorsOverTemporal(client, temporal)
-    demos = SideBySideDemos(
-        StoryParts(client, temporal, settings, inbox, workers, dict(child_env or {})),
-        DemoPace(database),
-    )
+    demos = demo_hooks.SideBySide(client, temporal, settings, inbox, workers, child_env or {})
     commands = Commands(client, workers, settings, GrantStore(database), hold, demos)
     delivery = asyncio.create_task(router.run_delivery(), name="inbox delivery")
     try:
@@ -161,7 +153,7 @@ async def running_stack(
             log_path=data_dir / "worker.log",
             host=host,
             workers=workers,
-            control=WorkerHold,
+            control=demo_hooks.supervisor_control,
         )
         async with supervisor, running_router(client, temporal, settings, worker_env) as stack:
             stack.supervisor, stack.server, stack.web_ui = supervisor, server, server.ui_url

@@ -69,7 +69,7 @@ async def _promoted() -> None:
 async def _worker(cfg: Config, standby: bool = False, metrics_slot: int = 0) -> None:
     from agent.codec_keys import codec_keys
     from agent.temporal_client import connect
-    from demo.drill import drill_interceptors
+    from refund_bot.demos import worker_interceptors
     from refund_bot.wiring import grant_sources, outbound_posters
     from worker.runner import run_worker
     from worker.settings import slot_address
@@ -104,7 +104,7 @@ async def _worker(cfg: Config, standby: bool = False, metrics_slot: int = 0) -> 
             # The wait itself, made only once the standby is ready: a standby stopped while still
             # starting never made a coroutine it would leave unawaited.
             go=_promoted if standby else None,
-            interceptors=drill_interceptors(cfg.drill),
+            interceptors=worker_interceptors(),
             freeze_startup=True,  # this process is the Worker's
         )
 
@@ -112,7 +112,7 @@ async def _worker(cfg: Config, standby: bool = False, metrics_slot: int = 0) -> 
 async def _supervised_worker(cfg: Config) -> None:
     from agent.codec_keys import codec_keys
     from agent.temporal_client import connect
-    from demo.worker_hold import WorkerHold
+    from refund_bot.demos import supervisor_control
     from worker.supervisor import WorkerSupervisor
 
     keys = codec_keys(cfg.agent)
@@ -127,7 +127,7 @@ async def _supervised_worker(cfg: Config) -> None:
         client=client,
         host=cfg.process.host,
         workers=cfg.process.workers,
-        control=WorkerHold,
+        control=supervisor_control,
     ) as supervisor:
         log.info(
             "Supervising Worker pid %s on %s; /crash-worker %s restarts it",
@@ -229,18 +229,10 @@ async def _bot(cfg: Config) -> None:
 
 async def _demo(cfg: Config, side_by_side: bool) -> int:
     from refund_bot.app import running_stack
-    from refund_bot.wiring import SupervisorInProcess
+    from refund_bot.demos import tell
 
     async with running_stack(cfg.temporal, cfg.agent) as stack:
-        assert stack.supervisor is not None  # running_stack always has one
-        if side_by_side:
-            from demo.terminal import side_by_side as story
-
-            workers = SupervisorInProcess(stack.supervisor)
-            return await story(stack, cfg.agent, workers)
-        from demo.crash_and_resume import crash_and_resume
-
-        return await crash_and_resume(stack, cfg.agent)
+        return await tell(stack, cfg.agent, side_by_side=side_by_side)
 
 
 async def _discord_sync(cfg: Config) -> None:

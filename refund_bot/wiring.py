@@ -21,10 +21,9 @@ from bot.commands import SupervisorGone
 from bot.discord.settings import DiscordSettings
 from bot.local.thread_store import LocalThreadStore
 from bot.slack.settings import SlackSettings
-from demo.paused_restart import paused_worker_restart
+from refund_bot.demos import paused_restart
 from worker.control import NoSupervisorAnswers, RestartReport, request_worker_restart
 from worker.pollers import supervisor_hosts, supervisors
-from worker.supervisor import WorkerSupervisor
 
 # A platform's SDK (discord.py, slack_sdk) is imported only when that platform is configured: a
 # Worker's start-up, the cost of every crash, does not pay for SDKs it will not use.
@@ -96,7 +95,8 @@ def grant_sources(
 @dataclass(frozen=True)
 class SupervisorsOverTemporal:
     """bot.commands.WorkerControl through Temporal: the supervisors on any host, by their control
-    task queues (worker.control; a restart that waits is the demo's paused restart)."""
+    task queues (worker.control; a restart that waits is the demo's paused restart,
+    refund_bot.demos)."""
 
     client: Client
     temporal: TemporalSettings
@@ -122,26 +122,6 @@ class SupervisorsOverTemporal:
         try:
             if while_down is None:
                 return await request_worker_restart(self.client, queue, host, supervisor=supervisor)
-            return await paused_worker_restart(
-                self.client, queue, host, while_down, supervisor=supervisor
-            )
+            return await paused_restart(self.client, queue, host, while_down, supervisor=supervisor)
         except NoSupervisorAnswers as err:
             raise SupervisorGone(str(err)) from err
-
-
-@dataclass(frozen=True)
-class SupervisorInProcess:
-    """bot.commands.WorkerControl over this process's own supervisor (`refund-bot demo`, tests):
-    the same calls, without the trip through Temporal."""
-
-    supervisor: WorkerSupervisor
-
-    async def supervisor_hosts(self) -> list[str]:
-        return [self.supervisor.host]
-
-    async def restart(
-        self, host: str | None, while_down: Callable[[], Awaitable[None]] | None = None
-    ) -> RestartReport:
-        if host not in (None, self.supervisor.host):
-            raise ValueError(f"this process supervises {self.supervisor.host!r}, not {host!r}")
-        return await self.supervisor.restart(kill=True, while_down=while_down)

@@ -17,9 +17,13 @@ from harness.conversation import LocalConversation
 from harness.kill_drill import run_drill
 from harness.owner import refunds_made
 from harness.stack import supervised_stack
+from refund_bot.config import DRILL
+from refund_bot.demos import worker_interceptors
 from refund_bot.wiring import local_thread_store
 from worker.control import request_worker_restart
 from worker.lifecycle import alive
+from worker.pair import WorkerPair
+from worker.runner import build_worker
 
 LOOP_STEPS = ("decide_next_step", "lookup_order", "lookup_customer_history", "check_refund_policy")
 
@@ -105,6 +109,30 @@ async def test_sigkill_while_held_resumes_without_repeating(temporal_env, tmp_pa
         assert all(attempt == 1 for attempt in after.get(step, []))
     refunds = await Ledger(database_for(stack.settings)).refunds_for_workflow(handle.id)
     assert len(refunds) == 1 and refunds[0].calls == 1
+
+
+async def test_a_worker_carries_the_drill_only_when_it_is_asked_for(
+    client, agent_settings, tmp_path, monkeypatch
+) -> None:
+    """Built as `refund-bot worker` builds it: with the default settings nothing of demo/ is in
+    its interceptors; with the drill's switch on, the drill's pause is, on both Workers."""
+    monkeypatch.chdir(tmp_path)  # no developer .env can turn the drill on
+
+    async def from_demo(task_queue: str) -> list[str]:
+        pair: WorkerPair = await build_worker(
+            client, task_queue, agent_settings, {}, interceptors=worker_interceptors()
+        )
+        return [
+            type(interceptor).__name__
+            for worker in (pair.conversations, pair.effects)
+            for interceptor in worker.config()["interceptors"]
+            if type(interceptor).__module__.split(".")[0] == "demo"
+        ]
+
+    monkeypatch.delenv(DRILL, raising=False)
+    production = await from_demo("production")
+    monkeypatch.setenv(DRILL, "true")
+    assert (production, await from_demo("drill")) == ([], ["PauseAfterEffect", "PauseAfterEffect"])
 
 
 async def test_kill_after_the_ledger_accepted_makes_no_second_refund(

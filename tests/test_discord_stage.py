@@ -23,9 +23,9 @@ from bot.ids import workflow_id_for
 from demo.discord_stage import MESSAGES_PAGE_SIZE, TONE_COLOURS, DiscordStage
 from demo.side_by_side import Pace, SideBySide, StoryParts
 from demo.stage import Column, Frame
+from demo.terminal import SupervisorInProcess
 from harness.fakes.discord_api import MESSAGES_ROUTE, THREADS_ROUTE, FakeDiscordAPI
 from harness.stack import child_env, supervised_stack
-from refund_bot.wiring import SupervisorInProcess
 from tests.support.discord_guild import CUSTOMER, GUILD, SUPPORT, seed_guild
 
 CHANNEL = ChannelRef(platform="discord", workspace=str(GUILD), channel=str(SUPPORT))

@@ -21,13 +21,14 @@ from temporalio.worker import Replayer
 
 from agent.history import what_survives
 from demo.paused_restart import PausedRestartWorker
+from demo.terminal import SupervisorInProcess
 from demo.worker_hold import WorkerHold
 from harness import queue_settings
 from harness.codec import TEST_CODEC_ENV, TEST_CONVERTER
 from harness.conditions import wait_for
 from harness.conversation import LocalConversation
 from harness.stack import supervised_stack
-from refund_bot.wiring import SupervisorInProcess, SupervisorsOverTemporal, local_thread_store
+from refund_bot.wiring import SupervisorsOverTemporal, local_thread_store
 from worker.control import RestartReport, RestartWorker, worker_identity
 from worker.lifecycle import alive
 from worker.pollers import worker_is_polling, workflow_pollers
