@@ -7,13 +7,9 @@
 Variants, interleaved burst by burst (their order turns every round), each app process idle (no
 CPU used for 0.1 s) when its burst begins:
   refund-bot     bot.slack.app.serve in HTTP mode, as `refund-bot run` serves Slack: signature,
-                 shape, the 200, then bolt in the background
+                 shape, the message kept, then bolt dispatches and answers
   aiohttp-floor  an aiohttp handler that reads the body and answers 200: what this web stack costs
                  with no work at all, on this machine, now
-  bolt-answers   with --bolt-answers only: the same checks, then bolt dispatches and answers
-                 (bolt's own ack path). Not by default: its bolt work and its replies, seconds
-                 after its own bursts, run on the same two cores during the other variants' bursts
-                 and count in their figures (2-5 ms at their p99 when measured).
   baseline       with --baseline DIR only: refund-bot as served by the checkout in DIR (the code
                  before a change, alternated with it on the same machine at the same time)
 Every app process imports what `refund-bot run` imports, so its heap (which full garbage
@@ -29,7 +25,7 @@ Scenarios (milliseconds from writing a request to reading the last byte of its a
 plus `cold`, each app's first request. A PNG of the bursts' distributions goes to --plot.
 
     .venv/bin/python -m bench.slack_ack [--in-flight 100] [--bursts 20] [--router-delay 5]
-        [--baseline ../refund-bot-before] [--bolt-answers]
+        [--baseline ../refund-bot-before]
         [--profile slack-ack.html]   (pyinstrument, the refund-bot app process, whole run;
                                       .html for a browser, any other name for text)
 """
@@ -52,8 +48,6 @@ from typing import Any
 
 from aiohttp import web
 from pydantic import SecretStr
-from slack_bolt.adapter.aiohttp import to_aiohttp_response
-from slack_bolt.async_app import AsyncApp
 
 from agent.stores.sqlite import SqliteDatabase
 from bench import percentile
@@ -63,10 +57,7 @@ from bench.proc import wait_idle
 from bot.commands import CommandReply, Conversation
 from bot.conversations import InboundClick, InboundMessage, Kept, Routed, UnreadableEvent
 from bot.inbox import Inbox
-from bot.slack.app import EVENTS_PATH, build_app, checked_request, serve
-from bot.slack.requests import (
-    bolt_request,
-)
+from bot.slack.app import EVENTS_PATH, build_app, serve
 from bot.slack.settings import SlackSettings
 from harness import free_port
 from harness.conditions import wait_for
@@ -77,7 +68,6 @@ from worker.lifecycle import spawn_child, until_stopped, watch_lifeline
 SECRET = "bench-signing-secret"
 CHANNEL = "C0SUPPORT"
 VARIANTS = ("refund-bot", "aiohttp-floor")
-BOLT_ANSWERS = "bolt-answers"
 BASELINE = "baseline"
 HOST = "127.0.0.1"
 
@@ -124,21 +114,6 @@ class SlowCommands:
         return found if isinstance(found, CommandReply) else CommandReply(text=f"{found}: fine")
 
 
-def bolt_answers(app: AsyncApp, signing_secret: str) -> web.Application:
-    """The ack path bolt gives by itself: the same checks, then bolt dispatches and answers."""
-
-    async def events(request: web.Request) -> web.Response:
-        checked = await checked_request(request, signing_secret)
-        if isinstance(checked, web.Response):
-            return checked
-        bolt = bolt_request(checked, request.query_string, request.headers)
-        return await to_aiohttp_response(await app.async_dispatch(bolt))
-
-    web_app = web.Application()
-    web_app.router.add_post(EVENTS_PATH, events)
-    return web_app
-
-
 def aiohttp_floor() -> web.Application:
     async def events(request: web.Request) -> web.Response:
         await request.read()
@@ -176,8 +151,7 @@ async def serve_variant(variant: str, port: int, api_url: str, token: str, delay
         if variant == "refund-bot":
             await serve(app, settings)  # what `refund-bot run` runs for Slack in HTTP mode
         else:
-            web_app = aiohttp_floor() if variant == "aiohttp-floor" else bolt_answers(app, SECRET)
-            await _serve_until_cancelled(web_app, port)
+            await _serve_until_cancelled(aiohttp_floor(), port)
     finally:
         print(json.dumps({"router_started": router.started, "router_finished": router.finished}))
 
@@ -215,7 +189,7 @@ def serve_main(argv: list[str]) -> None:
     import refund_bot.app  # noqa: F401
 
     parser = argparse.ArgumentParser(prog="bench.slack_ack serve")
-    parser.add_argument("variant", choices=(*VARIANTS, BOLT_ANSWERS))
+    parser.add_argument("variant", choices=VARIANTS)
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--api-url", required=True)
     parser.add_argument("--router-delay", type=float, required=True)
@@ -361,8 +335,8 @@ async def start_sink() -> tuple[asyncio.subprocess.Process, str]:
 
 
 async def run(in_flight: int, bursts: int, delay: float, one_by_one: int, plot: Path,
-              profile: Path | None, baseline: Path | None, bolt: bool) -> None:  # fmt: skip
-    variants = VARIANTS + ((BOLT_ANSWERS,) if bolt else ()) + ((BASELINE,) if baseline else ())
+              profile: Path | None, baseline: Path | None) -> None:  # fmt: skip
+    variants = VARIANTS + ((BASELINE,) if baseline else ())
     sink_proc, sink_url = await start_sink()
     async with FakeSlackApi() as slack:
         sender = SlackSender(slack)
@@ -371,7 +345,6 @@ async def run(in_flight: int, bursts: int, delay: float, one_by_one: int, plot: 
         try:
             for app in apps.values():
                 await app.connect(in_flight)
-                # The first request: bolt's one auth.test happens here for bolt-answers.
                 results[app.variant]["cold"] = await app.send([sender.post(CHANNEL, "cold")])
                 await app.send([sender.post(CHANNEL, "warm") for _ in range(in_flight)])
 
@@ -461,13 +434,10 @@ def main() -> None:
     parser.add_argument(
         "--baseline", type=Path, help="a checkout whose refund-bot runs as one more variant"
     )
-    parser.add_argument(
-        "--bolt-answers", action="store_true", help="add the ack path bolt gives by itself"
-    )
     args = parser.parse_args()
     asyncio.run(
         run(args.in_flight, args.bursts, args.router_delay, args.one_by_one, args.plot,
-            args.profile, args.baseline and args.baseline.resolve(), args.bolt_answers)
+            args.profile, args.baseline and args.baseline.resolve())
     )  # fmt: skip
     exit_now(0)
 

@@ -14,14 +14,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-import gc
 import logging
 import os
-from collections.abc import Callable
 
 from aiohttp import web
+from slack_bolt.adapter.aiohttp import to_aiohttp_response
 from slack_bolt.async_app import AsyncApp
-from slack_bolt.request.async_request import AsyncBoltRequest
 from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
@@ -41,7 +39,6 @@ from bot.reconnect import (
 from bot.slack.actions import DECISION_ACTIONS, register_decision_actions
 from bot.slack.commands import COMMANDS, SHORTCUTS, register_commands
 from bot.slack.events import inbound_message, register_message_events
-from bot.slack.handover import Handovers
 from bot.slack.identity import OwnIdentity
 from bot.slack.links import FindByOrder
 from bot.slack.requests import (
@@ -67,8 +64,6 @@ log = logging.getLogger(__name__)
 
 # HTTP mode's one endpoint: events, interactivity and every command (the manifests point here).
 EVENTS_PATH = "/slack/events"
-# On a stop, how long HTTP mode waits for requests it acknowledged to reach their listener.
-HANDOVER_TIMEOUT = 5.0
 # Socket Mode: how often the connection is pinged and checked (the SDK's default for Bolt).
 PING_INTERVAL = 10.0
 # How long opening the Socket Mode websocket may take before the attempt counts as failed.
@@ -206,20 +201,16 @@ async def checked_request(request: web.Request, signing_secret: str) -> Checked 
 def http_web_app(app: SlackApp, signing_secret: str) -> web.Application:
     """An aiohttp application serving POST /slack/events (Events API, interactivity, commands).
 
-        POST -> signature (401) -> shape (400) -> kept ahead (503) -> 200 -> after the burst: bolt
+        POST -> signature (401) -> shape (400) -> kept ahead (503) -> bolt -> its ack (200)
 
     The signature is checked before the body is parsed, the body's shape before bolt sees it
-    (bot.slack.requests). A request refund-bot handles (`handled`) is answered here with the
-    empty 200 its listener's `ack()` would send, and handed to bolt once the burst it came in is
-    answered (bot.slack.handover): bolt's middleware and listener matching (about a millisecond a
-    request) stay off the ack path. URL verification gets its challenge; anything else an empty
-    200 and nothing more, since Slack retries a request answered otherwise. On shutdown, requests
-    already answered are given HANDOVER_TIMEOUT to reach their listener.
+    (bot.slack.requests). A request refund-bot handles (`handled`) goes to bolt, whose answer is
+    Slack's: bolt acks a message event before its listener runs, and every other listener acks
+    first. URL verification gets its challenge; anything else an empty 200 and nothing more,
+    since Slack retries a request answered otherwise.
     """
-    handovers = Handovers()
 
     async def events(request: web.Request) -> web.Response:
-        handovers.arrived()
         checked = await checked_request(request, signing_secret)
         if isinstance(checked, web.Response):
             return checked
@@ -230,16 +221,11 @@ def http_web_app(app: SlackApp, signing_secret: str) -> web.Application:
             return web.Response()  # acknowledged, so that Slack does not send it again
         if not await kept_ahead(app, checked.request):
             return web.Response(status=503)  # not kept: Slack retries what it got no 200 for
-        bolt = functools.partial(bolt_request, checked, request.query_string, request.headers)
-        handovers.hand_over(functools.partial(_hand_over, app, bolt))
-        return web.Response()  # what bolt's ack() sends for these: 200, no body
-
-    async def on_shutdown(_: web.Application) -> None:
-        await handovers.drain(HANDOVER_TIMEOUT)
+        bolt = bolt_request(checked, request.query_string, request.headers)
+        return await to_aiohttp_response(await app.async_dispatch(bolt))
 
     web_app = web.Application()
     web_app.router.add_post(EVENTS_PATH, events)
-    web_app.on_shutdown.append(on_shutdown)
     return web_app
 
 
@@ -257,17 +243,6 @@ def handled(request: SlackRequest) -> bool:
         case SlashCommand():
             return request.command in COMMANDS
     return False
-
-
-async def _hand_over(app: AsyncApp, request: Callable[[], AsyncBoltRequest]) -> None:
-    # Built here, not on the ack path. Bolt's answer goes nowhere (Slack has had its 200); one
-    # that is not the ack means bolt did not hand the request to its listener (bolt logged why).
-    response = await app.async_dispatch(request())
-    if response.status != 200:
-        log.warning(
-            "slack: bolt answered %s to a request already acknowledged: %s",
-            response.status, response.body,
-        )  # fmt: skip
 
 
 async def serve(
@@ -291,7 +266,6 @@ async def serve(
     the listener runs (process_before_response stays False) and every other listener acks first.
     """
     health = health or PlatformHealth("slack")
-    _freeze_startup_heap()
     if settings.app_token is not None:
         token = settings.app_token.get_secret_value()
         connect = functools.partial(_socket_mode, app, token, health, ping_interval)
@@ -305,19 +279,6 @@ async def serve(
         health.stopped()
         if isinstance(app.client, KeptAliveWebClient):
             await app.client.close()  # build_app's: bolt's per-request clients share it
-
-
-def _freeze_startup_heap() -> None:
-    """Leave what the process built at start-up out of every later garbage collection.
-
-    By the time Slack is served the process holds some 160,000 objects (every imported module,
-    the Temporal client, the stack), nearly all of them for good. A full collection walks them
-    all: 100-500 ms on a shared 2-core machine, landing inside a burst of Slack requests about
-    every tenth burst and delaying every ack in it. Frozen, they are skipped (refcounting still
-    frees them if they ever go); collections then walk only what was allocated since.
-    """
-    gc.collect()  # garbage from start-up goes first: frozen, it would never be collected
-    gc.freeze()
 
 
 async def _http_mode(app: SlackApp, port: int, signing_secret: str, health: PlatformHealth) -> None:

@@ -12,6 +12,7 @@ Temporal here: the router and the commands record what reached them.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import hmac
 import json
@@ -56,6 +57,7 @@ class RecordingCommands:
     calls: list[tuple[str, tuple[Any, ...]]] = field(default_factory=list)
     reply_text: str | None = None
     fail: bool = False
+    gate: asyncio.Event | None = None  # while set and not yet open, every command waits
 
     def __getattr__(self, name: str) -> Any:
         if not name.startswith(("crash_", "refund_")):
@@ -67,6 +69,8 @@ class RecordingCommands:
                 if isinstance(found, CommandReply):
                     return found
                 args = (args[0], found, *args[2:])
+            if self.gate is not None:
+                await self.gate.wait()
             self.calls.append((name, args))
             if self.fail:
                 raise RuntimeError("boom: secret-looking detail")
