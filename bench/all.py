@@ -184,7 +184,6 @@ BENCHMARKS = (
               ("--open", "50", "--server-memory", "off", "64MiB")),
     Benchmark("crash_drill", "bench.crash_drill", ("--drills", "5"), ("--drills", "1")),
     Benchmark("replay_cost", "bench.replay_cost", (), ("--replays", "20")),
-    Benchmark("sandbox_instance", "bench.sandbox_instance", (), ("--instances", "50")),
     Benchmark("gc_pause", "bench.gc_pause", ("--cached", "500", "1000", "2000", "3000", "5000"),
               ("--cached", "100", "200", "--pairs", "1")),
     Benchmark("gc_deadlock", "bench.gc_deadlock", (),

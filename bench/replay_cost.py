@@ -5,14 +5,13 @@ crowd pays per conversation it did not hold.
       -> Replayer(runner) x N, the runners interleaved one replay each in turn
       -> wall and CPU milliseconds per replay
 
-Runners: the SDK's sandbox as it ships (`sdk`), refund-bot's (worker.sandbox: the same sandbox with
-its code strings compiled once, `compiled-once`), and no sandbox (`unsandboxed`, for scale: what
-the sandbox costs at all). Each with the converter the Worker uses (agent.temporal_client: its
-pydantic converter made once per process), and refund-bot's runner once more with the SDK's
-pydantic converter (`compiled-once, SDK converter`: one made for every instance and two for every
-activation, each with its own TypeAdapters). One Replayer per runner, reused, in one process: no
-server is involved, so the figure is the Worker's own share of a takeover (its interpreter and the
-SDK's core).
+Runners: the SDK's sandbox, which the Worker runs (`sandbox`), and no sandbox (`unsandboxed`, for
+scale: what the sandbox costs at all). Each with the converter the Worker uses
+(agent.temporal_client: its pydantic converter made once per process), and the sandbox once more
+with the SDK's pydantic converter (`sandbox, SDK converter`: one made for every instance and two
+for every activation, each with its own TypeAdapters). One Replayer per runner, reused, in one
+process: no server is involved, so the figure is the Worker's own share of a takeover (its
+interpreter and the SDK's core).
 
     .venv/bin/python -m bench.replay_cost [--replays 200] [--history tests/histories/...json]
 """
@@ -34,7 +33,6 @@ from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 from agent.workflow import RefundConversation
 from bench import percentile, run_benchmark
 from harness.codec import TEST_CONVERTER
-from worker.sandbox import CompiledOnceSandboxRunner
 
 HISTORY = Path(__file__).parent.parent / "tests" / "histories" / "auto_approved.json"
 # The Worker's converter with the SDK's pydantic payload converter in place of its own.
@@ -42,9 +40,8 @@ SDK_CONVERTER = dataclasses.replace(
     TEST_CONVERTER, payload_converter_class=PydanticPayloadConverter
 )
 RUNNERS: dict[str, tuple[WorkflowRunner, DataConverter]] = {
-    "sdk": (SandboxedWorkflowRunner(), TEST_CONVERTER),
-    "compiled-once": (CompiledOnceSandboxRunner(), TEST_CONVERTER),
-    "compiled-once, SDK converter": (CompiledOnceSandboxRunner(), SDK_CONVERTER),
+    "sandbox": (SandboxedWorkflowRunner(), TEST_CONVERTER),
+    "sandbox, SDK converter": (SandboxedWorkflowRunner(), SDK_CONVERTER),
     "unsandboxed": (UnsandboxedWorkflowRunner(), TEST_CONVERTER),
 }
 
@@ -69,12 +66,12 @@ async def main(replays: int, history: WorkflowHistory) -> None:
             assert result.replay_failure is None, result.replay_failure
     events = len(history.events)
     print(f"{replays} replays per runner of {history.workflow_id} ({events} events), interleaved:")
-    base = statistics.median(wall["sdk"])
+    base = statistics.median(wall["sandbox"])
     for name in RUNNERS:
         p50 = statistics.median(wall[name])
         print(
-            f"  {name:<28} wall p50 {p50:6.1f} ms  p90 {percentile(wall[name], 90):6.1f} ms  "
-            f"CPU p50 {statistics.median(cpu[name]):6.1f} ms  ({p50 / base:.2f}x the SDK's)",
+            f"  {name:<24} wall p50 {p50:6.1f} ms  p90 {percentile(wall[name], 90):6.1f} ms  "
+            f"CPU p50 {statistics.median(cpu[name]):6.1f} ms  ({p50 / base:.2f}x the sandbox's)",
             flush=True,
         )
 

@@ -24,7 +24,7 @@ def test_runs_each_one_keeps_its_output_and_reports_a_failure(tmp_path: Path) ->
     done = subprocess.run(
         [sys.executable, "-m", "bench.all", "--quick", "--results", str(results),
          "--plot-dir", str(tmp_path / "img"), "--extra", f"broken={failing}",
-         "--only", "broken", "codec_cost", "sandbox_instance"],
+         "--only", "broken", "codec_cost", "replay_cost"],
         cwd=ROOT, capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     assert done.returncode == 1, done.stdout + done.stderr
@@ -32,7 +32,7 @@ def test_runs_each_one_keeps_its_output_and_reports_a_failure(tmp_path: Path) ->
     rows = {line.split()[0]: line.split()[1:] for line in summary.splitlines()[1:-1]}
     assert rows["broken"][:2] == ["exit", "3"], summary
     # The failure came first, and both benchmarks after it still ran.
-    assert rows["codec_cost"][0] == "ok" and rows["sandbox_instance"][0] == "ok", summary
+    assert rows["codec_cost"][0] == "ok" and rows["replay_cost"][0] == "ok", summary
     assert summary.splitlines()[-1].startswith("3 benchmarks, 1 failed"), summary
     assert summary in done.stdout  # printed at the end too
     codec = (results / "codec_cost.txt").read_text()

@@ -37,7 +37,6 @@ from agent.temporal_client import data_converter
 from agent.versions import SUPPORTED, WORKFLOW_VERSION
 from agent.workflow import WORKFLOW_TYPE, RefundConversation
 from harness.codec import TEST_CONVERTER, TEST_KEY, codec_payloads
-from worker.sandbox import CompiledOnceSandboxRunner
 
 ROOT = Path(__file__).parent / "histories"
 # Every committed history, of every supported version.
@@ -77,12 +76,9 @@ async def _decoded(path: Path) -> WorkflowHistory:
 
 
 def _replayer(workflow_class: type) -> Replayer:
-    """A Replayer that runs conversations as the Worker does: the same converter and runner."""
-    return Replayer(
-        workflows=[workflow_class],
-        data_converter=TEST_CONVERTER,
-        workflow_runner=CompiledOnceSandboxRunner(),
-    )
+    """A Replayer that runs conversations as the Worker does: the same converter, and the SDK's
+    sandboxed runner (both use it by default)."""
+    return Replayer(workflows=[workflow_class], data_converter=TEST_CONVERTER)
 
 
 def _name(path: Path) -> str:

@@ -350,15 +350,9 @@ async def test_the_next_version_replays_every_conversation_of_this_one(monkeypat
     from temporalio.client import WorkflowHistory
     from temporalio.worker import Replayer
 
-    from worker.sandbox import CompiledOnceSandboxRunner
-
     major, minor = versions.WORKFLOW_VERSION.split(".")
     monkeypatch.setattr(versions, "WORKFLOW_VERSION", f"{major}.{int(minor) + 1}")
-    replayer = Replayer(
-        workflows=[RefundConversation],
-        data_converter=TEST_CONVERTER,
-        workflow_runner=CompiledOnceSandboxRunner(),
-    )
+    replayer = Replayer(workflows=[RefundConversation], data_converter=TEST_CONVERTER)
     for path in sorted(HISTORIES.glob("*.json")):
         history = WorkflowHistory.from_json(path.stem, path.read_text())
         result = await replayer.replay_workflow(history, raise_on_replay_failure=False)

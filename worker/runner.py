@@ -45,7 +45,6 @@ from worker.conversation_metrics import (
 )
 from worker.gc_pauses import freeze_startup_heap, watching_gc_pauses
 from worker.pair import WorkerPair
-from worker.sandbox import CompiledOnceSandboxRunner
 from worker.settings import DEFAULT_CACHED_CONVERSATIONS, DEFAULT_STICKY_TIMEOUT
 from worker.sticky import StickyProbe, announce_in_background, release_previous_here
 from worker.telemetry import PREFIX, metric_meter
@@ -143,7 +142,6 @@ async def build_worker(
         activities=activities,
         no_remote_activities=True,
         interceptors=intercepting,
-        workflow_runner=CompiledOnceSandboxRunner(),
         sticky_queue_schedule_to_start_timeout=sticky_timeout,
         max_concurrent_workflow_tasks=MAX_CONCURRENT_WORKFLOW_TASKS,
         max_cached_workflows=cached_conversations,
