@@ -3,8 +3,9 @@
     configure(command) -> any OTEL_* set? -> TracerProvider -> only allowed content -> exporter
     span(name, **attributes) -> a span of the current trace; nothing at all while tracing is off
 
-One trace per customer message: from the platform's handler, through the router's Signal
-(agent.tracing_temporal), to the Workflow's next steps and post. Off, `span` costs one test of a
+One trace per customer message in the bot: from the platform's handler to the router's Signal or
+Update; the Worker's spans are in the conversation's trace (temporalio's TracingInterceptor), linked
+from each Signal's and Update's. Off, `span` costs one test of a
 global. A span holds only the attributes named in ATTRIBUTES (ids, stages, amounts, durations,
 outcomes), never customer text, a name, a secret or an exception's message (`_Private`).
 """
@@ -236,9 +237,10 @@ def interceptors() -> list[Any]:
     Worker built on that client gets it too (the SDK passes a client's interceptors on)."""
     if not enabled():
         return []
-    from agent.tracing_temporal import ConversationTracing
+    # Imported here: the SDK's OpenTelemetry package takes 0.2 s to import.
+    from temporalio.contrib.opentelemetry import TracingInterceptor
 
-    return [ConversationTracing()]
+    return [TracingInterceptor()]
 
 
 # ------------------------------------------------------------------------------------------------
@@ -365,9 +367,9 @@ LOG_FORMAT_SUFFIX = "%(otelTrace)s"
 
 def correlate_logs() -> None:
     """Every log record made from now on carries otelTraceID, otelSpanID and otelTrace (the
-    suffix the CLI's format appends: empty outside a span). Inside a Workflow the current span
-    is the one its last Signal brought (agent.tracing_temporal), so a workflow.logger line
-    names that message's trace too."""
+    suffix the CLI's format appends: empty outside a span). Inside a Workflow and its steps
+    the current span is the conversation's (the SDK's interceptor), so their lines name the
+    conversation's trace."""
     previous = logging.getLogRecordFactory()
     if getattr(previous, "_refund_bot_traced", False):
         return

@@ -35,7 +35,6 @@ from enum import StrEnum
 from typing import Any, Literal, Protocol, TypeVar
 
 from pydantic import BaseModel, ValidationError
-from temporalio import workflow
 from temporalio.client import (
     Client,
     WorkflowExecutionStatus,
@@ -615,13 +614,14 @@ class ConversationRouter:
         try:
             # Signal-with-start: a retried event or a second bot replica signals the running
             # Workflow instead of starting another (the Workflow drops the repeated message id).
-            handle = await self._client.start_workflow(
+            await self._client.start_workflow(
                 RefundConversation.run,
                 start,
                 id=workflow_id_for(start.thread),
                 task_queue=self._task_queue,
                 search_attributes=version_attributes(),
-                start_signal=_signal_name(RefundConversation.customer_message),
+                # Its method's name: the Signal's, as @workflow.signal gives it no `name=`.
+                start_signal=RefundConversation.customer_message.__name__,
                 start_signal_args=[
                     CustomerMessage(
                         message_id=start.opening_message_id,
@@ -637,10 +637,9 @@ class ConversationRouter:
             )
         except WorkflowAlreadyStartedError:
             return Routed.CLOSED
-        # Temporal's own answer: this call started the run, not only signalled one already running
-        # (a redelivered opening message, another replica's).
-        if _started(handle):
-            self._opened.add(1, {"platform": start.thread.platform})
+        # Every opening handed to Temporal: the SDK's public handle does not say whether this
+        # call started the run or only signalled it (a redelivered opening counts again).
+        self._opened.add(1, {"platform": start.thread.platform})
         return Routed.STARTED
 
     async def _signal(
@@ -850,18 +849,3 @@ class ConversationRouter:
             else:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._wake.wait(), timeout=wait)
-
-
-def _signal_name(signal: Callable[[RefundConversation, Any], None]) -> str:
-    """The name Temporal knows a signal method by. start_workflow takes only a name for its
-    start_signal; this is the SDK's own reading of the method's @workflow.signal, the one
-    WorkflowHandle.signal makes, so the name follows a `name=` given there too."""
-    return workflow._SignalDefinition.must_name_from_fn_or_str(signal)
-
-
-def _started(handle: Any) -> bool:
-    """Whether signal-with-start started the run: the response's `started`. The SDK keeps that
-    response on the handle with no public accessor (its own Nexus support reads it the same way);
-    first_execution_run_id cannot tell, since the server sets it when it only signals too."""
-    response = handle._start_workflow_response
-    return bool(response is not None and response.started)

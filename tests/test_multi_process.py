@@ -260,8 +260,8 @@ async def test_a_bot_and_two_workers_share_one_answer_and_survive_a_worker_sigki
             assert (await d.next_bot_message(root))["text"] == "Was the package opened?"
             await d.reply(root, "Yes")
         # A redelivered opening reaches Temporal (signal-with-start on the running conversation):
-        # the Workflow drops the repeated message (no second question below), and the bot does
-        # not count it as a conversation opened (the metrics at the end).
+        # the Workflow drops the repeated message (no second question below); the bot counts
+        # each opening it hands to Temporal, this one too (the metrics at the end).
         await d.redeliver_opening(threads[0][0])
         for root, _ in threads:
             assert (await d.next_bot_message(root))["text"] == "What was damaged?"
@@ -291,7 +291,7 @@ async def test_a_bot_and_two_workers_share_one_answer_and_survive_a_worker_sigki
         # What just happened, in the bot's and the surviving Worker's Prometheus metrics.
         status, bot_metrics = await get(d.http, d.ops_url + "/metrics")
         assert status == 200
-        assert _value(bot_metrics, "refund_bot_conversations_opened_total", 'platform="slack"') == 4
+        assert _value(bot_metrics, "refund_bot_conversations_opened_total", 'platform="slack"') == 5
         assert _value(bot_metrics, "refund_bot_platform_connected", 'platform="slack"') == 1
         assert _value(bot_metrics, "refund_bot_inbox_depth") == 0
         assert "temporal_request_total{" in bot_metrics  # the SDK's own, from the bot's client

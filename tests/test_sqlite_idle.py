@@ -2,12 +2,15 @@
 
 Database.connect -> a call -> the connection back to the idle ones -> the next call reuses it
 a Database nobody closed, collected anywhere -> its idle connections close, their threads end
+a process that exits without closing it -> exits (the connections' threads are daemons)
 """
 
 from __future__ import annotations
 
 import asyncio
 import gc
+import subprocess
+import sys
 import threading
 from pathlib import Path
 from typing import Any
@@ -94,3 +97,22 @@ async def test_an_idle_connection_collected_anywhere_closes_quietly(tmp_path: Pa
         threading.excepthook = hook
     assert not idle.is_alive()
     assert failures == []
+
+
+def test_a_process_that_never_closes_its_database_exits(tmp_path: Path) -> None:
+    code = (
+        "import asyncio, sys\n"
+        "from pathlib import Path\n"
+        "from agent.stores.grants import GrantStore\n"
+        "from agent.stores.sqlite import SqliteDatabase\n"
+        "database = SqliteDatabase(Path(sys.argv[1]))\n"
+        "asyncio.run(GrantStore(database).seed())\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code, str(tmp_path)],
+        cwd=Path(__file__).parent.parent,
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert (done.returncode, done.stderr) == (0, "")

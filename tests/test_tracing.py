@@ -3,9 +3,11 @@
     terminal line / click / command -> router -> Signal -> Worker (in process) -> Activities
         -> every span through agent.tracing's privacy filter -> InMemorySpanExporter
 
-One connected trace per customer message and click, from the terminal's event to the agent's next
-post; no attribute of any span holds customer text; a log line written while handling a message
-carries that message's trace id. With no OTEL_* variable set, nothing is installed at all.
+A trace per customer message and click in the bot, from the terminal's event to its Signal or
+Update; the opening message's trace is the conversation's (the SDK's interceptor: every Worker span
+under the start), and its HandleSignal and HandleUpdate spans link to each later message's and
+click's. No attribute of any span holds customer text; a log line carries its trace's id.
+With no OTEL_* variable set, nothing is installed at all.
 """
 
 from __future__ import annotations
@@ -119,7 +121,7 @@ def everything_said(span: ReadableSpan) -> list[str]:
     return said
 
 
-async def test_a_conversation_on_the_local_channel_is_one_connected_trace_per_message_and_click(
+async def test_a_conversation_on_the_local_channel_is_one_trace_linked_from_each_message_and_click(
     exporter: InMemorySpanExporter,
     temporal_env: WorkflowEnvironment,
     agent_settings: AgentSettings,
@@ -129,7 +131,7 @@ async def test_a_conversation_on_the_local_channel_is_one_connected_trace_per_me
     caplog.set_level(logging.INFO)
     address = temporal_env.client.service_client.config.target_host
     client = await connect(TemporalSettings(_env_file=None, address=address), keys=TEST_KEYS)
-    assert [type(i).__name__ for i in client.config()["interceptors"]] == ["ConversationTracing"]
+    assert [type(i).__name__ for i in client.config()["interceptors"]] == ["TracingInterceptor"]
     database = database_for(agent_settings)
     threads = LocalThreadStore(database)
     # Threads are named t1, t2, … per data directory, and Workflow IDs after them: a thread name
@@ -187,76 +189,79 @@ async def test_a_conversation_on_the_local_channel_is_one_connected_trace_per_me
             by_root.setdefault(root.name, []).append((root, trace))
     assert [len(by_root.get(name, [])) for name in ROOTS] == [3, 1, 1]
 
-    (opening, opening_trace), (_, yes_trace), (seam, seam_trace) = sorted(
+    (opening, whole), (_, yes_trace), (_, seam_trace) = sorted(
         by_root["local.message"], key=lambda found: started(found[0])
     )
-    # The opening message: the router starts the conversation with signal-with-start, and the
-    # Worker's first steps (decide, post the first question) are in the same trace.
+    # The opening message: the router starts the conversation with signal-with-start, and that
+    # call's span is the parent of every Worker span of the conversation (the SDK's interceptor):
+    # the opening message's trace is the conversation's.
     # The terminal keeps the message in its thread store (its SQL), writes it ahead to the
     # inbox, then routes it.
-    first = children(opening_trace, opening)
+    first = children(whole, opening)
     assert first[-2:] == ["router.keep", "router.route"]
     assert {"INSERT threads", "SELECT threads"} >= set(first[:-2])
-    assert children(opening_trace, named(opening_trace, "router.keep")[0]) == ["INSERT inbox"]
-    route = named(opening_trace, "router.route")[0]
+    assert children(whole, named(whole, "router.keep")[0]) == ["INSERT inbox"]
+    route = named(whole, "router.route")[0]
     assert attributes(route)["refund_bot.routed"] == "started"
     # Whether the inbox holds anything earlier of this conversation (order), the Signal, then
     # the message written ahead is done with.
-    assert children(opening_trace, route) == [
+    assert children(whole, route) == [
         "SELECT inbox",
         "SignalWithStartWorkflow:RefundConversation",
         "DELETE inbox",
     ]
-    for name in (
-        "RunWorkflow:RefundConversation",
-        "HandleSignal:customer_message",
-        "RunActivity:decide_next_step",
-        "chat.post",
-    ):
-        assert named(opening_trace, name), f"{name} missing from the opening message's trace"
-    (post,) = named(opening_trace, "chat.post")
-    assert attributes(post)["refund_bot.message_kind"] == "question"
-    assert children(opening_trace, post) == ["INSERT threads"]
-    # The question is posted by the decide step that asks it.
-    decides = named(opening_trace, "RunActivity:decide_next_step")
-    assert [children(opening_trace, d).count("chat.post") for d in decides][-1] == 1
+    (start,) = named(whole, "SignalWithStartWorkflow:RefundConversation")
+    assert {"RunWorkflow:RefundConversation", "HandleSignal:customer_message"} <= set(
+        children(whole, start)
+    )
+    assert [attributes(p)["refund_bot.message_kind"] for p in named(whole, "chat.post")] == [
+        "question",
+        "question",
+        "escalation",
+        "outcome",
+    ]
+    for post in named(whole, "chat.post"):
+        assert set(children(whole, post)) == {"INSERT threads"}
+    # The first question is posted by the decide step that asks it, after the lookups.
+    assert named(whole, "RunActivity:lookup_order")
+    assert named(whole, "SELECT domain")
+    assert attributes(named(whole, "chat.post")[2])["refund_bot.round"] == 1
 
-    # Each answer: an Update, then the steps it causes and the agent's next post, one trace.
-    for trace, kind in ((yes_trace, "question"), (seam_trace, "escalation")):
+    def linked_from(client_span: ReadableSpan) -> list[str]:
+        """The conversation's spans that link to a message's or click's call to Temporal."""
+        return [
+            s.name
+            for s in whole
+            if any(link.context.span_id == client_span.context.span_id for link in s.links)
+        ]
+
+    # Each answer: its own trace, from the terminal to the Update; the conversation's
+    # HandleUpdate links to it.
+    for trace in (yes_trace, seam_trace):
         route = named(trace, "router.route")[0]
         assert attributes(route)["refund_bot.routed"] == "signalled"
         (update,) = named(trace, "StartWorkflowUpdate:customer_message_update")
-        assert {"HandleUpdate:customer_message_update", "StartActivity:decide_next_step"} <= set(
-            children(trace, update)
-        )
-        assert [attributes(p)["refund_bot.message_kind"] for p in named(trace, "chat.post")] == [
-            kind
-        ]
-        assert not named(trace, "RunWorkflow:RefundConversation")
-    # The opening message looks the order up first (the domain store's SQL); the last answer
-    # escalates.
-    assert named(opening_trace, "RunActivity:lookup_order")
-    assert named(opening_trace, "SELECT domain")
-    assert attributes(named(seam_trace, "chat.post")[0])["refund_bot.round"] == 1
+        assert linked_from(update) == ["HandleUpdate:customer_message_update"]
+        assert not named(trace, "RunActivity:decide_next_step")
 
-    # The click: the approval Signal, the live grant read, the refund, the outcome, the edit.
+    # The click: its trace reaches the approval Signal, which the conversation's HandleSignal
+    # links to; there, the live grant read, the refund, the outcome, the edit.
     ((click, click_trace),) = by_root["local.click"]
     assert attributes(click)["refund_bot.decision"] == "approve"
     assert attributes(click)["refund_bot.round"] == 1
     assert attributes(click)["refund_bot.outcome"] == "signalled"
+    (approval,) = named(click_trace, "SignalWorkflow:approval")
+    assert linked_from(approval) == ["HandleSignal:approval"]
     for name in (
-        "HandleSignal:approval",
         "RunActivity:authorize_refund",
         "RunActivity:issue_refund",
-        "chat.post",
         "chat.edit",
         "CompleteWorkflow:RefundConversation",
     ):
-        assert named(click_trace, name), f"{name} missing from the click's trace"
-    (refund,) = named(click_trace, "refund.ledger")
+        assert named(whole, name), f"{name} missing from the conversation's trace"
+    (refund,) = named(whole, "refund.ledger")
     assert attributes(refund)["refund_bot.amount_cents"] == 45000
     assert attributes(refund)["refund_bot.status"] == "succeeded"
-    assert attributes(named(click_trace, "chat.post")[0])["refund_bot.message_kind"] == "outcome"
 
     ((command, _),) = by_root["local.command"]
     assert attributes(command)["refund_bot.command"] == "/refund-status"
@@ -268,18 +273,17 @@ async def test_a_conversation_on_the_local_channel_is_one_connected_trace_per_me
         assert not leaked, f"{span.name} carries {leaked}"
         assert set(span.attributes or {}) <= tracing.ALLOWED_KEYS
 
-    # A log line of a message's handling names that message's trace: the Activity's, the
-    # Workflow's (its current span is the last Signal's), and the router's in the bot.
+    # A log line names its trace: the Worker's (the Activities' and the Workflow's) the
+    # conversation's, the router's in the bot the click's.
     def trace_ids(fragment: str) -> set[str]:
         # Set by agent.tracing's record factory; logging's formatters read it from __dict__ too.
         return {r.__dict__["otelTraceID"] for r in caplog.records if fragment in r.getMessage()}
 
-    opening_id, seam_id = f"{opening.context.trace_id:032x}", f"{seam.context.trace_id:032x}"
-    assert opening_id in trace_ids("MEMORY COPY | lookup_order")
-    assert seam_id in trace_ids("RULES |")
-    click_id = f"{click.context.trace_id:032x}"
-    assert trace_ids("EXTERNAL EFFECT | issue_refund") == {click_id}
-    assert trace_ids("local click") == {click_id}
+    conversation_id = f"{opening.context.trace_id:032x}"
+    assert trace_ids("MEMORY COPY | lookup_order") == {conversation_id}
+    assert conversation_id in trace_ids("RULES |")
+    assert trace_ids("EXTERNAL EFFECT | issue_refund") == {conversation_id}
+    assert trace_ids("local click") == {f"{click.context.trace_id:032x}"}
 
 
 async def test_a_span_refuses_an_attribute_it_does_not_know_and_keeps_no_error_text(
@@ -433,7 +437,7 @@ class OtlpSink:
         self.server.shutdown()
 
 
-def test_refund_bot_run_sends_one_connected_trace_per_message_from_the_bot_and_its_worker(
+def test_refund_bot_run_sends_the_conversations_trace_from_the_bot_and_its_worker(
     tmp_path: Path,
 ) -> None:
     """The real thing: `refund-bot run` in a terminal, its Worker in a process of its own, both
@@ -457,7 +461,7 @@ def test_refund_bot_run_sends_one_connected_trace_per_message_from_the_bot_and_i
         term.type("Split seam")
         term.expect(r"\[t1\] refund-bot: Your refund is complete")
 
-        def three_whole_traces() -> dict[str, list[dict[str, Any]]] | None:
+        def three_message_traces() -> dict[str, list[dict[str, Any]]] | None:
             by_trace: dict[str, list[dict[str, Any]]] = {}
             for span in list(sink.spans):
                 by_trace.setdefault(span["trace"], []).append(span)
@@ -465,24 +469,28 @@ def test_refund_bot_run_sends_one_connected_trace_per_message_from_the_bot_and_i
                 t: spans
                 for t, spans in by_trace.items()
                 if any(s["name"] == "local.message" for s in spans)
-                and any(s["name"] == "chat.post" for s in spans)
+                and any(s["name"] == "router.route" for s in spans)
             }
-            return found if len(found) == 3 else None
+            # The conversation's trace is whole once its last post is in.
+            posts = [s for spans in found.values() for s in spans if s["name"] == "chat.post"]
+            return found if len(found) == 3 and len(posts) == 3 else None
 
         deadline = time.monotonic() + 30
-        while (found := three_whole_traces()) is None and time.monotonic() < deadline:
+        while (found := three_message_traces()) is None and time.monotonic() < deadline:
             time.sleep(0.2)
         assert found is not None, (
             f"{len(sink.spans)} spans: {sorted({s['name'] for s in sink.spans})}"
         )
+        commands = []
         for spans in found.values():
             ids = {s["id"] for s in spans}
             roots = [s for s in spans if s["parent"] not in ids]
             assert [r["name"] for r in roots] == ["local.message"]  # one tree
-            # Made by the bot (`refund-bot run`) and by its Worker child, one service.
-            assert {s["command"] for s in spans} == {"run", "worker"}
             assert {s["service"] for s in spans} == {"refund-bot"}
-            assert {"router.route", "RunActivity:decide_next_step"} <= {s["name"] for s in spans}
+            commands.append({s["command"] for s in spans})
+        # The opening message's trace is the conversation's: made by the bot (`refund-bot run`)
+        # and by its Worker child; each answer's ends at its Update, in the bot.
+        assert sorted(commands, key=len) == [{"run"}, {"run"}, {"run", "worker"}]
         term.type("/quit")
         assert term.proc.wait(timeout=30) == 0
     finally:

@@ -15,6 +15,8 @@ import asyncio
 import fcntl
 import os
 import sqlite3
+import sys
+import threading
 import time
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from contextlib import asynccontextmanager, contextmanager
@@ -22,7 +24,6 @@ from pathlib import Path
 from typing import Any
 
 import aiosqlite
-from aiosqlite.core import _STOP_RUNNING_SENTINEL  # ends a connection's thread: see __del__
 
 from agent.stores.database import (
     SQLITE,
@@ -189,51 +190,51 @@ class SqliteDatabase:
 
     async def close(self) -> None:
         """Close the idle connections (one in use is closed when its call ends)."""
-        idle = [db for connections in self._idle.values() for db in connections]
-        self._idle.clear()
-        for db in idle:
+        for db in self._take_idle():
             await db.close()
 
-
-class _IdleSafeConnection(aiosqlite.Connection):
-    """An aiosqlite connection that may be left idle: its thread neither keeps the process alive
-    nor fails when the connection is garbage-collected.
-
-    aiosqlite runs each connection in a thread of its own, not a daemon, and a connection left in
-    the idle list of a Database nobody closed (a test's, a process that exits on its return)
-    would hold the interpreter at exit. Committed data is safe without the close: SQLite's WAL is
-    read back by the next connection.
-    """
-
-    def __init__(self, connector: Callable[[], sqlite3.Connection]) -> None:
-        super().__init__(connector, iter_chunk_size=64)
-        self._thread.daemon = True
+    def _take_idle(self) -> list[aiosqlite.Connection]:
+        idle = [db for connections in self._idle.values() for db in connections]
+        self._idle.clear()
+        return idle
 
     def __del__(self) -> None:
-        # Collected idle, with its Database. aiosqlite's own __del__ stops the thread with a future
-        # made on the collecting thread's event loop: inside a Temporal workflow activation that
-        # is the workflow's, which the connection's thread cannot call (NotImplementedError, an
-        # unhandled exception in that thread). Nobody awaits that future: stop without one.
-        connection, self._connection = self._connection, None
-        if connection is None:
-            return
-        self._running = False
-
-        def close_and_stop() -> object:
-            connection.close()
-            return _STOP_RUNNING_SENTINEL
-
-        self._tx.put_nowait((None, close_and_stop))
+        # Collected with connections idle (nobody closed it), on whichever thread collects.
+        # At interpreter exit a new thread never starts (and the idle ones are daemons).
+        idle = self._take_idle()
+        if idle and not sys.is_finalizing():
+            threading.Thread(target=_stop, args=(idle,), daemon=True).start()
 
 
 async def _open(path: Path) -> aiosqlite.Connection:
-    def connector() -> sqlite3.Connection:
-        # isolation_level=None: autocommit, and transactions only where a store opens one.
-        return sqlite3.connect(path, timeout=BUSY_TIMEOUT_S, isolation_level=None)
-
-    db = await _IdleSafeConnection(connector)
+    # isolation_level=None: autocommit, and transactions only where a store opens one.
+    db = await _in_a_daemon_thread(
+        lambda: aiosqlite.connect(
+            path, iter_chunk_size=64, timeout=BUSY_TIMEOUT_S, isolation_level=None
+        )
+    )
     db.row_factory = aiosqlite.Row
     return db
+
+
+def _in_a_daemon_thread(make: Callable[[], aiosqlite.Connection]) -> aiosqlite.Connection:
+    """`make()` run in a daemon thread. aiosqlite gives each connection a thread, which inherits
+    its creator's daemon flag (threading's documented rule): made there, an idle connection of a
+    Database nobody closed (a test's, a process that exits on its return) does not hold the
+    interpreter at exit. Committed data is safe without the close: SQLite's WAL is read back."""
+    made: list[aiosqlite.Connection] = []
+    maker = threading.Thread(target=lambda: made.append(make()), daemon=True)
+    maker.start()
+    maker.join()
+    return made[0]
+
+
+def _stop(connections: list[aiosqlite.Connection]) -> None:
+    """Stop idle connections' threads from a thread without an event loop: aiosqlite's stop()
+    then hands its thread no future to complete (a Temporal workflow's loop, which a garbage
+    collection inside a workflow activation finds, refuses other threads' calls)."""
+    for db in connections:
+        db.stop()
 
 
 async def _use_wal(db: aiosqlite.Connection) -> None:
