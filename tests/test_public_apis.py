@@ -42,12 +42,6 @@ STILL_PRIVATE: dict[str, set[str]] = {
         "slack_bolt.adapter.socket_mode.internals.build_headers",
         "slack_bolt.request.async_internals.build_async_context",
     },
-    "worker/sandbox.py": {
-        "temporalio.worker._command_aware_visitor.CommandInfo",
-        "temporalio.worker.workflow_sandbox._in_sandbox.InSandbox",
-        "temporalio.worker.workflow_sandbox._runner._Instance",
-        "class _CompiledOnceInstance(_Instance)",
-    },
 }
 
 
