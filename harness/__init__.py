@@ -10,6 +10,8 @@ This module: ports and proxies for real child processes.
 from __future__ import annotations
 
 import asyncio
+import os
+import random
 import socket
 import uuid
 
@@ -32,10 +34,27 @@ async def port_accepts(port: int) -> bool:
     return True
 
 
+# Ports handed out below Linux's ephemeral range (32768 and up), so that no process's outgoing
+# connection can take one between free_port() and the child's bind; each pytest-xdist worker has
+# a band of its own, so two of them never hand out the same one.
+_BAND = 2500
+_handed_out: set[int] = set()
+
+
 def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw")
+    low = 10000 + (int(worker) % 8 if worker.isdigit() else 0) * _BAND
+    while True:
+        port = random.randrange(low, low + _BAND)
+        if port in _handed_out:
+            continue
+        with socket.socket() as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        _handed_out.add(port)
+        return port
 
 
 def queue_settings(client: Client, prefix: str) -> TemporalSettings:
