@@ -109,7 +109,7 @@ class ProcessSettings(BaseSettings):
     # (tens of milliseconds of CPU, and one history read). Each cached one costs the Worker about
     # 0.25 MB of memory (docs/benchmarks.md, "Open conversations") and lengthens its full garbage
     # collections, which stop it: about 2 s with 5,000 cached on the 2-core benchmark machine, and
-    # past 2 s the SDK fails the tasks in flight (worker/gc_pauses.py).
+    # past 2 s the SDK fails the tasks in flight.
     cached_conversations: int = Field(
         default=DEFAULT_CACHED_CONVERSATIONS,
         ge=1,
