@@ -219,7 +219,7 @@ async def run_worker(
     # From the first moment, beside the slow build: a conversation a dead predecessor held goes
     # to the normal queue at this reset, not at the sticky timeout.
     releasing = (
-        asyncio.create_task(_reset_previous(client, temporal.task_queue, host))
+        asyncio.create_task(reset_previous_here(client, temporal.task_queue, host))
         if release_previous
         else None
     )
@@ -257,7 +257,7 @@ async def run_worker(
                 releasing.cancel()
 
 
-async def _reset_previous(client: Client, task_queue: str, host: str | None) -> None:
+async def reset_previous_here(client: Client, task_queue: str, host: str | None) -> None:
     """Reset the conversations this host's gone Workers held (its own previous self included:
     a restarted container gets the same pid). A failure costs only the sticky timeout."""
     try:
