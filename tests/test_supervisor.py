@@ -8,18 +8,16 @@ import signal
 import statistics
 import sys
 from collections.abc import AsyncIterator
-from typing import Any
 
 import pytest
-from temporalio.api.enums.v1 import EventType, TimeoutType
-from temporalio.client import Client, WorkflowHandle
+from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
 
 from harness import queue_settings
 from harness.codec import TEST_CODEC_ENV
 from harness.conditions import wait_for
 from harness.crowd import at_most
-from tests.support.dummy_worker import start_sticky_echo
+from tests.support.dummy_worker import start_sticky_echo, sticky_waits
 from worker.control import (
     RestartReport,
     request_worker_restart,
@@ -177,16 +175,3 @@ async def test_a_crowd_replying_right_after_a_death_waits_no_longer_than_the_bou
     # its schedule-to-start timeout (10 s with the SDK's default); the recovery bound is 1.5 s p50.
     waits = [w for h in handles for w in await sticky_waits(h)]
     assert waits and statistics.median(waits) < 1.5 and max(waits) < 3, waits
-
-
-async def sticky_waits(handle: WorkflowHandle[Any, str]) -> list[float]:
-    """Seconds each of `handle`'s workflow tasks waited before it timed out schedule-to-start."""
-    events = (await handle.fetch_history()).events
-    scheduled = {e.event_id: e.event_time.ToDatetime() for e in events}
-    return [
-        (e.event_time.ToDatetime() - scheduled[attrs.scheduled_event_id]).total_seconds()
-        for e in events
-        if e.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_TIMED_OUT
-        and (attrs := e.workflow_task_timed_out_event_attributes).timeout_type
-        == TimeoutType.TIMEOUT_TYPE_SCHEDULE_TO_START
-    ]

@@ -18,7 +18,7 @@ import uuid
 from typing import TYPE_CHECKING, Any
 
 from temporalio import workflow
-from temporalio.api.enums.v1 import EventType
+from temporalio.api.enums.v1 import EventType, TimeoutType
 from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 
 from agent.settings import TemporalSettings
@@ -63,6 +63,19 @@ async def start_sticky_echo(client: Client, task_queue: str) -> WorkflowHandle[A
 
     await wait_for(first_task_done, timeout=10, what="Echo's first workflow task")
     return handle
+
+
+async def sticky_waits(handle: WorkflowHandle[Any, str]) -> list[float]:
+    """Seconds each of `handle`'s workflow tasks waited before it timed out schedule-to-start."""
+    events = (await handle.fetch_history()).events
+    scheduled = {e.event_id: e.event_time.ToDatetime() for e in events}
+    return [
+        (e.event_time.ToDatetime() - scheduled[attrs.scheduled_event_id]).total_seconds()
+        for e in events
+        if e.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_TIMED_OUT
+        and (attrs := e.workflow_task_timed_out_event_attributes).timeout_type
+        == TimeoutType.TIMEOUT_TYPE_SCHEDULE_TO_START
+    ]
 
 
 async def main() -> None:
