@@ -5,19 +5,15 @@
     --every s from the kill on -> each reply's answer (the workflow task that posts the next
     question, completed: the server's timestamp)
 
-Two ways to release the dead Worker's conversations, in alternate rounds on one stack (the
-server `refund-bot run` embeds, one supervised Worker as shipped, a warm standby), each round
-opening N conversations of its own:
-
-- `shutdown`: what ships: one ShutdownWorker for the dead Worker's sticky queue (worker.sticky);
-- `reset`: the fallback, one ResetStickyTaskQueue per running conversation on the queue
-  (worker.control.reset_sticky_queues), as before the sticky queue was announced.
+Rounds on one stack (the server `refund-bot run` embeds, one supervised Worker as shipped, a warm
+standby), each opening N conversations of its own; the supervisor resets the dead Worker's
+conversations (worker.control.reset_sticky_queues).
 
 A reply that reaches Temporal before the release waits out the sticky schedule-to-start timeout
 (WORKER_STICKY_TIMEOUT, worker.settings) on the dead queue; after it, only the new Worker's pickup.
 
     .venv/bin/python -m bench.open_recovery [--open 2000] [--rounds 2] [--replies 20]
-        [--every 0.05] [--variants shutdown reset] [--plot open_recovery.png]
+        [--every 0.05] [--plot open_recovery.png]
 
 `--plot` draws each variant's replies, all rounds together: when each was answered, from the kill.
 """
@@ -41,7 +37,6 @@ from temporalio.api.enums.v1 import EventType, TimeoutType, WorkflowTaskFailedCa
 from temporalio.api.history.v1 import HistoryEvent
 from temporalio.client import Client, WorkflowHandle
 
-import worker.supervisor as supervisor_module
 from agent.models import Actor, ConversationStart, CustomerMessage, ThreadRef
 from agent.settings import AgentSettings
 from agent.versions import version_attributes
@@ -57,7 +52,6 @@ from harness.stack import child_env
 from refund_bot.app import running_stack
 from refund_bot.stack import Stack
 from refund_bot.wiring import local_thread_store
-from worker.sticky import release_sticky_queue, sticky_queue_of
 
 OPEN_TIMEOUT = 3600.0
 GOAL = 1.0  # any reply answered within a second of the kill
@@ -165,11 +159,6 @@ async def _round(
     handles = await open_conversations(stack, n, f"r{r}{variant[0]}", 1_000_000 + next(_ORDERS))
     pid = supervisor.pid
     assert pid is not None
-    await wait_for(
-        lambda: sticky_queue_of(stack.client, f"refund-bot-worker-{pid}@{supervisor.host}"),
-        timeout=60,
-        what="the Worker's sticky queue announced",
-    )
     print(
         f"round {r} ({variant}): {n} conversations open in {time.monotonic() - opened:.0f} s "
         f"(load average {os.getloadavg()[0]:.2f}); Worker RSS {rss_bytes(pid) / 2**20:.0f} MB",
@@ -177,21 +166,16 @@ async def _round(
     )
     targets = random.sample(handles, replies)
     before = supervisor.last_report
-    if variant == "reset":
-        supervisor_module.release_sticky_queue = _unknown
-    try:
-        killed = time.time()
-        os.kill(pid, signal.SIGKILL)
-        sent: list[float] = []
-        for i, handle in enumerate(targets):
-            delay = killed + i * every - time.time()
-            if delay > 0:
-                await asyncio.sleep(delay)
-            sent.append(time.time())
-            await handle.signal("customer_message", yes_reply(handle))
-        await wait_for(lambda: supervisor.last_report is not before, timeout=120, what="restart")
-    finally:
-        supervisor_module.release_sticky_queue = release_sticky_queue
+    killed = time.time()
+    os.kill(pid, signal.SIGKILL)
+    sent: list[float] = []
+    for i, handle in enumerate(targets):
+        delay = killed + i * every - time.time()
+        if delay > 0:
+            await asyncio.sleep(delay)
+        sent.append(time.time())
+        await handle.signal("customer_message", yes_reply(handle))
+    await wait_for(lambda: supervisor.last_report is not before, timeout=120, what="restart")
     answered: list[float] = []
     for handle in targets:
         at = await wait_for(functools.partial(answered_after, handle, 1), timeout=120)
@@ -254,12 +238,6 @@ def retries_in(events: Iterable[HistoryEvent]) -> collections.Counter[str]:
     return found
 
 
-async def _unknown(*args: object, **kwargs: object) -> None:
-    """The `reset` variant's release: the sticky queue's name unknown, so the supervisor falls
-    back to one reset per conversation."""
-    return None
-
-
 # Each round's orders start here: a round's N are numbered on from it.
 _ORDERS = iter(range(0, 10**9, 100_000))
 # Each conversation's customer, by workflow id: only the thread's customer answers questions.
@@ -300,7 +278,7 @@ if __name__ == "__main__":
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--replies", type=int, default=20)
     parser.add_argument("--every", type=float, default=0.05)
-    parser.add_argument("--variants", nargs="+", default=["shutdown", "reset"])
+    parser.add_argument("--variants", nargs="+", default=["reset"])
     parser.add_argument("--plot", type=Path, default=None)
     args = parser.parse_args()
     run_benchmark(main(args.open, args.rounds, args.replies, args.every, args.variants, args.plot))

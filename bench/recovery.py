@@ -66,7 +66,6 @@ from harness.stack import supervised_stack
 from refund_bot.stack import Stack
 from refund_bot.wiring import local_thread_store
 from worker.control import request_worker_restart, worker_identity
-from worker.sticky import RELEASED, SENT_ON
 
 OPENING: dict[str, str] = {}  # each shopper's opening message, by user id
 RELEASE_TIMEOUT = 1800.0  # a crowd not refunded in half an hour is a failed run
@@ -191,14 +190,8 @@ def _released(events: Iterable[HistoryEvent]) -> dict[str, Any]:
         elif kind == EventType.EVENT_TYPE_WORKFLOW_TASK_FAILED:
             when = "after" if "refund_scheduled" in stamps else "before"
             failed = event.workflow_task_failed_event_attributes
-            # The release's cause is a Worker's own for a conversation it no longer caches.
-            if failed.cause != SENT_ON:
-                # What the Worker said (read_failures decrypted it), its first line.
-                said = f"failed ({first_line(failed.failure.message)})"
-            elif failed.failure.message.endswith(RELEASED):
-                said = "sent on by a dead Worker's sticky-queue release"
-            else:
-                said = "reset by a Worker that no longer cached it"
+            # What the Worker said (read_failures decrypted it), its first line.
+            said = f"failed ({first_line(failed.failure.message)})"
             stamps["retries"][f"{said} {when} issue_refund"] += 1
         elif kind == EventType.EVENT_TYPE_WORKFLOW_TASK_TIMED_OUT:
             timeout = event.workflow_task_timed_out_event_attributes.timeout_type

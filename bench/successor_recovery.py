@@ -10,8 +10,8 @@ restart would.
 Two successors, in alternate rounds on one dev server (the one `refund-bot run` embeds), each
 round opening N conversations of its own:
 
-- `release`: what ships: the successor releases its dead predecessor's sticky queue as it starts
-  (worker.sticky.release_previous_here);
+- `release`: what ships: the successor resets its dead predecessor's conversations as it starts
+  (worker.runner.reset_previous_here);
 - `none`: the successor started as a supervisor's child (a lifeline), which leaves the release to
   a supervisor that is not there: what an unsupervised Worker did before. A reply then waits out
   the sticky schedule-to-start timeout (WORKER_STICKY_TIMEOUT, worker.settings) on the dead queue.
@@ -52,7 +52,6 @@ from worker.control import worker_identity
 from worker.lifecycle import terminate
 from worker.pollers import worker_is_polling
 from worker.runner import prepare_stores
-from worker.sticky import sticky_queue_of
 
 HOST = "successor-bench"
 # Each round's orders start here: a round's N are numbered on from it.
@@ -115,11 +114,6 @@ async def _round(
             args.open,
             f"s{r}{variant[0]}",
             next(_ORDERS),
-        )
-        await wait_for(
-            lambda: sticky_queue_of(client, worker_identity(first.pid, HOST)),
-            timeout=60,
-            what="the Worker's sticky queue announced",
         )
         print(
             f"round {r} ({variant}): {args.open} conversations open in "

@@ -60,7 +60,6 @@ from refund_bot.wiring import local_thread_store
 from worker.lifecycle import terminate
 from worker.runner import prepare_stores
 from worker.server import EmbeddedTemporal, log_tail
-from worker.sticky import PROBE_WORKFLOW
 
 REFUND_BOT = "refund-bot"
 REFERENCE = "reference"
@@ -211,8 +210,8 @@ async def _reference_starts(bench: Bench, queue: str, n: int) -> list[Callable[[
     return [functools.partial(one, i) for i in range(n)]
 
 
-# A queue's conversations: not refund-bot's sticky probe (worker.sticky), one per Worker.
-_CONVERSATIONS = f"TaskQueue = '{{}}' AND WorkflowType != '{PROBE_WORKFLOW}'"
+# A queue's conversations.
+_CONVERSATIONS = "TaskQueue = '{}'"
 
 
 async def _count(client: Client, queue: str, condition: str) -> int:

@@ -105,7 +105,6 @@ async def _worker(cfg: Config, standby: bool = False, metrics_slot: int = 0) -> 
             # starting never made a coroutine it would leave unawaited.
             go=_promoted if standby else None,
             interceptors=worker_interceptors(),
-            freeze_startup=True,  # this process is the Worker's
         )
 
 

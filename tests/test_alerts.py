@@ -27,7 +27,6 @@ ALERTS = (
     "PlatformDown",
     "RefundsFailing",
     "EscalationWaitingPastReminder",
-    "WorkerPausedByGarbageCollection",
 )
 
 

@@ -21,7 +21,7 @@ def test_the_sdk_cores_coloured_warnings_are_counted_as_one_kind_in_plain_words(
     log = "\n".join(
         [
             _core_warning("01a23e06-b641-7989-8410-972aa1d217b8"),
-            "2026-12-03 22:30:02,180 INFO worker.sticky: sticky queue announced",
+            "2026-12-03 22:30:02,180 INFO worker.runner: worker polling",
             _core_warning("01a23e06-d1f5-7bb6-b090-757a5252168d"),
         ]
     )

@@ -353,24 +353,6 @@ async def test_refund_bot_worker_stops_gracefully_on_sighup(
     assert "SIGHUP: stopping" in worker.stderr and "Traceback" not in worker.output
 
 
-async def test_refund_bot_worker_freezes_what_its_start_made_before_it_polls(
-    temporal_env: WorkflowEnvironment, tmp_path: Path
-) -> None:
-    _, env = _worker_env(temporal_env, tmp_path)
-    async with refund_bot(["worker"], env, tmp_path) as worker:
-        await worker.expect(r"worker \S+ polling")
-        worker.send(signal.SIGTERM)
-        assert await worker.exit_code(timeout=10) == 0, worker.output
-    # The imports, the SDK and the stores: tens of thousands of objects no collection walks again
-    # (worker.gc_pauses.freeze_startup_heap), frozen before the first poll.
-    frozen = re.search(
-        r"(\d+) objects the start made frozen: full collections leave", worker.stderr
-    )
-    polling = re.search(r"worker \S+ polling", worker.stderr)
-    assert frozen and polling, worker.stderr
-    assert int(frozen[1]) > 20_000 and frozen.start() < polling.start()
-
-
 async def test_refund_bot_demo_stops_gracefully_on_sigint(tmp_path: Path) -> None:
     async with refund_bot(["demo"], fresh_env(tmp_path / "data"), tmp_path) as demo:
         await demo.expect(r"Worker pid \d+ is polling")

@@ -52,7 +52,7 @@ def test_the_workflow_cache_size_is_a_bounded_setting(monkeypatch) -> None:
 
 
 def test_the_sticky_timeout_is_a_bounded_setting_in_seconds(monkeypatch) -> None:
-    assert ProcessSettings(_env_file=None).sticky_timeout == timedelta(seconds=10)  # the SDK's
+    assert ProcessSettings(_env_file=None).sticky_timeout == timedelta(seconds=1)
     monkeypatch.setenv("WORKER_STICKY_TIMEOUT", "60")
     assert ProcessSettings(_env_file=None).sticky_timeout == timedelta(seconds=60)
     for unusable in ("0", "86400", "soon"):

@@ -53,8 +53,6 @@ from temporalio.exceptions import ActivityError, ApplicationError, TimeoutType
 from temporalio.exceptions import TimeoutError as ActivityTimeout
 from temporalio.service import RPCError
 
-from worker.sticky import PROBE_WORKFLOW
-
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
@@ -299,12 +297,7 @@ async def reset_sticky_queues(
     left to it: reset, its next task would go to any Worker, which must replay it from the start
     of its history, instead of the Worker that holds it in its cache.
     """
-    # Not the sticky probes (worker.sticky): they end on their own, and a dead Worker's is left
-    # running until its timeout.
-    query = (
-        f"TaskQueue = '{task_queue}' AND ExecutionStatus = 'Running'"
-        f" AND WorkflowType != '{PROBE_WORKFLOW}'"
-    )
+    query = f"TaskQueue = '{task_queue}' AND ExecutionStatus = 'Running'"
     gate = asyncio.Semaphore(RESET_CONCURRENCY)
 
     async def reset(workflow_id: str, run_id: str) -> bool:

@@ -98,7 +98,7 @@ class _Conversation(WorkflowInboundInterceptor):
 
     async def execute_workflow(self, input: ExecuteWorkflowInput) -> Any:
         if temporalio.workflow.info().workflow_type != WORKFLOW_TYPE:
-            # The Worker's other Workflows (its sticky-queue probe) are no conversations.
+            # Only the conversations count, not any other Workflow a Worker runs.
             return await super().execute_workflow(input)
         try:
             outcome = await super().execute_workflow(input)

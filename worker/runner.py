@@ -36,28 +36,27 @@ from agent.stores.ledger import Ledger
 from agent.versions import unsupported_conversations, unsupported_line
 from agent.workflow import WORKFLOW_TYPE, RefundConversation
 from worker.bytecode import keep_bytecode
-from worker.control import worker_identity
+from worker.control import reset_sticky_queues, worker_identity
 from worker.conversation_metrics import (
     ENDED_DESCRIPTION,
     ENDED_METRIC,
     ENDED_OUTCOMES,
     ConversationMetrics,
 )
-from worker.gc_pauses import freeze_startup_heap, watching_gc_pauses
 from worker.pair import WorkerPair
+from worker.pollers import gone_here
 from worker.settings import DEFAULT_CACHED_CONVERSATIONS, DEFAULT_STICKY_TIMEOUT
-from worker.sticky import StickyProbe, announce_in_background, release_previous_here
 from worker.telemetry import PREFIX, metric_meter
 
 log = logging.getLogger(__name__)
 
 # The sticky timeout (WORKER_STICKY_TIMEOUT, worker.settings) is the SDK's 10 s by default. A
-# dead Worker's sticky queue is released by its supervisor, or (no supervisor) by its successor on
-# the host as it starts (worker.sticky), so it bounds only a death nobody follows up (its host lost
-# with it, or no successor started). Shorter is worse under load: with 2 s, a live Worker busy
-# replaying a dead one's conversations let 76 of its own 100 time out to the other Worker, each
-# replayed there (200 held conversations: 13.5 s against 11.3 s, bench.recovery --held 200
-# --workers 2).
+# dead Worker's conversations are reset (ResetStickyTaskQueue) by its supervisor, or (no
+# supervisor) by its successor on the host as it starts, so it bounds only a reply queued before
+# that reset, or a death nobody follows up (its host lost with it, or no successor started).
+# Shorter is worse under load: with 2 s, a live Worker busy replaying a dead one's conversations
+# let 76 of its own 100 time out to the other Worker, each replayed there (200 held
+# conversations: 13.5 s against 11.3 s, bench.recovery --held 200 --workers 2).
 
 # Workflow tasks this Worker works on at once (the SDK's default is 100). They share one
 # interpreter: a task that replays a conversation (each one, on a Worker that has just taken over)
@@ -136,8 +135,7 @@ async def build_worker(
         client,
         task_queue=task_queue,
         identity=identity,
-        # The probe that finds this Worker's sticky queue out, for whoever outlives it.
-        workflows=[RefundConversation, StickyProbe],
+        workflows=[RefundConversation],
         # Registered here for the local steps; their regular attempts go to `effects` (worker.pair).
         activities=activities,
         no_remote_activities=True,
@@ -202,15 +200,11 @@ async def run_worker(
     cached_conversations: int = DEFAULT_CACHED_CONVERSATIONS,
     sticky_timeout: timedelta = DEFAULT_STICKY_TIMEOUT,
     release_previous: bool = False,
-    freeze_startup: bool = False,
 ) -> None:
     """Run until cancelled, then shut down gracefully (in-flight Activities get 5 s).
 
-    `freeze_startup`: the process is this Worker's own (`refund-bot worker`), so what its start
-    made is frozen out of later garbage collections (worker.gc_pauses.freeze_startup_heap).
-
-    `release_previous`: a Worker no supervisor watches releases, as it starts, the sticky queues
-    of this host's Workers that are gone (worker.sticky.release_previous_here).
+    `release_previous`: a Worker no supervisor watches resets, as it starts, the sticky queues
+    of the conversations this host's gone Workers held (worker.pollers.gone_here).
 
     `go`: a warm standby's signal, called once everything slow (imports, the connection, the
     stores, the workflow sandbox's checks) is done; polling starts the moment it completes.
@@ -218,12 +212,10 @@ async def run_worker(
     `refund-bot worker` cancels it on SIGTERM, SIGHUP or SIGINT (worker.lifecycle.until_stopped);
     a SIGKILL is not graceful, and that is the drill.
     """
-    # From the first moment, beside the slow build: each reply queued on a dead predecessor's
-    # sticky queue waits until this release (or the 10 s sticky timeout), not until this polls.
+    # From the first moment, beside the slow build: a conversation a dead predecessor held goes
+    # to the normal queue at this reset, not at the sticky timeout.
     releasing = (
-        asyncio.create_task(
-            release_previous_here(client, temporal.task_queue, worker_identity(host=host))
-        )
+        asyncio.create_task(reset_previous_here(client, temporal.task_queue, host))
         if release_previous
         else None
     )
@@ -243,11 +235,6 @@ async def run_worker(
     unsupported = await unsupported_conversations(client, WORKFLOW_TYPE)
     if unsupported.count:
         log.warning("%s", unsupported_line(unsupported))
-    if freeze_startup:  # before a standby's wait: the collection it makes is off the promotion
-        log.info(
-            "%d objects the start made frozen: full collections leave them out",
-            freeze_startup_heap(),
-        )
     # A warm standby says so on its own /metrics, until it is promoted (or let go).
     standby = metric_meter().create_gauge(PREFIX + "worker_standby", STANDBY_DESCRIPTION)
     if go is not None:
@@ -257,17 +244,23 @@ async def run_worker(
         standby.set(1)
         await go()  # DURABLE WAIT (of a process): until the supervisor promotes this standby
     standby.set(0)
-    async with worker, watching_gc_pauses(metric_meter(), cached_conversations):
-        identity = worker_identity(host=host)
-        log.info("worker %s polling %s", identity, temporal.task_queue)
-        # Once polling: the probe's tasks need this Worker. Its name is then in Temporal for
-        # whoever outlives this process (worker.sticky).
-        announcing = asyncio.create_task(
-            announce_in_background(client, temporal.task_queue, identity, after=releasing)
-        )
+    async with worker:
+        log.info("worker %s polling %s", worker_identity(host=host), temporal.task_queue)
         try:
             await asyncio.Event().wait()
         finally:
-            announcing.cancel()
             if releasing is not None:
                 releasing.cancel()
+
+
+async def reset_previous_here(client: Client, task_queue: str, host: str | None) -> None:
+    """Reset the conversations this host's gone Workers held (its own previous self included:
+    a restarted container gets the same pid). A failure costs only the sticky timeout."""
+    try:
+        gone = await gone_here(client, client.namespace, task_queue, worker_identity(host=host))
+        count = await reset_sticky_queues(client, client.namespace, task_queue, left_by=gone)
+    except Exception as err:  # best effort: the worst case is the sticky timeout
+        log.warning("Could not reset the conversations of this host's previous Workers: %s", err)
+        return
+    if count:
+        log.info("Reset the sticky queue of %d conversation(s) gone Workers held", count)

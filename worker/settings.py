@@ -88,7 +88,9 @@ def slot_address(address: str, slot: int) -> str:
 # a Worker with 10,000 open, 1,000 cached, measured 366 MB (docs/benchmarks.md, "Open
 # conversations").
 DEFAULT_CACHED_CONVERSATIONS = 1000
-DEFAULT_STICKY_TIMEOUT = timedelta(seconds=10)  # the SDK's
+# Short, so a reply queued on a dead Worker's sticky queue before its reset goes on within the
+# 1.5 s recovery bound (the SDK's default is 10 s).
+DEFAULT_STICKY_TIMEOUT = timedelta(seconds=1)
 # A bound that keeps a typo (an extra zero or three) from a Worker that grows out of its memory.
 MAX_CACHED_CONVERSATIONS = 100_000
 
@@ -109,7 +111,7 @@ class ProcessSettings(BaseSettings):
     # (tens of milliseconds of CPU, and one history read). Each cached one costs the Worker about
     # 0.25 MB of memory (docs/benchmarks.md, "Open conversations") and lengthens its full garbage
     # collections, which stop it: about 2 s with 5,000 cached on the 2-core benchmark machine, and
-    # past 2 s the SDK fails the tasks in flight (worker/gc_pauses.py).
+    # past 2 s the SDK fails the tasks in flight.
     cached_conversations: int = Field(
         default=DEFAULT_CACHED_CONVERSATIONS,
         ge=1,
@@ -118,9 +120,9 @@ class ProcessSettings(BaseSettings):
     )
     # How long a conversation's next workflow task waits on the Worker's sticky queue (where its
     # cached state is) before Temporal gives it to any Worker, which replays it first (the SDK's
-    # sticky_queue_schedule_to_start_timeout). It bounds a reply's wait after a Worker death that
-    # nobody releases (a lost host, a pod replaced under another name); under a crowd that keeps
-    # the server busier than this, each task that runs out is moved and replayed
+    # sticky_queue_schedule_to_start_timeout). It bounds a reply's wait after a Worker death: one
+    # queued before the death's reset, or one nobody resets (a lost host). Under a crowd that
+    # keeps the server busier than this, each task that runs out is moved and replayed
     # (docs/benchmarks.md, "Ten thousand replies at once").
     sticky_timeout: timedelta = Field(
         default=DEFAULT_STICKY_TIMEOUT,

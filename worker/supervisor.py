@@ -73,7 +73,6 @@ from worker.pollers import (
 from worker.server import log_tail
 from worker.settings import WORKER_SECRETS, child_environment
 from worker.standby import WarmStandby
-from worker.sticky import release_sticky_queue, sticky_queue_of
 
 log = logging.getLogger(__name__)
 
@@ -183,10 +182,6 @@ class WorkerSupervisor:
         self._deaths: collections.deque[float] = collections.deque()
         # Each child's watcher, and a restart's later Workers waiting to poll: cancelled by stop().
         self._background: set[asyncio.Task[None]] = set()
-        # EXECUTION STATE: each polling child's sticky queue, read once it has announced it, so
-        # that its release on death is a single call; and the dead ones already released.
-        self._sticky: dict[str, str] = {}
-        self._released: set[str] = set()
         self._control: list[Worker] = []
         self._control_tasks: list[asyncio.Task[None]] = []
 
@@ -356,9 +351,8 @@ class WorkerSupervisor:
             finally:
                 waiting.cancel()  # this restart was cancelled: so is the wait
             paused = time.monotonic() - started
-        # The dead Workers' sticky queues are released while the standby starts its pollers:
-        # conversations reach the normal queue (and it) once both are done, so neither waits for
-        # the other. Conversations held by a surviving Worker stay with it.
+        # The dead Workers' conversations are reset while the standby starts its pollers, so
+        # neither waits for the other. Conversations held by a surviving Worker stay with it.
         self._release_soon({worker_identity(old.pid, self.host) for old in olds})
         new: list[asyncio.subprocess.Process] = []
         while len(self._procs) < self.workers:
@@ -453,9 +447,6 @@ class WorkerSupervisor:
                 if await worker_is_polling(
                     self.client, self.settings.namespace, self.settings.task_queue, identity
                 ):
-                    task = asyncio.create_task(self._learn_sticky(proc, identity))
-                    self._background.add(task)
-                    task.add_done_callback(self._background.discard)
                     return
             except Exception as err:  # a transient RPC failure is not a verdict on the child
                 log.debug("DescribeTaskQueue failed: %s", err)
@@ -474,22 +465,6 @@ class WorkerSupervisor:
             return ""
         lines = log_tail(self.log_path, lines=1)
         return f": {lines}" if lines.strip() and lines != "(no log)" else ""
-
-    async def _learn_sticky(self, proc: asyncio.subprocess.Process, identity: str) -> None:
-        """Read the child's sticky queue once it has announced it (a second or so after it
-        polls); a child that never does is released the slower way, should it die."""
-        deadline = time.monotonic() + self.ready_timeout
-        while proc.returncode is None and time.monotonic() < deadline:
-            try:
-                sticky = await sticky_queue_of(self.client, identity)
-            except Exception as err:  # a transient RPC failure: try again
-                log.debug("Reading the sticky queue of %s failed: %s", identity, err)
-                sticky = None
-            if sticky is not None:
-                if proc.returncode is None:
-                    self._sticky[identity] = sticky
-                return
-            await asyncio.sleep(_POLL_INTERVAL * 5)
 
     async def _wait_control_alive(self) -> None:
         """Until Temporal has this supervisor's first heartbeat, so that a /crash-worker made
@@ -549,54 +524,16 @@ class WorkerSupervisor:
             )  # fmt: skip
 
     def _release_soon(self, dead: set[str]) -> None:
-        """Release the `dead` Workers' sticky queues in the background, beside the restart: the
-        release polls their queues for half a second, and the standby need not wait for it."""
-        task = asyncio.create_task(self._release(dead))
+        """Reset, in the background beside the restart, the sticky queues of the conversations
+        the `dead` Workers held (ResetStickyTaskQueue): their next tasks go to the normal queue."""
+        task = asyncio.create_task(self._reset_sticky(left_by=dead))
         self._background.add(task)
         task.add_done_callback(self._background.discard)
 
-    async def _release(self, dead: set[str]) -> None:
-        """Release the sticky queues of the `dead` Workers: a few calls each, whatever the
-        number of conversations they held (worker.sticky). A Worker whose queue's name is not
-        known (it died before announcing it, or an older release's) has its conversations'
-        sticky queues reset one by one instead: seconds for thousands of conversations."""
-        dead = dead - self._released
-        if not self.reset_sticky or not dead:
-            return
-        self._released |= dead
-        started = time.monotonic()
-        by = supervisor_identity(self.host)
-
-        async def one(identity: str) -> bool:
-            try:
-                drained = await release_sticky_queue(
-                    self.client,
-                    identity,
-                    self.settings.task_queue,
-                    by=by,
-                    reason="died; released by its supervisor",
-                    sticky=self._sticky.pop(identity, None),
-                )
-            except Exception as err:  # the fallback below does the job, more slowly
-                log.warning("Could not release the sticky queue of %s: %s", identity, err)
-                return False
-            if drained is not None:
-                log.info(
-                    "Released the sticky queue of %s (%d task(s) queued there sent on; %.3f s)",
-                    identity, drained, time.monotonic() - started,
-                )  # fmt: skip
-            return drained is not None
-
-        released = await asyncio.gather(*(one(identity) for identity in sorted(dead)))
-        unknown = {i for i, ok in zip(sorted(dead), released, strict=True) if not ok}
-        if unknown:
-            await self._reset_sticky(left_by=unknown)
-
     async def _release_gone(self) -> None:
-        """At start: release the sticky queues of Workers on the task queue that Temporal's
-        heartbeats show gone (a previous run's, SIGKILLed with its supervisor). One that died
-        more than 10 s ago needs nothing: Temporal stops queueing on a sticky queue nobody has
-        polled for that long. Where Temporal keeps no heartbeats, every conversation is reset."""
+        """At start: reset the conversations held by Workers on the task queue that Temporal's
+        heartbeats show gone (a previous run's, SIGKILLed with its supervisor). Where Temporal
+        keeps no heartbeats, every conversation is reset."""
         if not self.reset_sticky:
             return
         try:
@@ -608,8 +545,8 @@ class WorkerSupervisor:
             return
         if gone is None:
             await self._reset_sticky()
-        else:
-            await self._release(set(gone))
+        elif gone:
+            await self._reset_sticky(left_by=set(gone))
 
     async def _reset_sticky(self, left_by: set[str] | None = None) -> None:
         """Reset the sticky queues of the running conversations (`left_by`: only those whose last
@@ -648,8 +585,8 @@ class WorkerSupervisor:
         if self._stopping:
             return
         if proc in self._procs:
-            # First of all: a reply that reaches Temporal before the release waits out the
-            # sticky timeout on the dead queue; one after it goes to the normal queue.
+            # First of all: a reply that reaches Temporal before the reset waits out the sticky
+            # timeout on the dead queue; one after it goes to the normal queue.
             self._release_soon({worker_identity(proc.pid, self.host)})
         if self._standby.holds(proc):
             await self._standby_died(proc, code)

@@ -19,7 +19,6 @@ from temporalio.runtime import PrometheusConfig, Runtime, TelemetryConfig
 
 from agent.temporal_client import heartbeating_runtime
 from worker.conversation_metrics import TURN_BUCKETS, TURN_METRIC
-from worker.gc_pauses import PAUSE_BUCKETS, PAUSE_METRIC
 
 # refund-bot's own metrics, one prefix: refund_bot_<name>, counters with Prometheus' _total.
 PREFIX = "refund_bot_"
@@ -46,7 +45,7 @@ def prometheus_runtime(bind_address: str) -> Runtime:
         bind_address=bind_address,
         counters_total_suffix=True,  # Prometheus' convention: refund_bot_refunds_issued_total
         durations_as_seconds=True,
-        histogram_bucket_overrides={TURN_METRIC: TURN_BUCKETS, PAUSE_METRIC: PAUSE_BUCKETS},
+        histogram_bucket_overrides={TURN_METRIC: TURN_BUCKETS},
     )
     try:
         # Its Workers heartbeat as every refund-bot process's do (agent.temporal_client).

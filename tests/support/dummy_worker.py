@@ -3,8 +3,8 @@
 Run as `python -m tests.support.dummy_worker`. It reads TemporalSettings from the environment the
 supervisor sets (TEMPORAL_ADDRESS, TEMPORAL_NAMESPACE, TEMPORAL_TASK_QUEUE, REFUND_BOT_HOST) and its
 codec keys from CODEC_KEYS, polls `settings.task_queue` with the identity `worker_identity()` on
-its host, announces its sticky queue (worker.sticky) and exits cleanly on SIGTERM. Started without
-a supervisor (no lifeline), it first releases its gone predecessors' sticky queues.
+its host and exits cleanly on SIGTERM. Started without a supervisor (no lifeline), it first resets
+the conversations its host's gone predecessors held (worker.runner.reset_previous_here).
 
 A test opens a conversation sticky to it with start_sticky_echo.
 """
@@ -18,7 +18,7 @@ import uuid
 from typing import TYPE_CHECKING, Any
 
 from temporalio import workflow
-from temporalio.api.enums.v1 import EventType
+from temporalio.api.enums.v1 import EventType, TimeoutType
 from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 
 from agent.settings import TemporalSettings
@@ -26,8 +26,8 @@ from agent.temporal_client import connect
 from harness.conditions import wait_for
 from worker.control import worker_identity
 from worker.lifecycle import LIFELINE_ENV
-from worker.settings import ProcessSettings
-from worker.sticky import StickyProbe, announce_in_background, release_previous_here
+from worker.runner import reset_previous_here
+from worker.settings import DEFAULT_STICKY_TIMEOUT, ProcessSettings
 
 if TYPE_CHECKING:
     from temporalio.client import Client, WorkflowHandle
@@ -65,6 +65,19 @@ async def start_sticky_echo(client: Client, task_queue: str) -> WorkflowHandle[A
     return handle
 
 
+async def sticky_waits(handle: WorkflowHandle[Any, str]) -> list[float]:
+    """Seconds each of `handle`'s workflow tasks waited before it timed out schedule-to-start."""
+    events = (await handle.fetch_history()).events
+    scheduled = {e.event_id: e.event_time.ToDatetime() for e in events}
+    return [
+        (e.event_time.ToDatetime() - scheduled[attrs.scheduled_event_id]).total_seconds()
+        for e in events
+        if e.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_TIMED_OUT
+        and (attrs := e.workflow_task_timed_out_event_attributes).timeout_type
+        == TimeoutType.TIMEOUT_TYPE_SCHEDULE_TO_START
+    ]
+
+
 async def main() -> None:
     # Only the environment the supervisor gave us: a developer's .env must not redirect a test.
     settings = TemporalSettings(_env_file=None)
@@ -75,22 +88,18 @@ async def main() -> None:
     identity = worker_identity(host=host)
     # As `refund-bot worker` does when no supervisor started it (no lifeline).
     if LIFELINE_ENV not in os.environ:
-        await release_previous_here(client, settings.task_queue, identity)
+        await reset_previous_here(client, settings.task_queue, host)
     async with Worker(
         client,
         task_queue=settings.task_queue,
-        workflows=[Echo, StickyProbe],
+        workflows=[Echo],
         identity=identity,
         # Replays cheap enough for a crowd: in the sandbox each Workflow re-imports this module's
         # imports (the settings, the client, the control plane), seconds for a few hundred.
         workflow_runner=UnsandboxedWorkflowRunner(),
+        sticky_queue_schedule_to_start_timeout=DEFAULT_STICKY_TIMEOUT,  # as the real Worker's
     ):
-        # As the real Worker does, so that its supervisor can release its sticky queue.
-        announcing = asyncio.create_task(
-            announce_in_background(client, settings.task_queue, identity)
-        )
         await stop.wait()
-        announcing.cancel()
 
 
 if __name__ == "__main__":
