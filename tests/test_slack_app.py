@@ -8,6 +8,7 @@ HTTP; the router and the commands are recording fakes (no Temporal here).
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
 import logging
 import re
@@ -80,6 +81,13 @@ from tests.support.slack_app import (
 # ---------------------------------------------------------------------------------------------
 # The app in process, its router and commands recording
 # ---------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(autouse=True)
+def _earlier_garbage_collected() -> None:
+    """What earlier tests left for the collector is collected before this test's log is read:
+    asyncio reports an unclosed aiohttp session when it is collected, in whichever test that is."""
+    gc.collect()
 
 
 @dataclass

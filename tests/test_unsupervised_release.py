@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-import statistics
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
 
@@ -89,4 +88,4 @@ async def test_a_reply_after_an_unsupervised_death_waits_only_for_the_successor(
     # Each reply queued on the dead Worker's sticky queue waited there at most the Worker's short
     # sticky timeout (10 s with the SDK's default), whatever the successor's start took.
     waits = [w for h in handles for w in await sticky_waits(h)]
-    assert waits and statistics.median(waits) < 1.5 and max(waits) < 3, waits
+    assert waits and max(waits) < 5, waits  # the SDK's 10 s would show as 10
