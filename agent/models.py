@@ -218,19 +218,6 @@ class DecideInput(BaseModel):
     # The day the conversation opened (the refund window counts to it). None in inputs recorded
     # before it existed: the decider reads today's date.
     asked_on: date | None = None
-    # Where the step posts the question it decides to ask (the offline policy's path); None: the
-    # Workflow posts it.
-    post_question: QuestionPost | None = None
-
-
-class QuestionPost(BaseModel):
-    """The decide step's post of the question it asks, so that asking takes one local step: the
-    key is the one the Workflow's own post would have had, so either post finds the other."""
-
-    thread: ThreadRef
-    key: MessageKey
-    # The post's one try; a platform slower than this is left to the Workflow's post.
-    within_seconds: float
 
 
 class AgentStep(_Frozen):
@@ -247,8 +234,7 @@ class AgentStep(_Frozen):
     outcome: Literal["approve", "escalate", "deny"] | None = None
     rationale: str = ""
     source: str = "policy"
-    # The question, posted by the step itself (DecideInput.post_question); None when it was not
-    # asked to, or its try failed and the Workflow posts it.
+    # The question as 1.1-1.2's decide step posted it itself (read on replay of their histories).
     posted: PostedMessage | None = None
     # How many times a live model was asked again in this step for an unusable answer.
     model_retries: int = 0
@@ -460,8 +446,23 @@ Phase = Literal[
 ]
 
 
+OutcomeStatus = Literal["refunded", "denied", "declined", "expired", "failed"]
+
+
+class ConversationOutcome(BaseModel):
+    status: OutcomeStatus
+    message: str  # what the customer was told
+    refund: RefundResult | None = None
+    detail: str | None = None  # for operators: why it failed (never shown to the customer)
+
+
+# The memo key under which the Workflow records its ConversationView (agent.history reads it).
+MEMO_KEY = "conversation"
+
+
 class ConversationView(BaseModel):
-    """The live view (a Query): needs a Worker, unlike history.what_survives."""
+    """Where a conversation stands: the `view` Query's answer, and the Workflow's memo, which
+    /refund-status reads with no Worker alive. The memo is encrypted by the payload codec."""
 
     workflow_id: str
     phase: Phase
@@ -477,13 +478,12 @@ class ConversationView(BaseModel):
     # The round whose buttons a click may answer now; None when no escalation is waiting.
     escalation_round: int | None = None
     taken_over_by: Actor | None = None
-
-
-OutcomeStatus = Literal["refunded", "denied", "declined", "expired", "failed"]
-
-
-class ConversationOutcome(BaseModel):
-    status: OutcomeStatus
-    message: str  # what the customer was told
-    refund: RefundResult | None = None
-    detail: str | None = None  # for operators: why it failed (never shown to the customer)
+    thread: ThreadRef | None = None
+    order: OrderDetails | None = None
+    disposition: Disposition | None = None  # the refund rules' answer to the proposal
+    model_note: str | None = None  # the live model's summary of its proposal: staff only
+    next_deadline: str | None = None  # the running wait's timer: what for, and when
+    taken_over_since: str | None = None
+    customer_messages: int = 0  # delivered, taken or not
+    decide_calls: int = 0
+    outcome: ConversationOutcome | None = None

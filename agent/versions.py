@@ -22,10 +22,10 @@ from agent.visibility import VERSION_ATTRIBUTE, check_registered
 
 # The version a conversation records when it starts: bumped with every release that changes the
 # Workflow's commands. A new baseline (the major number) drops every branch older than it.
-WORKFLOW_VERSION = "1.2"
+WORKFLOW_VERSION = "1.3"
 # The versions whose conversations this code replays: the current baseline's releases. Each has its
 # histories in tests/histories/workflow-<version>/, recorded by its own code, and its release tag.
-SUPPORTED = ("1.0", "1.1", "1.2")
+SUPPORTED = ("1.0", "1.1", "1.2", "1.3")
 
 # No conversation lives longer than this: the window after which no open conversation can predate
 # a release. The server enforces it (each conversation's execution timeout, set by its starter),
@@ -70,6 +70,11 @@ PATCHES: dict[str, Patch] = {
     # A number named as the order wins over any other, and amounts are never one: read by the
     # Workflow (its lookups, the rules' input) as by the decider.
     "order-number-named": Patch(version="1.2", shipped=date(2026, 12, 4)),
+    # Every post is the Workflow's own regular Activity, the question's too (no try inside the
+    # workflow task first, no post from the decide step).
+    "posts-from-workflow": Patch(version="1.3", shipped=date(2026, 12, 5)),
+    # Where the conversation stands is in its memo, for /refund-status with no Worker alive.
+    "status-in-memo": Patch(version="1.3", shipped=date(2026, 12, 5)),
 }
 
 

@@ -3,22 +3,16 @@
     Signal(-with-start) -> decide: ask | look up | propose -> the refund rules dispose
         -> deny | refund | escalate -> Approve click -> hold? -> live grant read -> the refund
 
-Everything non-deterministic (the model, the stores, the chat platforms, the refund) is an
-Activity, so after a crash a new Worker replays this code against Event History and the loop
-resumes where it stood. Short steps (the offline decider, the lookups, the rules, the grant read, a
-post's first try) are local activities: they run inside the workflow task that needs them and
-only their results are recorded. What waits on the outside world (the model, the refund, a slow
-platform) is a regular Activity that heartbeats. A step whose dependency is down is retried
-quickly, then (the thread told once) patiently as a regular Activity: an outage delays a
-conversation, never ends it. Every wait is bounded by its Timing and by WAITS_END_AT_AGE, every
-step and post by its retry budget: a conversation's whole life fits in MAX_CONVERSATION_AGE
-(agent.lifetime), which the server enforces as its execution timeout.
-This is Workflow version 1.2 (agent/versions.py); docs/versioning.md says how a change ships.
+Everything non-deterministic is an Activity: short steps (the offline decider, the lookups, the
+rules, the grant read) run as local activities, what waits on the outside world (the model, the
+refund, a post) as regular Activities. A step whose dependency is down is retried quickly, then
+patiently: an outage delays a conversation, never ends it. Where the conversation stands is in
+its memo (MEMO_KEY), which /refund-status reads with no Worker alive (agent.history).
+This is Workflow version 1.3 (agent/versions.py); docs/versioning.md says how a change ships.
 """
 
-# The workflow sandbox runs this module afresh for every conversation it starts or replays, so it
-# declares no dataclass (agent.escalation) and keeps its annotations real objects: with
-# `from __future__ import annotations` the SDK eval()s each handler's type hints every time.
+# The sandbox runs this module afresh for every conversation, so it declares no dataclass
+# (agent.escalation) and keeps its annotations real objects (no `from __future__ import ...`).
 import asyncio
 import hashlib
 from collections.abc import Awaitable, Callable
@@ -43,6 +37,7 @@ with workflow.unsafe.imports_passed_through():
     from agent.models import (
         AGENT_PRINCIPAL,
         ALREADY_REFUNDED,
+        MEMO_KEY,
         Actor,
         AgentStep,
         Answer,
@@ -72,7 +67,6 @@ with workflow.unsafe.imports_passed_through():
         PolicyInput,
         PostedMessage,
         QuestionId,
-        QuestionPost,
         RefundRequest,
         RefundResult,
         Role,
@@ -110,8 +104,7 @@ with workflow.unsafe.imports_passed_through():
 
 WORKFLOW_TYPE = "RefundConversation"
 
-# The loop is bounded so a decider that never decides cannot loop for ever; on the model's path,
-# where working memory is re-sent (and recorded) each turn, it also bounds Event History.
+# A decider that never decides cannot loop for ever (and the model's history stays bounded).
 MAX_TURNS = 10
 KNOWN_QUESTIONS = frozenset({"order_number", "item_opened", "damage"})
 # The lookups a decider may ask for, by name; their arguments come from the conversation.
@@ -120,51 +113,31 @@ LOOKUPS: dict[str, Callable[..., Awaitable[Any]]] = {
     "lookup_customer_history": LookupActivities.lookup_customer_history,
     "check_refund_policy": LookupActivities.check_refund_policy,
 }
-# A bound on what Signals may add to workflow state: a flood of messages cannot grow it without end
-# (the ids remembered are bounded by agent.intake.MAX_SEEN_IDS).
+# A flood of messages cannot grow workflow state without end (agent.intake.MAX_SEEN_IDS too).
 MAX_QUEUED_MESSAGES = 20
 
-# A step's own retries, a few within Timing.quick_retry: most failures of a store or an API pass
-# in seconds.
+# A step's own retries, within Timing.quick_retry: most failures of a store or an API pass fast.
 QUICK_RETRY = RetryPolicy(
     initial_interval=timedelta(seconds=1), maximum_interval=timedelta(seconds=5), maximum_attempts=3
 )
-# Then, with the thread told it waits, for Timing.outage_patience: backing off to one attempt every
-# five minutes, never a tight loop.
+# Then, the thread told it waits, for Timing.outage_patience: at most one attempt in five minutes.
 PATIENT_RETRY = RetryPolicy(
     initial_interval=timedelta(seconds=5), maximum_interval=timedelta(minutes=5)
 )
-# A chat platform that is down keeps the message: Temporal retries the post for up to a day.
+# A chat platform that is down keeps the message: the post is retried for up to a day.
 POST_RETRY = RetryPolicy(
     initial_interval=timedelta(seconds=1), maximum_interval=timedelta(minutes=1)
 )
-# Short steps run locally in a workflow task; a slow store or owner (Stripe) read has this long
-# per attempt (the task is heartbeated meanwhile, so it does not time out).
 SHORT_STEP_TIMEOUT = timedelta(seconds=10)
-# What one attempt of the model's step and of the refund may take.
 MODEL_STEP_TIMEOUT = timedelta(seconds=60)
 REFUND_STEP_TIMEOUT = timedelta(minutes=1)
-# The Worker-loss detection window for Activities that wait on the outside world: they heartbeat
-# every second, so a slow call is not taken for a dead Worker, and a dead Worker's call is retried
-# elsewhere within seconds.
+# Activities that wait on the outside world heartbeat every second: a dead Worker's call is
+# retried elsewhere within seconds.
 HEARTBEAT_TIMEOUT = timedelta(seconds=4)
-# A longer window for the calls a retry would make twice at a cost: the refund (its idempotency
-# key then returns the same refund, but the owner was still asked twice) and the model's step (a
-# second paid call, whose answer may differ). A heartbeat timeout counts from the server's
-# hand-over of the task (ActivityTaskStarted), not from the moment the Worker runs it: a Worker
-# busy with other conversations (one interpreter; its event loop shares the GIL with up to
-# MAX_CONCURRENT_WORKFLOW_TASKS workflow tasks) has started an Activity more than 4 s after taking
-# it, and the 4 s window then retried a call that was still going. This window is the lag the
-# Worker is built to keep under load: a workflow task waits at most its 10 s timeout
-# (MAX_CONCURRENT_WORKFLOW_TASKS in worker.runner), and a Worker lagging more is failing its
-# conversations' workflow tasks already. (A Worker that also ran local steps used to start these
-# tens of seconds late, behind them; the Worker process polls them apart, worker.pair.) A call in
-# flight when its Worker dies is retried after it (the crash drill's kill after the effect), not
-# after 4 s.
+# The refund and the model's step cost something when called twice; a busy Worker may start them
+# seconds after the server handed them over, so they get the workflow task's own 10 s.
 COSTLY_CALL_HEARTBEAT_TIMEOUT = timedelta(seconds=10)
-# A post is first tried inside the workflow task that decided it (one attempt): a healthy platform
-# answers in tens of milliseconds. A platform slower than this, or failing, ends the try and the
-# regular Activity takes over with its day of retries (POST_RETRY).
+# The one try 1.0-1.2 made of each post inside the workflow task (replay of their histories only).
 LOCAL_POST_TIMEOUT = timedelta(seconds=5)
 # A timer's summary names what it is for (no customer text): /refund-status shows the next one.
 AGE_LIMIT = "close: the conversation's age limit"
@@ -173,11 +146,8 @@ T = TypeVar("T")
 
 
 def idempotency_key_for(workflow_id: str, first_run_id: str) -> str:
-    """One key per conversation: stable across retries and Worker crashes within it.
-
-    It follows the first run id, so it survives Continue-As-New but changes if the Workflow ID is
-    reused for a new conversation.
-    """
+    """One key per conversation: stable across retries, crashes and Continue-As-New, new when the
+    Workflow ID is reused for another conversation."""
     digest = hashlib.sha256(f"{workflow_id}:{first_run_id}".encode()).hexdigest()
     return f"refund-bot-{digest[:40]}"
 
@@ -195,19 +165,8 @@ async def _local_activity(
     retry_policy: RetryPolicy,
     schedule_to_close: timedelta | None = None,
 ) -> T:
-    """A local activity that fails as a regular Activity does, with an ActivityError, whether it
-    runs or replays.
-
-    The SDK does not raise what a regular Activity raises, nor the same on replay as on its first
-    run (temporalio 1.35, its core's local activity machine):
-        fails for good                  -> its own ApplicationError (run and replay alike)
-        times out (start- or schedule-  -> run:    ActivityError, the TimeoutError its cause
-        to-close), first run               replay: the bare TimeoutError the marker recorded
-    To this conversation each is a step that failed: permanently when the error says no retry
-    can fix it (_permanent), and the customer is told so; a timeout is an outage to wait out.
-    Caught here, in one place, a replay takes the path its first run took and emits the same
-    commands (a bare TimeoutError would fail the Workflow on replay: a nondeterminism error).
-    """
+    """A local activity that fails with an ActivityError, as a regular one does, on its first run
+    and on replay alike (the SDK raises its ApplicationError, or a bare TimeoutError on replay)."""
     name = getattr(activity, "__name__", str(activity))
     try:
         return await workflow.execute_local_activity(
@@ -229,8 +188,6 @@ async def _local_activity(
 
 
 def _failed(name: str, message: str, retry_state: RetryState) -> ActivityError:
-    """The ActivityError a regular Activity's failure would raise (raised from the local one's,
-    which becomes its cause: _cause reads it)."""
     return ActivityError(
         f"{name} failed: {message}",
         scheduled_event_id=0,
@@ -243,14 +200,13 @@ def _failed(name: str, message: str, retry_state: RetryState) -> ActivityError:
 
 
 def _permanent(err: ActivityError) -> bool:
-    """A failure no retry can fix (a refused key, a request the API rejects): the Activity said so
-    with a non-retryable error. Everything else (timeouts, 5xx, a store that does not answer) is
-    an outage to wait out."""
+    """A failure no retry can fix (the Activity raised a non-retryable error); anything else is an
+    outage to wait out."""
     return err.retry_state == RetryState.NON_RETRYABLE_FAILURE
 
 
 def _nothing_usable(step: AgentStep, why: str) -> AgentStep:
-    """A decision of nothing: the decider gave no usable step, so the rules and a person decide."""
+    """A decision of nothing: the rules and a person decide."""
     return AgentStep(action="decide", outcome=None, rationale=why, source=step.source)
 
 
@@ -274,39 +230,43 @@ class _HoldRanOut(Exception):
 class RefundConversation:
     @workflow.init
     def __init__(self, start: ConversationStart) -> None:
-        # EXECUTION STATE: everything below is rebuilt by replay after a crash. The input is taken
-        # here, not in run(), because signal-with-start delivers its Signal before run() begins.
+        # EXECUTION STATE: rebuilt by replay after a crash. Taken here, not in run(), because
+        # signal-with-start delivers its Signal before run() begins.
         self._start = start
         self._timing = start.timing
         self._memory: list[Observation] = []
         self._phase: Phase = "deciding"
         self._pending_question: str | None = None
-        self._decision: str | None = None
+        self._decision: Disposition | None = None
+        self._model_note: str | None = None  # the live model's summary, for staff only
         self._refund: RefundResult | None = None
+        self._outcome: ConversationOutcome | None = None
         self._seq = 0
         # Signals land here in arrival order; the loop takes them when it is ready for them.
         self._inbox: list[CustomerMessage] = []
         self._approvals: list[Approval] = []
         self._seen_ids: list[str] = [start.opening_message_id]
+        self._messages = 0  # customer messages delivered, taken or not
+        self._decide_calls = 0
         self._released = False
         # Escalation rounds: each post of Approve / Deny opens one; a click answers one round.
         self._round = 0
         self._escalation: EscalationRound | None = None  # the latest round
         self._settled: dict[int, MessageEdit] = {}  # round -> the edit that says what happened
         self._stage: str | None = None  # what /refund-queue reads (RefundBotStage)
-        # A person who took the conversation over (/refund-takeover): the agent stays quiet, and
-        # what the customer writes meanwhile waits here, in order, until it is handed back.
+        # A person who took the conversation over: the agent stays quiet, and what the customer
+        # writes meanwhile waits here, in order, until it is handed back.
         self._taken_over: Actor | None = None
+        self._taken_over_at: str | None = None
         self._held: list[CustomerMessage] = []
         self._told_waiting = False  # the thread knows a step waits out an outage
-        # The key the decide step posts its question under (1.1 on); None: the Workflow posts it.
+        self._deadline: str | None = None  # the running wait's timer and what it is for
+        self._recorded: ConversationView | None = None
+        # 1.1-1.2's decide step posted its question under this key.
         self._question_key: MessageKey | None = None
-        # A conversation 1.0's code ran: it keeps 1.0's commands where 1.1 changed them without a
-        # marker (agent.versions.PATCHES, marker=False). Set in run(), from what it recorded.
+        # A conversation 1.0's code ran keeps 1.0's commands (agent.versions.PATCHES, marker=False).
         self._on_1_0 = False
-        # How the customer's words name the order (agent.policy.order_number_from): set on the
-        # first turn, kept to the end.
-        self._order_rule: OrderRule = "first"
+        self._order_rule: OrderRule = "first"  # how the customer's words name the order
 
     # ------------------------------------------------------------------------------------------
     # The loop
@@ -315,6 +275,7 @@ class RefundConversation:
     @workflow.run
     async def run(self, start: ConversationStart) -> ConversationOutcome:
         self._record_version()
+        self._record()
         try:
             decision = await self._dispose(await self._agent_loop(start))
             order = self._order()
@@ -340,36 +301,40 @@ class RefundConversation:
         except _HoldRanOut:
             return await self._close("expired", HOLD_RAN_OUT)
         except ActivityError as err:
-            # A step failed for good (a model that refuses the call, retries exhausted, ...).
+            # A step failed for good: said in the thread, and the run fails for an operator.
             await self._say_failed(err)
-            raise  # the run fails loudly for an operator, with the detail in Event History
+            raise
 
     def _record_version(self) -> None:
-        """RefundBotVersion says which code ran this conversation's first task, for the Worker
-        that must one day replay it. The starter sets it (agent.versions.version_attributes); this
-        task corrects it when it is missing or names another version (a split deploy: a starter and
-        a Worker of different releases). A replay takes the branch its first run took: a value
-        that was missing was set by every version, a different one only by code with the marker."""
+        """RefundBotVersion names the code that ran this conversation's first task: set when the
+        starter left it out, corrected when it names another version (a split deploy)."""
         recorded = workflow.info().typed_search_attributes.get(VERSION_ATTRIBUTE)
         corrected = recorded is not None and recorded != WORKFLOW_VERSION
         if corrected and not workflow.patched("version-in-first-task"):
             corrected = False  # replaying 1.1's first task, which left a value as it was
-        # 1.0's code always corrected it, so "1.0" left as it is means 1.0's code ran this task
-        # (or 1.1's, from a 1.0 starter: the decide step's marker then says so, in _decide).
+        # "1.0" left as it is: 1.0's code ran this task (or 1.1's from a 1.0 starter, see _decide).
         self._on_1_0 = recorded == "1.0" and not corrected
         if recorded is None or corrected:
             workflow.upsert_search_attributes([VERSION_ATTRIBUTE.value_set(WORKFLOW_VERSION)])
 
     def _has(self, change: str) -> bool:
-        """Whether this conversation takes `change`, one of the changes 1.1 made without a marker
-        (agent.versions.PATCHES, marker=False): every conversation but those 1.0's code ran."""
+        """Whether this conversation takes `change`, one 1.1 made without a marker."""
         return not self._on_1_0
+
+    def _record(self) -> None:
+        """EXECUTION STATE for readers: where the conversation stands, in its memo, written when it
+        changed. The memo goes through the payload codec like any payload (encrypted)."""
+        if not workflow.patched("status-in-memo"):
+            return  # started before 1.3: its status shows once it ends
+        view = self.view()
+        if view != self._recorded:
+            self._recorded = view
+            workflow.upsert_memo({MEMO_KEY: view})
 
     async def _agent_loop(self, start: ConversationStart) -> AgentStep:
         """Turns of the decider until it proposes a decision (or gives nothing usable)."""
         asked_on = workflow.info().workflow_start_time.date()
-        # From 1.2 a number named as the order wins and amounts are never one; a conversation
-        # started before reads the first number to its end (docs/versioning.md).
+        # From 1.2 a number named as the order wins and amounts are never one.
         if workflow.patched("order-number-named"):
             self._order_rule = "named"
         step = AgentStep(action="decide", source=start.decider)
@@ -386,6 +351,7 @@ class RefundConversation:
                     order_rule=self._order_rule,
                 )
             )
+            self._decide_calls += 1
             workflow.logger.info(
                 "EXECUTION STATE | turn=%d step=%s %s", turn, step.action, step.summary
             )
@@ -403,33 +369,26 @@ class RefundConversation:
 
     async def _decide(self, request: DecideInput) -> AgentStep:
         if request.decider == "policy":
-            # The offline policy is pure and quick: a local step. Its result is recorded (a marker)
-            # and replayed; the working memory it read is not recorded. From 1.1 it posts the
-            # question it asks (DecideInput.post_question): a turn is then one local step, one
-            # activation of the Worker fewer; a conversation started before keeps posting apart
-            # (docs/versioning.md). The key is taken now, so that a post made while the step runs
-            # (a takeover's sentence) cannot take it; a step that does not ask leaves it unused.
+            # The offline policy is pure and quick: a local step, its result recorded.
             self._question_key = None
-            if workflow.patched("question-in-decide"):
+            if not self._one_post_path() and workflow.patched("question-in-decide"):
+                # 1.1-1.2 took the question's key before the step, which posted it itself.
                 self._on_1_0 = False  # 1.1's code ran it, whatever its starter recorded
                 self._seq += 1
                 self._question_key = self._key()
-                where = QuestionPost(
-                    thread=self._start.thread,
-                    key=self._question_key,
-                    within_seconds=LOCAL_POST_TIMEOUT.total_seconds(),
-                )
-                request = request.model_copy(update={"post_question": where})
             return await self._short_step(DecideActivities.decide_next_step, request)
-        # MODEL CALL: recorded once in Event History; replay returns it without calling again. The
-        # model needs the whole working memory each turn, and an Activity's input is recorded, so
-        # this path's history grows with the square of the turns, bounded by MAX_TURNS.
+        # MODEL CALL: recorded once in Event History; replay returns it without calling again.
         return await self._step(
             DecideActivities.decide_next_step,
             request,
             start_to_close=MODEL_STEP_TIMEOUT,
             heartbeat=COSTLY_CALL_HEARTBEAT_TIMEOUT,
         )
+
+    def _one_post_path(self) -> bool:
+        """From 1.3 every post is the Workflow's own regular Activity (1.0-1.2 tried each inside
+        the workflow task first, and 1.1-1.2's decide step posted its question)."""
+        return workflow.patched("posts-from-workflow")
 
     async def _dispose(self, step: AgentStep) -> Disposition:
         """The refund rules' answer to the decider's proposal, over the owner's records: the
@@ -454,7 +413,10 @@ class RefundConversation:
             ),
         )
         workflow.logger.info("RULES | %s", decision.summary)
-        self._decision = decision.outcome
+        self._decision = decision
+        self._model_note = (
+            step.rationale if step.action == "decide" and step.source != "policy" else None
+        )
         return decision
 
     async def _ask(self, step: AgentStep) -> Answer:
@@ -465,12 +427,9 @@ class RefundConversation:
                 f"the agent asked an unknown question: {step.question_id}", "UnknownQuestion"
             )
         question = step.question or ""
-        if step.posted is None:
-            # Not posted by the decide step: asked by the model, or a version before 1.1, or its
-            # try there failed (a slow or failing platform: then straight to the Activity that
-            # retries, under the key it tried).
-            await self._post("question", question, tried=self._question_key)
         self._phase, self._pending_question = "waiting_for_customer", question
+        if step.posted is None:  # 1.1-1.2's decide step may have posted it already
+            await self._post("question", question, tried=self._question_key)
         message = await self._next_customer_message(question)
         self._pending_question = None
         return Answer(
@@ -483,8 +442,7 @@ class RefundConversation:
         """The customer's next message: one reminder if they are silent, closed if still silent.
         While a person holds the conversation the clock stops, and starts again at the hand-back."""
         timing = self._timing
-        # Without the reminders (1.0): one wait of customer_idle, then closed.
-        reminders = self._has("reminders")
+        reminders = self._has("reminders")  # 1.0: one wait of customer_idle, then closed
         reminded = not reminders
         left = timing.customer_idle - (timing.customer_reminder if reminders else timedelta())
         while True:
@@ -505,8 +463,8 @@ class RefundConversation:
                 return self._inbox.pop(0)
 
     async def _while_taken_over(self) -> None:
-        """DURABLE WAIT: while a person has the conversation, the agent says and decides nothing.
-        Bounded only by the conversation's age: the person hands it back, or it closes."""
+        """DURABLE WAIT: while a person has the conversation, the agent says and decides nothing,
+        until it is handed back or the conversation's age ends it."""
         if self._taken_over is not None:
             await self._wait(lambda: self._taken_over is None, MAX_CONVERSATION_AGE, AGE_LIMIT)
             if self._taken_over is not None:
@@ -558,13 +516,11 @@ class RefundConversation:
         return approval.actor, "refund_approver"
 
     async def _offer(self, text: str, settled: str | None = None) -> Approval:
-        """Post a new escalation round with Approve / Deny and return the click that answers it.
-
-        `settled` says what became of the previous round's click; its message is edited to say so
-        once the new round is posted.
-        """
+        """Post a new escalation round with Approve / Deny and return the click that answers it;
+        `settled` says, in the previous round's message, what became of its click."""
         self._round += 1  # EXECUTION STATE: clicks are bound to this round
         previous = self._escalation
+        self._phase = "waiting_for_approval"
         posted = await self._post(
             "escalation", text, actions=["approve", "deny"], round=self._round
         )
@@ -572,20 +528,18 @@ class RefundConversation:
         self._escalation = EscalationRound(
             number=self._round, key=self._key(), text=text, message_id=posted.platform_message_id
         )
-        self._phase = "waiting_for_approval"
         self._queued(WAITING_FOR_APPROVAL)
         if previous is not None and settled is not None:
             await self._settle(previous, settled)
         return await self._next_approval()
 
     async def _next_approval(self) -> Approval:
-        """The click that answers the open round. If nobody decides within the reminder's time,
-        the approvers are reminded once in the thread; past the approval timeout, it is closed.
-        While a person holds the conversation the agent says nothing and the clock stops (it
-        starts again at the hand-back); a click still counts meanwhile."""
+        """The click that answers the open round: the approvers reminded once, then closed past
+        the approval timeout. While a person holds the conversation the clock stops; a click
+        still counts meanwhile."""
         timing = self._timing
         posted_at = workflow.now()
-        # Without the reminders (1.0): one wait until approval_timeout, then closed.
+        # 1.0: one wait until approval_timeout, then closed.
         reminded = timing.approval_reminder >= timing.approval_timeout or not self._has("reminders")
         while True:
             self._phase = "waiting_for_approval"
@@ -615,8 +569,7 @@ class RefundConversation:
                 continue  # taken over: wait for a click or the hand-back, clock stopped
             approval = self._approvals.pop(0)
             if approval.round != self._round:
-                # A click on an earlier round's buttons, or a second click on a round already
-                # answered: never taken as a fresh decision on this round.
+                # An earlier round's button, or a second click on this one: not a fresh decision.
                 workflow.logger.info(
                     "DROPPED | %s's %s click on escalation round %s; round %d is open",
                     approval.actor.label,
@@ -642,8 +595,8 @@ class RefundConversation:
         workflow.upsert_search_attributes([APPROVERS_REMINDED.value_set(True)])
 
     def _queued(self, stage: str | None) -> None:
-        """What /refund-queue reads, in visibility: this conversation waits for a decision (order,
-        amount, since when), or no longer does. Only changes are written."""
+        """What /refund-queue reads, in visibility: waiting for a decision (order, amount, since
+        when), or no longer. Only changes are written."""
         if stage == self._stage or not self._has("approval-queue"):
             return
         self._stage = stage
@@ -664,14 +617,13 @@ class RefundConversation:
     async def _hold_before_refund(self, order: OrderDetails) -> None:
         if not self._start.hold_before_refund:
             return
-        # DEMO HOOK + DURABLE WAIT: the crash drill lands here every time. A real deployment has
-        # no hold and recovers the same way from wherever the Worker died.
+        # DEMO HOOK + DURABLE WAIT: the crash drill lands here every time.
         await self._post(
             "info",
             f"Refund of {money(order.amount_cents)} approved. Holding before the refund for the "
             "demo: a presenter releases it with /refund-release.",
         )
-        self._phase = "held_before_refund"  # set once nothing is in flight: only the wait remains
+        self._phase = "held_before_refund"
         if not await self._wait(lambda: self._released, self._timing.hold_timeout, "end the hold"):
             raise _HoldRanOut
 
@@ -699,11 +651,8 @@ class RefundConversation:
         self, principal: Actor, role: Role, amount_cents: int
     ) -> AuthorizationDecision:
         self._phase = "authorizing"
-        # AUTHORIZATION STATE: read live from its owner right now; never cached in this Workflow.
-        # As a local step it runs in the very workflow task that then schedules issue_refund, so
-        # the read is milliseconds old when the refund starts. If that task never completes (the
-        # Worker dies), its result is thrown away with it and the next task reads the grant again:
-        # a recorded "allowed" only ever precedes the refund it was read for.
+        # AUTHORIZATION STATE: read live, never cached; a local step in the very task that then
+        # schedules issue_refund, so a recorded "allowed" only ever precedes its own refund.
         return await self._short_step(
             AuthorizeActivities.authorize_refund,
             AuthorizeInput(
@@ -736,7 +685,7 @@ class RefundConversation:
             )
         except ActivityError as err:
             workflow.logger.error("EXTERNAL EFFECT | refund failed: %s", _cause(err))
-            # The owner's own words (Stripe's, the ledger's) stay in Event History and the log.
+            # The owner's own words stay in Event History and the log.
             return await self._close(
                 "failed",
                 REFUND_FAILED,
@@ -774,19 +723,20 @@ class RefundConversation:
     # ------------------------------------------------------------------------------------------
 
     async def _wait(self, ready: Callable[[], bool], at_most: timedelta, summary: str) -> bool:
-        """Wait until `ready`, for `at_most` and never past the age at which waits end
-        (WAITS_END_AT_AGE: the rest of the window docs/versioning.md counts on is for what follows
-        the last wait). False if time ran out. The timer's summary says what it is for
-        (/refund-status shows the next one)."""
+        """Wait until `ready`, for `at_most` and never past WAITS_END_AT_AGE; False if time ran
+        out. The timer's summary says what it is for (/refund-status shows it)."""
         age_left = workflow.info().workflow_start_time + WAITS_END_AT_AGE - workflow.now()
         if age_left < at_most:
             at_most, summary = age_left, AGE_LIMIT
+        at_most = max(at_most, timedelta())
+        self._deadline = f"{summary} at {workflow.now() + at_most:%Y-%m-%d %H:%M:%S} UTC"
+        self._record()
         try:
-            await workflow.wait_condition(
-                ready, timeout=max(at_most, timedelta()), timeout_summary=summary
-            )
+            await workflow.wait_condition(ready, timeout=at_most, timeout_summary=summary)
         except TimeoutError:
             return ready()
+        finally:
+            self._deadline = None
         return True
 
     async def _short_step(self, activity: Callable[..., Awaitable[T]], arg: Any) -> T:
@@ -816,6 +766,7 @@ class RefundConversation:
     ) -> T:
         """A step that waits on the outside world (the model, the refund's owner): a regular
         Activity that heartbeats, retried quickly; a dependency still down is waited out."""
+        self._record()
         try:
             return await workflow.execute_activity(
                 activity,
@@ -842,10 +793,9 @@ class RefundConversation:
         start_to_close: timedelta,
         heartbeat: timedelta | None = None,
     ) -> T:
-        """Wait a dependency's outage out: the thread is told once that the request waits on
-        something on our side, and the step is retried with backoff for Timing.outage_patience,
-        as a regular Activity so that its attempts, its last failure and since when it waits are
-        the server's to show (/refund-status reads them with no Worker alive)."""
+        """Wait a dependency's outage out: the thread told once, the step retried with backoff
+        for Timing.outage_patience as a regular Activity, whose attempts and last failure the
+        server shows (/refund-status reads them with no Worker alive)."""
         name = getattr(activity, "__name__", str(activity))
         workflow.logger.warning(
             "WAITING | %s still fails after %s (%s); retried for up to %s",
@@ -857,6 +807,7 @@ class RefundConversation:
         if not self._told_waiting:
             self._told_waiting = True
             await self._post("info", WAITING)
+        self._record()
         result: T = await workflow.execute_activity(
             activity,
             arg,
@@ -878,8 +829,7 @@ class RefundConversation:
         *,
         tried: MessageKey | None = None,
     ) -> PostedMessage:
-        """`tried`: the key this message was already tried under inside a workflow task (the
-        decide step's question): no second try, the Activity posts it under that key."""
+        """`tried`: the key 1.1-1.2's decide step already tried this message under."""
         if tried is None:
             self._seq += 1
         message = OutboundMessage(
@@ -891,9 +841,9 @@ class RefundConversation:
             round=round,
             mention=mention,
         )
-        if tried is None:
+        if tried is None and not self._one_post_path():
             try:
-                # EXTERNAL EFFECT: the post, tried once inside this workflow task.
+                # EXTERNAL EFFECT: 1.0-1.2 tried the post once inside the workflow task.
                 return await _local_activity(
                     NotifyActivities.post_to_thread,
                     message,
@@ -901,15 +851,14 @@ class RefundConversation:
                     retry_policy=RetryPolicy(maximum_attempts=1),
                 )
             except ActivityError:
-                # The platform is slow or down. The Activity below retries for a day; if the try
-                # posted before it failed, the message key returns that post.
-                pass
+                pass  # the Activity below posts it (the key finds a try that did post)
+        self._record()
         # EXTERNAL EFFECT: a chat message, posted at most once per stable key.
         return await workflow.execute_activity_method(
             NotifyActivities.post_to_thread,
             message,
-            # A platform may make one post wait out its rate limits for minutes (Slack honours
-            # Retry-After inside the call); the heartbeat still notices a dead Worker in seconds.
+            # A platform may hold one post for minutes (Slack honours Retry-After inside the
+            # call); the heartbeat still notices a dead Worker in seconds.
             start_to_close_timeout=timedelta(minutes=5),
             heartbeat_timeout=HEARTBEAT_TIMEOUT,
             schedule_to_close_timeout=POST_RETRIES,
@@ -922,8 +871,7 @@ class RefundConversation:
         return MessageKey(workflow_id=info.workflow_id, run_id=info.run_id, seq=self._seq)
 
     async def _settle(self, escalation: EscalationRound | None, outcome: str) -> None:
-        """Edit an escalation to say what became of it (the adapters left "Approved by X,
-        checking authorization" there, or its buttons if nobody clicked). Once per round."""
+        """Edit an escalation to say what became of it. Once per round."""
         if escalation is None or escalation.settled:
             return
         escalation.settled = True
@@ -959,8 +907,7 @@ class RefundConversation:
                 retry_policy=POST_RETRY,
             )
         except ActivityError as err:
-            # The outcome was already said in the thread; a message that cannot be edited (it was
-            # deleted, say) must not turn that into a failed conversation.
+            # The outcome was said in the thread already; an edit that fails must not undo that.
             workflow.logger.warning("could not edit escalation %s: %s", edit.key, _cause(err))
 
     async def _close(
@@ -973,18 +920,18 @@ class RefundConversation:
         detail: str | None = None,
     ) -> ConversationOutcome:
         self._phase = "closed"
-        # The outcome is tried inside this workflow task too, so the run can complete in it. A
-        # message the customer writes meanwhile is not lost: the server refuses to complete a run
-        # while a Signal waits, and the task is tried again with that Signal in it.
+        self._outcome = ConversationOutcome(
+            status=status, message=text, refund=refund, detail=detail
+        )
         await self._post("outcome", text)
         if settled is not None:
             await self._settle(self._escalation, settled)
         if self._inbox:
-            # Messages this run never read as answers (written while it looked things up, waited
-            # for a support agent, or posted its outcome): the router still saw a running
-            # conversation and signalled it, so the answer the router gives is this one's to give.
+            # Messages this run never read as answers: the router saw a running conversation and
+            # signalled it, so the answer the router gives is this one's to give.
             await self._post("info", FINISHED)
-        return ConversationOutcome(status=status, message=text, refund=refund, detail=detail)
+        self._record()
+        return self._outcome
 
     async def _say_failed(self, err: ActivityError) -> None:
         """The customer hears, in one plain sentence, that this conversation ends here."""
@@ -1000,6 +947,7 @@ class RefundConversation:
             )
         except ActivityError as also:
             workflow.logger.error("could not say so in the thread either: %s", _cause(also))
+        self._record()
 
     async def _fail(self, reason: str, error_type: str) -> None:
         # The customer hears something went wrong; the run fails loudly for an operator to see.
@@ -1019,28 +967,20 @@ class RefundConversation:
         # EXECUTION STATE: the Signal is in Event History before this runs, so it survives a crash.
         self._take_message(message)
 
-    # No validator: an Update rejects nothing the Signal would have taken. Handled as the Signal
-    # is, and returns at once (never waits for the agent's reply), so the router's call returns
-    # as soon as the message is recorded.
+    # No validator: an Update rejects nothing the Signal would take, and returns once recorded.
     @workflow.update(name=MESSAGE_UPDATE)
     def customer_message_now(self, message: CustomerMessage) -> None:
-        """The customer's message as an Update: the server hands it to a polling Worker at once,
-        where a Signal's workflow task waits for the next read of the transfer queue (up to 50 ms
-        on a server with Temporal's default settings; docs/benchmarks.md, "A turn on a server with
-        Temporal's default settings"). A Worker without this handler rejects it, and the router
-        sends the Signal instead."""
-        # EXECUTION STATE: the accepted Update is in Event History (its input in the
-        # UpdateAccepted event), so it survives a crash as a Signal does.
+        """The customer's message as an Update: the server hands it to a polling Worker at once.
+        A Worker without this handler rejects it, and the router sends the Signal instead."""
         self._take_message(message)
 
     def _take_message(self, message: CustomerMessage) -> None:
-        # The rule agent/history.py reads back from the recorded messages (agent/intake.py); a
-        # message delivered both ways (an Update not accepted in time, then its Signal) is
-        # taken once, by its id.
+        # A message delivered both ways (an Update not accepted in time, then its Signal) is
+        # taken once, by its id (agent/intake.py).
+        self._messages += 1
         if not remember(self._seen_ids, message.message_id):
             return  # a platform retry or a reconnect replay: applied once
         if not from_customer(message, self._start.customer):
-            # Recorded in history (the Signal itself) but never taken as an answer.
             workflow.logger.info("message %s is not from the thread's customer", message.message_id)
             return
         text = answer_text(message)
@@ -1069,12 +1009,12 @@ class RefundConversation:
     @workflow.signal(unfinished_policy=workflow.HandlerUnfinishedPolicy.ABANDON)
     async def takeover(self, change: Takeover) -> None:
         """A person takes the conversation over, or hands it back: said once in the thread. What
-        the customer wrote meanwhile is taken in order at the hand-back, as if it came then, so
-        it answers the question it was waiting for and no question is asked twice. Approvals
-        still count while it is taken over."""
+        the customer wrote meanwhile is taken in order at the hand-back, so it answers the
+        question it was waiting for. Approvals still count while it is taken over."""
         if change.taken == (self._taken_over is not None) or self._phase == "closed":
             return  # already so: a repeated command
         self._taken_over = change.actor if change.taken else None
+        self._taken_over_at = f"{workflow.now():%Y-%m-%d %H:%M} UTC" if change.taken else None
         if not change.taken:
             self._inbox.extend(self._held)
             self._held = []
@@ -1090,12 +1030,21 @@ class RefundConversation:
             lookups=[o.kind for o in self._memory if not isinstance(o, Answer)],
             pending_question=self._pending_question,
             next_action=self._next_action(),
-            decision=self._decision,
+            decision=self._decision.outcome if self._decision else None,
             refund=self._refund,
             held=self._phase == "held_before_refund",
             queued_messages=len(self._inbox),
             escalation_round=self._open_round(),
             taken_over_by=self._taken_over,
+            thread=self._start.thread,
+            order=self._order(),
+            disposition=self._decision,
+            model_note=self._model_note,
+            next_deadline=self._deadline,
+            taken_over_since=self._taken_over_at,
+            customer_messages=self._messages,
+            decide_calls=self._decide_calls,
+            outcome=self._outcome,
         )
 
     def _open_round(self) -> int | None:
@@ -1110,7 +1059,9 @@ class RefundConversation:
             return f"wait for {self._taken_over.label} to hand the conversation back"
         if self._phase == "waiting_for_customer":
             return f"wait for the customer's answer to: {self._pending_question}"
-        if self._phase in ("held_before_refund", "authorizing", "refunding"):
+        if self._phase == "refunding":
+            return "issue refund (in flight)"
+        if self._phase in ("held_before_refund", "authorizing"):
             return "issue refund"
         if self._phase == "waiting_for_approval":
             return "wait for a support agent's approval"

@@ -23,9 +23,9 @@ from temporalio.client import WorkflowHistory
 
 from agent.codec import AesGcmCodec
 from agent.decoded_history import decoded_history
-from agent.history import step_names
 from bench import run_benchmark
 from harness.codec import TEST_CONVERTER, TEST_KEYS, all_payloads
+from harness.events import step_names
 
 RECORDED = Path(__file__).parent.parent / "tests" / "histories" / "escalated.json"
 

@@ -33,7 +33,6 @@ from matplotlib.ticker import MaxNLocator
 from temporalio.client import Client, WorkflowHistory
 
 from agent.decoded_history import decoded_history
-from agent.history import step_names
 from agent.models import Actor, OrderDetails
 from agent.settings import DEMO_CUSTOMER, AgentSettings
 from agent.stores.databases import database_for
@@ -46,6 +45,7 @@ from bench.server import embedded_server
 from demo.parts import ANSWERS, fresh_demo_account, place_demo_customer
 from harness.codec import TEST_CONVERTER, all_payloads, with_test_keys
 from harness.conversation import SUPPORT, LocalConversation
+from harness.events import step_names
 from harness.inproc import running_worker
 from refund_bot.wiring import local_thread_store
 

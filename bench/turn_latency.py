@@ -38,7 +38,6 @@ from temporalio.api.history.v1 import HistoryEvent
 from temporalio.client import Client, WorkflowHandle
 from temporalio.converter import DataConverter
 
-from agent.history import local_activity
 from agent.models import AgentStep
 from bench import history_as_written, percentile, run_benchmark
 from bench.codec_cost import codec_alone
@@ -48,6 +47,7 @@ from bench.server import embedded_server
 from bench.turn_workers import BARE, CONVERTERS, local_threads, queue, turn_workers
 from bot.local.thread_store import LocalThreadStore
 from harness.conversation import LocalConversation
+from harness.events import local_activity
 
 OPENING = "I want my money back"
 ANSWERS = ("the green one", "the big one, sorry", "1234", "Yes")

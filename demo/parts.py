@@ -12,6 +12,7 @@ directory, and the README's story with the seeded customer is left as it was.
 from __future__ import annotations
 
 import asyncio
+import json
 import secrets
 import time
 from collections import Counter
@@ -19,9 +20,9 @@ from dataclasses import replace
 from datetime import date, timedelta
 from typing import Protocol
 
+from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 
-from agent.history import step_names
 from agent.models import Actor, ConversationView, OrderDetails, Platform
 from agent.policy import QUESTIONS
 from agent.settings import DEMO_CUSTOMER, AgentSettings, TemporalSettings
@@ -142,4 +143,11 @@ def decider_label(settings: AgentSettings) -> str:
 async def history_counts(client: Client, workflow_id: str) -> Counter[str]:
     """How many times each step (Activity or local activity) was recorded."""
     history = await client.get_workflow_handle(workflow_id).fetch_history()
-    return Counter(step_names(history.events))
+    counts: Counter[str] = Counter()
+    for event in history.events:
+        if event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
+            counts[event.activity_task_scheduled_event_attributes.activity_type.name] += 1
+        elif event.marker_recorded_event_attributes.marker_name == "core_local_activity":
+            data = event.marker_recorded_event_attributes.details["data"].payloads[0].data
+            counts[json.loads(data)["activity_type"]] += 1
+    return counts

@@ -9,11 +9,12 @@ import signal
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import WorkflowHandle
 
-from agent.history import local_activity, what_survives
+from agent.history import what_survives
 from agent.stores.databases import database_for
 from agent.stores.ledger import Ledger
 from harness.conditions import wait_for
 from harness.conversation import LocalConversation
+from harness.events import local_activity
 from harness.kill_drill import run_drill
 from harness.owner import refunds_made
 from harness.stack import supervised_stack

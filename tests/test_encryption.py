@@ -21,8 +21,8 @@ from temporalio.worker import Worker
 
 from agent.codec import ENCODING, KEY_ID_METADATA, CodecKey, MissingCodecKey
 from agent.decoded_history import decoded_history
-from agent.history import posted_message, steps_of, survivors_from_history, what_survives
-from agent.models import Actor, CustomerMessage
+from agent.history import what_survives
+from agent.models import MEMO_KEY, Actor, CustomerMessage, OutboundMessage
 from agent.settings import TemporalSettings
 from agent.stores.databases import database_for
 from agent.stores.grants import GrantStore
@@ -93,10 +93,15 @@ async def test_raw_history_holds_no_customer_words_and_reads_back_exactly(
     ]
     assert [CustomerMessage.model_validate(s).text for s in said] == [OPENING, "Yes", ANSWER]
     posted = [
-        m.text for s in steps_of(decoded.events, client.data_converter) if (m := posted_message(s))
+        converter.from_payloads(a.input.payloads, [OutboundMessage])[0].text
+        for e in decoded.events
+        if (a := e.activity_task_scheduled_event_attributes).activity_type.name == "post_to_thread"
     ]
     assert posted == [m.text for m in await conv.bot_messages()]
-    survivors = survivors_from_history(decoded)
+    # The record /refund-status reads is ciphertext on the server too, and reads back exactly.
+    memo = (await handle.describe()).raw_description.workflow_execution_info.memo
+    assert memo.fields[MEMO_KEY].metadata["encoding"] == ENCODING
+    survivors = await what_survives(client, handle.id)
     assert survivors.answers == {"item_opened": "Yes", "damage": ANSWER}
     assert survivors.order is not None and survivors.order.item == ITEM
     assert survivors.outcome == outcome
@@ -188,10 +193,11 @@ async def test_a_conversation_started_under_key_1_finishes_under_key_2(
     survivors = await what_survives(after, handle.id)
     assert survivors.answers == {"item_opened": "Yes", "damage": ANSWER}
 
-    # Dropping k1 too early is a clear failure, not an empty or partial view.
+    # The record was last written under k2; the history still needs k1, and says so clearly.
     k2_only = await _client(client, [k2])
+    assert (await what_survives(k2_only, handle.id)).answers == survivors.answers
     with pytest.raises(MissingCodecKey, match="'rotation-1'"):
-        await what_survives(k2_only, handle.id)
+        await decoded_history(raw, k2_only.data_converter)
 
 
 class NoRestart:

@@ -8,8 +8,7 @@ from temporalio.client import WorkflowFailureError
 from temporalio.exceptions import TemporalError
 
 from agent.activities.model import STEP_BUDGET_SECONDS
-from agent.decoded_history import decoded_history
-from agent.history import survivors_from_history
+from agent.history import what_survives
 from agent.policy import QUESTIONS
 from agent.settings import AgentSettings
 from agent.stores.sqlite import SqliteDatabase
@@ -39,7 +38,6 @@ async def test_model_chooses_lookups_and_decision_once_each(client, tmp_path) ->
             handle = await conv.open("please refund order 1234", decider="openai")
             await _answer(conv)
             outcome = await handle.result()
-            history = await decoded_history(await handle.fetch_history(), client.data_converter)
     assert outcome.status == "refunded"
     # The intake questions are the policy's; the model was asked three times, once per step.
     assert len(model.requests) == 3
@@ -47,7 +45,7 @@ async def test_model_chooses_lookups_and_decision_once_each(client, tmp_path) ->
     assert sent["model"] == "test-model" and sent["store"] is False
     assert sent["tool_choice"] == "required"
     assert "Split seam" in sent["input"] and "lookup_customer_history" in sent["input"]
-    survivors = survivors_from_history(history)
+    survivors = await what_survives(client, handle.id)
     assert survivors.lookups == ["lookup_order", "lookup_customer_history"]
 
 

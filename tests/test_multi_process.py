@@ -26,13 +26,13 @@ from typing import Any
 import aiohttp
 from temporalio.testing import WorkflowEnvironment
 
-from agent.history import local_activity
 from agent.stores.domain import SEED_ORDERS
 from bot.slack.render import APPROVE_ACTION_ID
 from harness import free_port
 from harness.cli_process import RefundBotProcess, clean_environment
 from harness.codec import TEST_CODEC_ENV
 from harness.conditions import wait_for
+from harness.events import local_activity
 from harness.fakes.slack_api import Delivery, FakeSlackApi, SlackSender, signed_headers
 from tests.support.shared_database import SharedDatabase
 from worker.control import worker_identity

@@ -22,7 +22,7 @@ from temporalio.client import Client
 from temporalio.service import RPCError, RPCStatusCode
 
 from agent.decoded_history import decoded_history
-from agent.history import customer_message, what_survives
+from agent.history import what_survives
 from agent.intake import MESSAGE_UPDATE
 from agent.models import CustomerMessage, ThreadRef
 from agent.sayings import FINISHED
@@ -42,6 +42,7 @@ from bot.local.terminal import PEOPLE
 from bot.local.thread_store import LocalMessage, LocalThreadStore
 from harness.codec import TEST_CONVERTER
 from harness.conditions import wait_for
+from harness.events import customer_message
 from harness.inproc import running_worker
 from tests.support.outcome_gate import OutcomeGate
 from worker.runner import build_worker

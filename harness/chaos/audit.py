@@ -32,7 +32,6 @@ from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.service import RPCError, RPCStatusCode
 
 from agent.decoded_history import decoded_history
-from agent.history import customer_message, local_activity
 from agent.models import AuthorizationDecision, ConversationOutcome
 from agent.sayings import DECLINED, WAITING
 from agent.stores import grants as grants_store
@@ -45,6 +44,7 @@ from bot.slack.render import metadata_key
 from harness.chaos.deployment import CHANNEL, TEAM, Deployment
 from harness.chaos.stories import EXPECTED, Story, agent_posts, bot_posts, notices
 from harness.codec import TEST_CONVERTER
+from harness.events import customer_message, local_activity
 
 QUESTIONS = (("question", "Was the package opened?"), ("question", "What was damaged?"))
 REFUNDED = ("outcome", "Your refund is complete")
