@@ -5,8 +5,9 @@
 
 Everything non-deterministic is an Activity: short steps (the offline decider, the lookups, the
 rules, the grant read) run as local activities, what waits on the outside world (the model, the
-refund, a post) as regular Activities. A step whose dependency is down is retried quickly, then
-patiently: an outage delays a conversation, never ends it. Where the conversation stands is in
+refund) as regular Activities; a post is tried once locally, then as an Activity. A step whose
+dependency is down is retried quickly, then patiently: an outage delays a conversation, never
+ends it. Where the conversation stands is in
 its memo (MEMO_KEY), which /refund-status reads with no Worker alive (agent.history).
 This is Workflow version 1.3 (agent/versions.py); docs/versioning.md says how a change ships.
 """
@@ -137,7 +138,8 @@ HEARTBEAT_TIMEOUT = timedelta(seconds=4)
 # The refund and the model's step cost something when called twice; a busy Worker may start them
 # seconds after the server handed them over, so they get the workflow task's own 10 s.
 COSTLY_CALL_HEARTBEAT_TIMEOUT = timedelta(seconds=10)
-# The one try 1.0-1.2 made of each post inside the workflow task (replay of their histories only).
+# A post is first tried inside the workflow task that decided it; a platform slower than this, or
+# failing, is left to the regular Activity and its day of retries.
 LOCAL_POST_TIMEOUT = timedelta(seconds=5)
 # A timer's summary names what it is for (no customer text): /refund-status shows the next one.
 AGE_LIMIT = "close: the conversation's age limit"
@@ -371,7 +373,7 @@ class RefundConversation:
         if request.decider == "policy":
             # The offline policy is pure and quick: a local step, its result recorded.
             self._question_key = None
-            if not self._one_post_path() and workflow.patched("question-in-decide"):
+            if not self._asks_itself() and workflow.patched("question-in-decide"):
                 # 1.1-1.2 took the question's key before the step, which posted it itself.
                 self._on_1_0 = False  # 1.1's code ran it, whatever its starter recorded
                 self._seq += 1
@@ -385,10 +387,9 @@ class RefundConversation:
             heartbeat=COSTLY_CALL_HEARTBEAT_TIMEOUT,
         )
 
-    def _one_post_path(self) -> bool:
-        """From 1.3 every post is the Workflow's own regular Activity (1.0-1.2 tried each inside
-        the workflow task first, and 1.1-1.2's decide step posted its question)."""
-        return workflow.patched("posts-from-workflow")
+    def _asks_itself(self) -> bool:
+        """From 1.3 the Workflow posts every question itself (1.1-1.2's decide step posted it)."""
+        return workflow.patched("question-from-workflow")
 
     async def _dispose(self, step: AgentStep) -> Disposition:
         """The refund rules' answer to the decider's proposal, over the owner's records: the
@@ -829,7 +830,8 @@ class RefundConversation:
         *,
         tried: MessageKey | None = None,
     ) -> PostedMessage:
-        """`tried`: the key 1.1-1.2's decide step already tried this message under."""
+        """`tried`: the key 1.1-1.2's decide step already tried this message under (no second
+        try: the Activity posts it under that key)."""
         if tried is None:
             self._seq += 1
         message = OutboundMessage(
@@ -841,9 +843,11 @@ class RefundConversation:
             round=round,
             mention=mention,
         )
-        if tried is None and not self._one_post_path():
+        self._record()
+        if tried is None:
             try:
-                # EXTERNAL EFFECT: 1.0-1.2 tried the post once inside the workflow task.
+                # EXTERNAL EFFECT: the post, tried once inside this workflow task: a turn is one
+                # task, not two (docs/benchmarks.md, "Turn latency").
                 return await _local_activity(
                     NotifyActivities.post_to_thread,
                     message,
@@ -851,8 +855,7 @@ class RefundConversation:
                     retry_policy=RetryPolicy(maximum_attempts=1),
                 )
             except ActivityError:
-                pass  # the Activity below posts it (the key finds a try that did post)
-        self._record()
+                pass  # slow or down: the Activity below retries (the key finds a try that posted)
         # EXTERNAL EFFECT: a chat message, posted at most once per stable key.
         return await workflow.execute_activity_method(
             NotifyActivities.post_to_thread,

@@ -27,6 +27,7 @@ from harness.fakes.openai_api import Behaviour, FakeOpenAI
 from harness.inproc import standalone_agent
 from harness.owner import place_order
 from tests.support.outcome_gate import OutcomeGate
+from tests.support.silent_platform import SilentFirstPost
 from worker.runner import build_worker
 
 HERE = Path(__file__).parent
@@ -199,6 +200,24 @@ async def answered_by_update(conv: LocalConversation) -> WorkflowHandle:
     return handle
 
 
+async def post_timed_out(conv: LocalConversation) -> WorkflowHandle:
+    """The platform does not answer the escalation's post: its local try times out (a marker
+    holding the timeout) and the regular Activity posts it; a support agent approves and the
+    conversation refunds (its own Worker, whose platform is silent for that post)."""
+    data_dir = _data_dir(conv)
+    settings = AgentSettings(_env_file=None, data_dir=data_dir)
+    queue = conv.task_queue + "-silent"
+    platform = SilentFirstPost(conv.threads, kind="escalation")
+    async with await build_worker(conv.client, queue, settings, {"local": platform}):
+        silent = LocalConversation(conv.client, conv.threads, queue)
+        handle = await silent.open("please refund order 4500")
+        await silent.answer_the_questions()
+        await silent.next_bot_message(timeout=30)
+        await silent.click("approve", SUPPORT)
+        await asyncio.wait_for(handle.result(), 30)
+    return handle
+
+
 SCENARIOS: dict[str, Callable[[LocalConversation], Awaitable[WorkflowHandle]]] = {
     "auto_approved": auto_approved,
     "escalated": escalated,
@@ -213,6 +232,7 @@ SCENARIOS: dict[str, Callable[[LocalConversation], Awaitable[WorkflowHandle]]] =
     "refund_failed": refund_failed,
     "late_message": late_message,
     "answered_by_update": answered_by_update,
+    "post_timed_out": post_timed_out,
 }
 
 
