@@ -1,11 +1,9 @@
-"""Which thread messages become answers: one rule, applied by the Workflow and read back by history.
+"""Which thread messages become answers: one rule, applied by the Workflow.
 
     customer_message Signal | customer_message_update Update
         -> seen before? -> from the thread's customer? -> text left? -> inbox
 
-The Workflow applies it as messages arrive (agent/workflow.py); agent/history.py applies it again
-to the recorded ones (Signals, and accepted Updates) to rebuild the answers from Event History
-alone. Pure and deterministic.
+The Workflow applies it as messages arrive (agent/workflow.py). Pure and deterministic.
 """
 
 from __future__ import annotations

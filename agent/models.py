@@ -218,6 +218,19 @@ class DecideInput(BaseModel):
     # The day the conversation opened (the refund window counts to it). None in inputs recorded
     # before it existed: the decider reads today's date.
     asked_on: date | None = None
+    # Where the step posts the question it decides to ask (the offline policy's path); None: the
+    # Workflow posts it.
+    post_question: QuestionPost | None = None
+
+
+class QuestionPost(BaseModel):
+    """The decide step's post of the question it asks, so that asking takes one local step: the
+    key is the one the Workflow's own post would have had, so either post finds the other."""
+
+    thread: ThreadRef
+    key: MessageKey
+    # The post's one try; a platform slower than this is left to the Workflow's post.
+    within_seconds: float
 
 
 class AgentStep(_Frozen):
@@ -234,7 +247,8 @@ class AgentStep(_Frozen):
     outcome: Literal["approve", "escalate", "deny"] | None = None
     rationale: str = ""
     source: str = "policy"
-    # The question as 1.1-1.2's decide step posted it itself (read on replay of their histories).
+    # The question, posted by the step itself (DecideInput.post_question); None when it was not
+    # asked to, or its try failed and the Workflow posts it.
     posted: PostedMessage | None = None
     # How many times a live model was asked again in this step for an unusable answer.
     model_retries: int = 0
@@ -402,8 +416,7 @@ class PostedMessage(BaseModel):
     platform_message_id: str
     duplicate: bool  # True when the key had already been posted (a retried Activity)
     # What was posted, echoed by post_to_thread: a post tried as a local activity leaves only its
-    # result in Event History, which must still say what the agent said (and agent.history tells
-    # an escalation by it). None in results recorded before.
+    # result in Event History, which must still say what the agent said. None in results before.
     message: OutboundMessage | None = None
 
 

@@ -70,8 +70,6 @@ PATCHES: dict[str, Patch] = {
     # A number named as the order wins over any other, and amounts are never one: read by the
     # Workflow (its lookups, the rules' input) as by the decider.
     "order-number-named": Patch(version="1.2", shipped=date(2026, 12, 4)),
-    # The Workflow posts every question itself; the decide step posts nothing.
-    "question-from-workflow": Patch(version="1.3", shipped=date(2026, 12, 5)),
     # Where the conversation stands is in its memo, for /refund-status with no Worker alive.
     "status-in-memo": Patch(version="1.3", shipped=date(2026, 12, 5)),
 }

@@ -68,6 +68,7 @@ with workflow.unsafe.imports_passed_through():
         PolicyInput,
         PostedMessage,
         QuestionId,
+        QuestionPost,
         RefundRequest,
         RefundResult,
         Role,
@@ -264,7 +265,7 @@ class RefundConversation:
         self._told_waiting = False  # the thread knows a step waits out an outage
         self._deadline: str | None = None  # the running wait's timer and what it is for
         self._recorded: ConversationView | None = None
-        # 1.1-1.2's decide step posted its question under this key.
+        # The key the decide step posts its question under (1.1 on); None: the Workflow posts it.
         self._question_key: MessageKey | None = None
         # A conversation 1.0's code ran keeps 1.0's commands (agent.versions.PATCHES, marker=False).
         self._on_1_0 = False
@@ -372,12 +373,19 @@ class RefundConversation:
     async def _decide(self, request: DecideInput) -> AgentStep:
         if request.decider == "policy":
             # The offline policy is pure and quick: a local step, its result recorded.
+            # From 1.1 the step posts the question it asks under a key taken now: a turn is one
+            # local step (docs/benchmarks.md); a try that fails is posted by _ask, under that key.
             self._question_key = None
-            if not self._asks_itself() and workflow.patched("question-in-decide"):
-                # 1.1-1.2 took the question's key before the step, which posted it itself.
+            if workflow.patched("question-in-decide"):
                 self._on_1_0 = False  # 1.1's code ran it, whatever its starter recorded
                 self._seq += 1
                 self._question_key = self._key()
+                where = QuestionPost(
+                    thread=self._start.thread,
+                    key=self._question_key,
+                    within_seconds=LOCAL_POST_TIMEOUT.total_seconds(),
+                )
+                request = request.model_copy(update={"post_question": where})
             return await self._short_step(DecideActivities.decide_next_step, request)
         # MODEL CALL: recorded once in Event History; replay returns it without calling again.
         return await self._step(
@@ -386,10 +394,6 @@ class RefundConversation:
             start_to_close=MODEL_STEP_TIMEOUT,
             heartbeat=COSTLY_CALL_HEARTBEAT_TIMEOUT,
         )
-
-    def _asks_itself(self) -> bool:
-        """From 1.3 the Workflow posts every question itself (1.1-1.2's decide step posted it)."""
-        return workflow.patched("question-from-workflow")
 
     async def _dispose(self, step: AgentStep) -> Disposition:
         """The refund rules' answer to the decider's proposal, over the owner's records: the
@@ -429,7 +433,7 @@ class RefundConversation:
             )
         question = step.question or ""
         self._phase, self._pending_question = "waiting_for_customer", question
-        if step.posted is None:  # 1.1-1.2's decide step may have posted it already
+        if step.posted is None:  # asked by the model, by 1.0, or the decide step's try failed
             await self._post("question", question, tried=self._question_key)
         message = await self._next_customer_message(question)
         self._pending_question = None
@@ -830,8 +834,8 @@ class RefundConversation:
         *,
         tried: MessageKey | None = None,
     ) -> PostedMessage:
-        """`tried`: the key 1.1-1.2's decide step already tried this message under (no second
-        try: the Activity posts it under that key)."""
+        """`tried`: the key the decide step already tried this message under (no second try: the
+        Activity posts it under that key)."""
         if tried is None:
             self._seq += 1
         message = OutboundMessage(

@@ -114,7 +114,7 @@ def loop_parts(settings: AgentSettings, posters: dict[str, ThreadPoster]) -> Loo
     ledger = Ledger(database)
     notify = NotifyActivities(posters)
     return LoopParts(
-        decide=DecideActivities(settings),
+        decide=DecideActivities(settings, notify.post_to_thread),
         lookups=LookupActivities(DomainStore(database), effect_owner(settings, ledger)),
         authorize=AuthorizeActivities(GrantStore(database)),
         refund=RefundActivities(settings, ledger),

@@ -156,11 +156,11 @@ async def test_a_conversation_records_the_version_that_started_it(path: Path) ->
     ]
     upserted = {name for attributes in upserts for name in attributes.indexed_fields}
     assert "RefundBotVersion" not in upserted  # the starter's was right
-    # Every path takes 1.2's order-number branch and 1.3's memo; the offline policy's, 1.3's
-    # question too. A starter of this version needs no correction ("version-in-first-task").
+    # Every path takes 1.2's order-number branch and 1.3's memo; the offline policy's, 1.1's
+    # question in the decide step too. A starter of this version needs no correction.
     expected = {"order-number-named", "status-in-memo"}
     if not path.stem.startswith("model_"):
-        expected.add("question-from-workflow")
+        expected.add("question-in-decide")
     assert _patch_ids(history) == expected
 
 
@@ -240,8 +240,8 @@ def test_histories_are_ciphertext_and_compressed() -> None:
     # The local activities' results are among them.
     escalated = _read(HERE / "escalated.json").events
     results = [e for e in escalated if "result" in e.marker_recorded_event_attributes.details]
-    # Decide steps, lookups, the rules, the grant read, posts.
-    assert len(results) == 15
+    # Decide steps (two posting their questions), lookups, the rules, the grant read, posts.
+    assert len(results) == 13
     assert all(p.metadata["encoding"] == ENCODING for e in results for p in codec_payloads(e))
 
 

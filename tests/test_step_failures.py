@@ -45,7 +45,7 @@ async def test_a_lookup_that_fails_for_good_says_so_in_the_thread(client, agent_
         task_queue=task_queue,
         workflows=[RefundConversation],
         activities=[
-            DecideActivities(agent_settings).decide_next_step,
+            DecideActivities(agent_settings, notify.post_to_thread).decide_next_step,
             order_store_refuses,
             no_history,
             notify.post_to_thread,

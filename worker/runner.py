@@ -117,7 +117,7 @@ async def build_worker(
     lookups = LookupActivities(domain, effect_owner(settings, ledger))
     notify = NotifyActivities(posters)
     activities: list[Callable[..., Any]] = [
-        DecideActivities(settings).decide_next_step,
+        DecideActivities(settings, notify.post_to_thread).decide_next_step,
         lookups.lookup_order,
         lookups.lookup_customer_history,
         lookups.check_refund_policy,

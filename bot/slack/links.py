@@ -113,7 +113,7 @@ async def find_open_conversation_by_order(
     """The newest running conversation of this workspace whose looked-up order is `order_number`.
 
     Demo scale: it lists running conversations through Temporal visibility and reads each one's
-    history (what_survives) until one matches, so it costs one history read per open conversation
+    recorded position (what_survives) until one matches, so it costs one describe per conversation
     and only finds a conversation once the agent has looked its order up. A deployment with many
     open conversations would record the order number in a search attribute instead.
     """
