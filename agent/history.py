@@ -11,9 +11,11 @@ fails here, naming the key id.
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from pydantic import BaseModel
+from temporalio.api.enums.v1 import PendingWorkflowTaskState
 from temporalio.client import Client, WorkflowExecutionStatus
 
 from agent.models import (
@@ -53,6 +55,8 @@ class Survivors(BaseModel):
     taken_over: str | None = None  # who has taken it over, and since when
     waiting_on: str | None = None  # a step waiting out an outage: which, since when, why
 
+
+TASK_IN_FLIGHT_POLLS, TASK_IN_FLIGHT_POLL_S = 40, 0.05  # up to 2 s
 
 # What each step waits on, as an operator names it.
 DEPENDENCIES = {
@@ -101,6 +105,14 @@ async def what_survives(client: Client, workflow_id: str) -> Survivors:
     """Read a conversation's position from Temporal now; needs no Worker."""
     handle = client.get_workflow_handle(workflow_id)
     description = await handle.describe()
+    # A post made inside a workflow task is in the thread before the task's record is: a task in
+    # flight is waited for (briefly: one held by a dead Worker is not waited out).
+    for _ in range(TASK_IN_FLIGHT_POLLS):
+        task = description.raw_description.pending_workflow_task
+        if task.state != PendingWorkflowTaskState.PENDING_WORKFLOW_TASK_STATE_STARTED:
+            break
+        await asyncio.sleep(TASK_IN_FLIGHT_POLL_S)
+        description = await handle.describe()
     closed = description.status not in (None, WorkflowExecutionStatus.RUNNING)
     view = await description.memo_value(MEMO_KEY, None, type_hint=ConversationView)
     if view is None:  # started before Workflow 1.3 recorded it: its thread, from its input
