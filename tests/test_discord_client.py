@@ -688,7 +688,7 @@ async def test_refund_status_in_a_thread_reads_that_conversation(
     assert temporal.calls == []
 
     text = await run_command(bot, "refund-status", PRESENTER, thread_id)
-    assert ("fetch_history", workflow_id, "") in temporal.calls
+    assert ("describe", workflow_id, "") in temporal.calls
     assert workflow_id in text
 
 
@@ -728,7 +728,7 @@ async def test_refund_status_outside_a_thread_takes_the_conversation(
     for given in (str(thread_id), link, workflow_id):
         temporal.calls.clear()
         await run_command(bot, "refund-status", PRESENTER, SUPPORT, {"conversation": given})
-        assert temporal.calls == [("fetch_history", workflow_id, "")], given
+        assert temporal.calls == [("describe", workflow_id, "")], given
 
 
 async def test_refund_release(bot: Bot, temporal: StubTemporal) -> None:

@@ -48,6 +48,7 @@ async def test_what_survives_agrees_with_the_live_view(client, agent_settings) -
         await agree("held_before_refund")
         await handle.signal("release")
         await conv.wait_phase("closed")
+        await handle.result()  # the run itself closed, not only its view
         closed = await what_survives(client, handle.id)
     assert closed.refund.state == "succeeded" and closed.next_action == "none: closed (refunded)"
     assert closed.answers == {"item_opened": "Yes", "damage": "Split seam"}

@@ -54,9 +54,9 @@ class StubHandle:
         if self.workflow_id not in self.temporal.running:
             raise _not_found(self.workflow_id)
 
-    async def fetch_history(self, *args: Any, **kwargs: Any) -> Any:
-        # /refund-status's read; a stub has no Event History to give, so: no such conversation.
-        self.temporal.calls.append(("fetch_history", self.workflow_id, ""))
+    async def describe(self, *args: Any, **kwargs: Any) -> Any:
+        # /refund-status's read; a stub has no conversation to describe, so: no such conversation.
+        self.temporal.calls.append(("describe", self.workflow_id, ""))
         raise _not_found(self.workflow_id)
 
 
